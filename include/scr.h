@@ -1,0 +1,69 @@
+/*
+ * scr.h: the SCR (Scalable Checkpoint/Restart) C API, source-compatible with SCR 3.0.
+ * Implemented by scr-rs (libscr.so, and libscr_preload.so for transparent mode).
+ *
+ * All functions are collective over MPI_COMM_WORLD unless noted, and return SCR_SUCCESS
+ * on success. See the SCR user guide, section "SCR API".
+ */
+#ifndef SCR_H
+#define SCR_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCR_VERSION "3.0 (scr-rs 0.1.0)"
+
+#define SCR_SUCCESS (0)
+
+/* Size of the buffers SCR_Route_file, SCR_Have_restart and SCR_Start_restart write to. */
+#define SCR_MAX_FILENAME 1024
+
+/* Dataset flags for SCR_Start_output (combine with |). */
+#define SCR_FLAG_NONE       (0 << 0)
+#define SCR_FLAG_CHECKPOINT (1 << 0)
+#define SCR_FLAG_OUTPUT     (1 << 1)
+
+/* Startup and shutdown */
+int SCR_Init(void);
+int SCR_Finalize(void);
+
+/* Set ("KEY=VALUE", "CKPT=0 TYPE=XOR"), unset ("KEY=") or query ("KEY", "CKPT=0 TYPE")
+ * a parameter. A query returns a malloc'ed string the caller frees, or NULL if unset. */
+const char* SCR_Config(const char* config);
+const char* SCR_Configf(const char* format, ...)
+#if defined(__GNUC__)
+  __attribute__((format(printf, 1, 2)))
+#endif
+  ;
+
+/* Checkpoint and output */
+int SCR_Need_checkpoint(int* flag);
+int SCR_Start_output(const char* name, int flags);
+int SCR_Route_file(const char* name, char* file);   /* local, not collective */
+int SCR_Complete_output(int valid);
+
+/* Legacy checkpoint API (SCR 1.x/2.x): equivalent to SCR_Start_output(NULL,
+ * SCR_FLAG_CHECKPOINT) and SCR_Complete_output(valid). */
+int SCR_Start_checkpoint(void);
+int SCR_Complete_checkpoint(int valid);
+
+/* Restart */
+int SCR_Have_restart(int* flag, char* name);
+int SCR_Start_restart(char* name);
+int SCR_Complete_restart(int valid);
+
+/* General */
+char* SCR_Get_version(void);                        /* local; do not free */
+int SCR_Should_exit(int* flag);
+
+/* Dataset management */
+int SCR_Current(const char* name);
+int SCR_Delete(const char* name);
+int SCR_Drop(const char* name);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SCR_H */

@@ -1,0 +1,294 @@
+//! The SCR 3 C API (`scr.h`): each function converts its arguments, calls one runtime
+//! function, prints the error if any, and maps the result to `SCR_SUCCESS` (0) or failure
+//! (1). No panic crosses into C: a panic becomes a failure return with a message.
+//!
+//! `SCR_Configf` is C-variadic, which stable Rust cannot define: the exported symbol is a
+//! naked jump into `scr_configf_impl` (`csrc/configf.c`), which formats the string and calls
+//! `SCR_Config`; the jump leaves the caller's registers and stack exactly as the C caller set
+//! them, so the variadic arguments arrive intact.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::{Error, Result};
+use crate::runtime::{self, FLAG_CHECKPOINT};
+use crate::scr_error;
+
+pub const SCR_SUCCESS: c_int = 0;
+pub const SCR_FAILURE: c_int = 1;
+
+/// Print an error once: a collective error on rank 0 only, anything else where it happened.
+fn report(e: &Error) {
+    match e {
+        Error::Collective(_) => {
+            if runtime::world_rank().unwrap_or(0) == 0 {
+                scr_error!("{e}");
+            }
+        }
+        _ => scr_error!("{e}"),
+    }
+}
+
+/// Run `f` behind a panic guard; errors are reported and become `SCR_FAILURE`.
+fn guard<T>(call: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Some(v),
+        Ok(Err(e)) => {
+            report(&e);
+            None
+        }
+        Err(_) => {
+            scr_error!("{call}: internal error (panic); see the message above");
+            None
+        }
+    }
+}
+
+fn code(ok: Option<()>) -> c_int {
+    if ok.is_some() {
+        SCR_SUCCESS
+    } else {
+        SCR_FAILURE
+    }
+}
+
+/// Borrow a C string argument.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string valid for the call.
+unsafe fn arg<'a>(call: &'static str, what: &str, p: *const c_char) -> Result<&'a str> {
+    if p.is_null() {
+        return Err(Error::usage(call, format!("{what} is NULL")));
+    }
+    // SAFETY: non-null and NUL-terminated per the caller's contract.
+    unsafe { CStr::from_ptr(p) }.to_str().map_err(|_| Error::usage(call, format!("{what} is not valid UTF-8")))
+}
+
+/// Copy `s` into a caller buffer of `SCR_MAX_FILENAME` bytes, NUL-terminated.
+///
+/// # Safety
+/// `dst` must be NULL or point to at least `SCR_MAX_FILENAME` writable bytes.
+unsafe fn put(call: &'static str, dst: *mut c_char, s: &str) -> Result<()> {
+    if dst.is_null() {
+        return Ok(());
+    }
+    let bytes = s.as_bytes();
+    if bytes.len() >= crate::MAX_FILENAME {
+        return Err(Error::usage(call, format!("result is longer than SCR_MAX_FILENAME ({} bytes): {s}", crate::MAX_FILENAME)));
+    }
+    // SAFETY: the buffer holds SCR_MAX_FILENAME bytes and we write len+1 <= that.
+    unsafe {
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst as *mut u8, bytes.len());
+        *dst.add(bytes.len()) = 0;
+    }
+    Ok(())
+}
+
+/// # Safety
+/// `flag` must be NULL or valid for writes.
+unsafe fn put_flag(call: &'static str, flag: *mut c_int, v: bool) -> Result<()> {
+    if flag.is_null() {
+        return Err(Error::usage(call, "flag is NULL"));
+    }
+    // SAFETY: non-null per the check; the caller passes a pointer to an int.
+    unsafe { *flag = v as c_int };
+    Ok(())
+}
+
+#[no_mangle]
+pub extern "C" fn SCR_Init() -> c_int {
+    code(guard("SCR_Init", runtime::init))
+}
+
+#[no_mangle]
+pub extern "C" fn SCR_Finalize() -> c_int {
+    code(guard("SCR_Finalize", runtime::finalize))
+}
+
+/// # Safety
+/// `config` must be a NUL-terminated string. A returned string is `malloc`ed; the caller
+/// frees it.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Config(config: *const c_char) -> *const c_char {
+    let r = guard("SCR_Config", || {
+        // SAFETY: per this function's contract.
+        let text = unsafe { arg("SCR_Config", "config", config) }?;
+        runtime::config(text)
+    });
+    match r.flatten() {
+        // SAFETY: strdup-like copy into malloc'ed memory the caller frees with free().
+        Some(v) => unsafe {
+            let p = libc::malloc(v.len() + 1) as *mut c_char;
+            if p.is_null() {
+                return std::ptr::null();
+            }
+            std::ptr::copy_nonoverlapping(v.as_ptr(), p as *mut u8, v.len());
+            *p.add(v.len()) = 0;
+            p
+        },
+        None => std::ptr::null(),
+    }
+}
+
+extern "C" {
+    fn scr_configf_impl(format: *const c_char, ...) -> *const c_char;
+}
+
+/// `const char* SCR_Configf(const char* format, ...)`: a tail jump into the C formatter.
+///
+/// # Safety
+/// As `printf`: the arguments must match `format`.
+#[unsafe(no_mangle)]
+#[unsafe(naked)]
+pub unsafe extern "C" fn SCR_Configf(format: *const c_char) -> *const c_char {
+    #[cfg(target_arch = "x86_64")]
+    core::arch::naked_asm!("jmp {}", sym scr_configf_impl);
+    #[cfg(target_arch = "aarch64")]
+    core::arch::naked_asm!("b {}", sym scr_configf_impl);
+}
+
+/// Called by the C formatter when it cannot allocate the formatted string.
+#[no_mangle]
+pub extern "C" fn scr_configf_report_truncated(needed: c_int) {
+    scr_error!("SCR_Configf: cannot allocate {needed} bytes for the formatted string");
+}
+
+/// # Safety
+/// `flag` must point to an int.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Need_checkpoint(flag: *mut c_int) -> c_int {
+    code(guard("SCR_Need_checkpoint", || {
+        let v = runtime::need_checkpoint()?;
+        // SAFETY: per this function's contract.
+        unsafe { put_flag("SCR_Need_checkpoint", flag, v) }
+    }))
+}
+
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Start_output(name: *const c_char, flags: c_int) -> c_int {
+    code(guard("SCR_Start_output", || {
+        // SAFETY: per this function's contract.
+        let name = if name.is_null() { None } else { Some(unsafe { arg("SCR_Start_output", "name", name) }?) };
+        runtime::start_output(name, flags)
+    }))
+}
+
+/// # Safety
+/// `name` must be a NUL-terminated string, `file` a buffer of `SCR_MAX_FILENAME` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Route_file(name: *const c_char, file: *mut c_char) -> c_int {
+    code(guard("SCR_Route_file", || {
+        // SAFETY: per this function's contract.
+        let n = unsafe { arg("SCR_Route_file", "name", name) }?;
+        if file.is_null() {
+            return Err(Error::usage("SCR_Route_file", "file buffer is NULL"));
+        }
+        let routed = runtime::route_file(n)?;
+        let routed = routed
+            .to_str()
+            .ok_or_else(|| Error::usage("SCR_Route_file", format!("{} is not valid UTF-8", routed.display())))?
+            .to_string();
+        // SAFETY: per this function's contract.
+        unsafe { put("SCR_Route_file", file, &routed) }
+    }))
+}
+
+/// Both the call's failure and an invalid dataset return failure, as in SCR.
+fn completion(call: &str, r: Option<bool>) -> c_int {
+    let _ = call;
+    if r == Some(true) {
+        SCR_SUCCESS
+    } else {
+        SCR_FAILURE
+    }
+}
+
+#[no_mangle]
+pub extern "C" fn SCR_Complete_output(valid: c_int) -> c_int {
+    completion("SCR_Complete_output", guard("SCR_Complete_output", || runtime::complete_output(valid != 0)))
+}
+
+#[no_mangle]
+pub extern "C" fn SCR_Start_checkpoint() -> c_int {
+    code(guard("SCR_Start_checkpoint", || runtime::start_output(None, FLAG_CHECKPOINT)))
+}
+
+#[no_mangle]
+pub extern "C" fn SCR_Complete_checkpoint(valid: c_int) -> c_int {
+    completion("SCR_Complete_checkpoint", guard("SCR_Complete_checkpoint", || runtime::complete_output(valid != 0)))
+}
+
+/// # Safety
+/// `flag` must point to an int; `name` must be NULL or a buffer of `SCR_MAX_FILENAME` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Have_restart(flag: *mut c_int, name: *mut c_char) -> c_int {
+    code(guard("SCR_Have_restart", || {
+        let r = runtime::have_restart()?;
+        // SAFETY: per this function's contract.
+        unsafe {
+            put_flag("SCR_Have_restart", flag, r.is_some())?;
+            if let Some(n) = &r {
+                put("SCR_Have_restart", name, n)?;
+            }
+        }
+        Ok(())
+    }))
+}
+
+/// # Safety
+/// `name` must be NULL or a buffer of `SCR_MAX_FILENAME` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Start_restart(name: *mut c_char) -> c_int {
+    code(guard("SCR_Start_restart", || {
+        let n = runtime::start_restart()?;
+        // SAFETY: per this function's contract.
+        unsafe { put("SCR_Start_restart", name, &n) }
+    }))
+}
+
+#[no_mangle]
+pub extern "C" fn SCR_Complete_restart(valid: c_int) -> c_int {
+    completion("SCR_Complete_restart", guard("SCR_Complete_restart", || runtime::complete_restart(valid != 0)))
+}
+
+static VERSION_C: &CStr = match CStr::from_bytes_with_nul(concat!("scr-rs ", env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+    Ok(s) => s,
+    Err(_) => panic!("version string has no interior NUL"),
+};
+
+#[no_mangle]
+pub extern "C" fn SCR_Get_version() -> *const c_char {
+    VERSION_C.as_ptr()
+}
+
+/// # Safety
+/// `flag` must point to an int.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Should_exit(flag: *mut c_int) -> c_int {
+    code(guard("SCR_Should_exit", || {
+        let v = runtime::should_exit()?;
+        // SAFETY: per this function's contract.
+        unsafe { put_flag("SCR_Should_exit", flag, v) }
+    }))
+}
+
+macro_rules! by_name {
+    ($cname:ident, $call:literal, $f:path) => {
+        /// # Safety
+        /// `name` must be a NUL-terminated string.
+        #[no_mangle]
+        pub unsafe extern "C" fn $cname(name: *const c_char) -> c_int {
+            code(guard($call, || {
+                // SAFETY: per this function's contract.
+                let n = unsafe { arg($call, "name", name) }?;
+                $f(n)
+            }))
+        }
+    };
+}
+
+by_name!(SCR_Current, "SCR_Current", runtime::current);
+by_name!(SCR_Delete, "SCR_Delete", runtime::delete);
+by_name!(SCR_Drop, "SCR_Drop", runtime::drop_entry);

@@ -1,0 +1,246 @@
+//! The MPI wrapper: the few collective and point-to-point operations the core needs, over a
+//! communicator the library owns (a duplicate of the application's world, never
+//! `MPI_COMM_WORLD` itself, so library traffic cannot match application messages).
+//!
+//! Variable-size data travels as bytes; typed data as JSON through [`Comm::bcast`],
+//! [`Comm::gather`], [`Comm::allgather`] and [`Comm::scatter`]. The library never initialises
+//! or finalises MPI on the application's behalf (except `SCR_HALT_EXIT`, which ends the
+//! process by design).
+
+use mpi::collective::SystemOperation;
+use mpi::datatype::{Partition, PartitionMut};
+use mpi::topology::{Color, SimpleCommunicator};
+use mpi::traits::*;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// A communicator owned by the library.
+pub struct Comm {
+    inner: SimpleCommunicator,
+    rank: i32,
+    size: i32,
+}
+
+/// Whether the application has initialised MPI and not yet finalised it.
+pub fn mpi_active() -> bool {
+    let mut init = 0;
+    let mut fin = 0;
+    // SAFETY: MPI_Initialized and MPI_Finalized may be called at any time, even before
+    // MPI_Init and after MPI_Finalize; they only write the ints we pass.
+    unsafe {
+        mpi::ffi::MPI_Initialized(&mut init);
+        mpi::ffi::MPI_Finalized(&mut fin);
+    }
+    init != 0 && fin == 0
+}
+
+/// `MPI_Abort` on the world communicator: for failures where ranks can no longer agree.
+pub fn abort(code: i32) -> ! {
+    SimpleCommunicator::world().abort(code)
+}
+
+/// `MPI_Finalize` (only `SCR_HALT_EXIT` uses it, right before exiting the process).
+pub fn finalize_mpi() {
+    // SAFETY: called once, after the library dropped all its communicators.
+    unsafe {
+        mpi::ffi::MPI_Finalize();
+    }
+}
+
+// SAFETY: an MPI communicator handle is a plain value that any thread may use; the library
+// keeps its communicators inside the runtime mutex, so at most one thread calls MPI through
+// them at a time, which MPI_THREAD_SERIALIZED (and FUNNELED from the main thread) permits.
+unsafe impl Send for Comm {}
+
+impl Comm {
+    /// Duplicate `MPI_COMM_WORLD`. MPI must be initialised.
+    pub fn world_dup() -> Comm {
+        Comm::wrap(SimpleCommunicator::world().duplicate())
+    }
+
+    fn wrap(inner: SimpleCommunicator) -> Comm {
+        let rank = inner.rank();
+        let size = inner.size();
+        Comm { inner, rank, size }
+    }
+
+    pub fn rank(&self) -> i32 {
+        self.rank
+    }
+
+    pub fn size(&self) -> i32 {
+        self.size
+    }
+
+    pub fn barrier(&self) {
+        self.inner.barrier();
+    }
+
+    /// Split into sub-communicators of equal `color`, ordered by `key`.
+    pub fn split(&self, color: i32, key: i32) -> Comm {
+        let c = self.inner.split_by_color_with_key(Color::with_value(color), key).expect("color is defined");
+        Comm::wrap(c)
+    }
+
+    /// Split into groups of processes that gave equal strings (for example host names);
+    /// returns the group communicator, the number of groups and this process's group index
+    /// (groups numbered in sorted string order, so the result is the same on every run).
+    pub fn split_by_string(&self, s: &str) -> (Comm, usize, usize) {
+        let all: Vec<String> = self.allgather(&s.to_string());
+        let mut uniq: Vec<&String> = all.iter().collect();
+        uniq.sort();
+        uniq.dedup();
+        let id = uniq.binary_search(&&s.to_string()).expect("own string is present");
+        (self.split(id as i32, self.rank), uniq.len(), id)
+    }
+
+    /// Logical AND of `v` over all ranks.
+    pub fn all_true(&self, v: bool) -> bool {
+        self.min_i64(v as i64) == 1
+    }
+
+    /// Logical OR of `v` over all ranks.
+    pub fn any_true(&self, v: bool) -> bool {
+        self.max_i64(v as i64) == 1
+    }
+
+    pub fn min_i64(&self, v: i64) -> i64 {
+        let mut out = 0i64;
+        self.inner.all_reduce_into(&v, &mut out, SystemOperation::min());
+        out
+    }
+
+    pub fn max_i64(&self, v: i64) -> i64 {
+        let mut out = 0i64;
+        self.inner.all_reduce_into(&v, &mut out, SystemOperation::max());
+        out
+    }
+
+    pub fn sum_u64(&self, v: u64) -> u64 {
+        let mut out = 0u64;
+        self.inner.all_reduce_into(&v, &mut out, SystemOperation::sum());
+        out
+    }
+
+    pub fn max_f64(&self, v: f64) -> f64 {
+        let mut out = 0f64;
+        self.inner.all_reduce_into(&v, &mut out, SystemOperation::max());
+        out
+    }
+
+    /// Broadcast bytes from `root` (its `data` is sent, the others' ignored).
+    pub fn bcast_bytes(&self, root: i32, data: Vec<u8>) -> Vec<u8> {
+        let proc = self.inner.process_at_rank(root);
+        let mut len = data.len() as u64;
+        proc.broadcast_into(&mut len);
+        let mut buf = if self.rank == root { data } else { vec![0u8; len as usize] };
+        if len > 0 {
+            proc.broadcast_into(&mut buf[..]);
+        }
+        buf
+    }
+
+    /// Broadcast a value from `root`.
+    pub fn bcast<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> T {
+        let bytes = if self.rank == root { serde_json::to_vec(value).expect("serialises") } else { Vec::new() };
+        let out = self.bcast_bytes(root, bytes);
+        serde_json::from_slice(&out).expect("broadcast value deserialises")
+    }
+
+    /// Gather byte strings to `root`: `Some(per-rank)` on the root, `None` elsewhere.
+    pub fn gather_bytes(&self, root: i32, data: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let proc = self.inner.process_at_rank(root);
+        let len = data.len() as i32;
+        if self.rank == root {
+            let mut lens = vec![0i32; self.size as usize];
+            proc.gather_into_root(&len, &mut lens[..]);
+            let displs = displacements(&lens);
+            let total: i32 = lens.iter().sum();
+            let mut buf = vec![0u8; total as usize];
+            {
+                let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
+                proc.gather_varcount_into_root(data, &mut part);
+            }
+            Some(split_parts(&buf, &lens, &displs))
+        } else {
+            proc.gather_into(&len);
+            proc.gather_varcount_into(data);
+            None
+        }
+    }
+
+    /// Gather values to `root`.
+    pub fn gather<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> Option<Vec<T>> {
+        let bytes = serde_json::to_vec(value).expect("serialises");
+        self.gather_bytes(root, &bytes)
+            .map(|parts| parts.iter().map(|p| serde_json::from_slice(p).expect("gathered value deserialises")).collect())
+    }
+
+    /// Every rank's byte string, on every rank.
+    pub fn allgather_bytes(&self, data: &[u8]) -> Vec<Vec<u8>> {
+        let len = data.len() as i32;
+        let mut lens = vec![0i32; self.size as usize];
+        self.inner.all_gather_into(&len, &mut lens[..]);
+        let displs = displacements(&lens);
+        let total: i32 = lens.iter().sum();
+        let mut buf = vec![0u8; total as usize];
+        {
+            let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
+            self.inner.all_gather_varcount_into(data, &mut part);
+        }
+        split_parts(&buf, &lens, &displs)
+    }
+
+    /// Every rank's value, on every rank.
+    pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: &T) -> Vec<T> {
+        let bytes = serde_json::to_vec(value).expect("serialises");
+        self.allgather_bytes(&bytes)
+            .iter()
+            .map(|p| serde_json::from_slice(p).expect("gathered value deserialises"))
+            .collect()
+    }
+
+    /// Scatter one byte string per rank from `root` (`parts` is used on the root only).
+    pub fn scatter_bytes(&self, root: i32, parts: Option<Vec<Vec<u8>>>) -> Vec<u8> {
+        let proc = self.inner.process_at_rank(root);
+        let mut my_len = 0i32;
+        if self.rank == root {
+            let parts = parts.expect("root provides the parts");
+            assert_eq!(parts.len(), self.size as usize);
+            let lens: Vec<i32> = parts.iter().map(|p| p.len() as i32).collect();
+            proc.scatter_into_root(&lens[..], &mut my_len);
+            let displs = displacements(&lens);
+            let flat: Vec<u8> = parts.concat();
+            let mut out = vec![0u8; my_len as usize];
+            let part = Partition::new(&flat[..], &lens[..], &displs[..]);
+            proc.scatter_varcount_into_root(&part, &mut out[..]);
+            out
+        } else {
+            proc.scatter_into(&mut my_len);
+            let mut out = vec![0u8; my_len as usize];
+            proc.scatter_varcount_into(&mut out[..]);
+            out
+        }
+    }
+
+    /// Scatter one value per rank from `root`.
+    pub fn scatter<T: Serialize + DeserializeOwned>(&self, root: i32, values: Option<Vec<T>>) -> T {
+        let parts = values.map(|v| v.iter().map(|x| serde_json::to_vec(x).expect("serialises")).collect());
+        let bytes = self.scatter_bytes(root, parts);
+        serde_json::from_slice(&bytes).expect("scattered value deserialises")
+    }
+}
+
+fn displacements(lens: &[i32]) -> Vec<i32> {
+    lens.iter()
+        .scan(0i32, |acc, l| {
+            let d = *acc;
+            *acc += l;
+            Some(d)
+        })
+        .collect()
+}
+
+fn split_parts(buf: &[u8], lens: &[i32], displs: &[i32]) -> Vec<Vec<u8>> {
+    lens.iter().zip(displs).map(|(l, d)| buf[*d as usize..(*d + *l) as usize].to_vec()).collect()
+}

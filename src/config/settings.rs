@@ -1,0 +1,198 @@
+//! Typed settings: the resolved configuration turned into the values the runtime uses, with
+//! every error naming where the bad value came from.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{params, ConfigError, Entry, Origin, Resolved};
+
+/// A `STORE=` entry or the implied cache store.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreEntry {
+    pub path: PathBuf,
+    pub group: String,
+    pub count: usize,
+    pub enabled: bool,
+    pub mkdir: bool,
+    pub flush: String,
+}
+
+/// Every setting the runtime reads, typed. Built on rank 0 and broadcast.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Settings {
+    pub debug: u8,
+    pub checkpoint_interval: u64,
+    pub checkpoint_seconds: u64,
+    pub checkpoint_overhead: f64,
+    pub cntl_base: PathBuf,
+    pub halt_exit: bool,
+    pub halt_seconds: u64,
+    pub group: String,
+    pub copy_type: String,
+    pub cache_base: PathBuf,
+    pub cache_size: usize,
+    pub cache_bypass: bool,
+    pub cache_purge: bool,
+    pub set_size: usize,
+    pub set_failures: usize,
+    pub prefix: PathBuf,
+    pub prefix_size: usize,
+    pub prefix_purge: bool,
+    pub current: Option<String>,
+    pub distribute: bool,
+    pub fetch: bool,
+    pub fetch_bypass: bool,
+    pub fetch_width: usize,
+    pub flush: u64,
+    pub flush_type: String,
+    pub flush_width: usize,
+    pub flush_on_restart: bool,
+    pub global_restart: bool,
+    pub file_buf_size: usize,
+    pub crc_on_copy: bool,
+    pub crc_on_flush: bool,
+    pub stores: Vec<StoreEntry>,
+    pub ckpts: Vec<Entry>,
+    pub groups: Vec<Entry>,
+    /// The effective configuration with origins, for the `SCR_DEBUG` listing.
+    pub listing: Vec<(String, String, String)>,
+    /// Warnings found while reading the configuration (printed by rank 0).
+    pub warnings: Vec<String>,
+}
+
+fn at(r: &Resolved, key: &str) -> String {
+    r.simple.get(key).map(|v| format!("{} ({key})", v.origin)).unwrap_or_else(|| key.to_string())
+}
+
+fn num<T: std::str::FromStr>(r: &Resolved, key: &str) -> Result<T, ConfigError> {
+    let raw = r.get(key).unwrap_or("0");
+    raw.trim()
+        .parse::<T>()
+        .map_err(|_| ConfigError { at: at(r, key), msg: format!("{key}={raw}: expected a non-negative number") })
+}
+
+fn boolean(r: &Resolved, key: &str) -> Result<bool, ConfigError> {
+    let raw = r.get(key).unwrap_or("0");
+    params::parse_bool(raw).ok_or_else(|| ConfigError { at: at(r, key), msg: format!("{key}={raw}: expected 0 or 1") })
+}
+
+fn text(r: &Resolved, key: &str) -> Option<String> {
+    r.get(key).map(str::to_string)
+}
+
+impl Settings {
+    /// Type-check the resolved configuration. `cwd` is the default prefix.
+    pub fn from_resolved(r: &Resolved, cwd: PathBuf) -> Result<Settings, ConfigError> {
+        let mut warnings = r.warnings.clone();
+        for (k, v) in &r.simple {
+            if v.origin == Origin::Default {
+                continue;
+            }
+            if let Some(p) = params::find(k) {
+                match p.status {
+                    params::Status::Later(why) | params::Status::Unsupported(why) => {
+                        warnings.push(format!("{k}={} ({}) is not implemented: {why}", v.value, v.origin))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let size = |key: &str| -> Result<usize, ConfigError> {
+            let raw = r.get(key).unwrap_or("0");
+            params::parse_size(raw)
+                .map(|v| v as usize)
+                .ok_or_else(|| ConfigError { at: at(r, key), msg: format!("{key}={raw}: expected a size") })
+        };
+        let cache_base = PathBuf::from(text(r, "SCR_CACHE_BASE").unwrap_or_default());
+        let cache_size: usize = num(r, "SCR_CACHE_SIZE")?;
+        let cache_bypass = boolean(r, "SCR_CACHE_BYPASS")?;
+        if cache_size == 0 && !cache_bypass {
+            return Err(ConfigError {
+                at: at(r, "SCR_CACHE_SIZE"),
+                msg: "SCR_CACHE_SIZE=0 leaves no room in cache; set SCR_CACHE_BYPASS=1 to write to the prefix directly".into(),
+            });
+        }
+        let flush_type = text(r, "SCR_FLUSH_TYPE").unwrap_or_else(|| "SYNC".into()).to_ascii_uppercase();
+        let mut stores = Vec::new();
+        for e in r.entries("STORE") {
+            let here = |k: &str| format!("{} (STORE={} {k})", e.origin, e.value);
+            let count = match e.attr("COUNT") {
+                Some(c) => c.parse().map_err(|_| ConfigError { at: here("COUNT"), msg: format!("COUNT={c}: expected a count") })?,
+                None => cache_size,
+            };
+            let flag = |k: &str, d: bool| -> Result<bool, ConfigError> {
+                match e.attr(k) {
+                    Some(v) => params::parse_bool(v).ok_or_else(|| ConfigError { at: here(k), msg: format!("{k}={v}: expected 0 or 1") }),
+                    None => Ok(d),
+                }
+            };
+            stores.push(StoreEntry {
+                path: crate::paths::normalize(std::path::Path::new(&e.value), std::path::Path::new("/")),
+                group: e.attr("GROUP").unwrap_or("NODE").to_string(),
+                count,
+                enabled: flag("ENABLED", true)?,
+                mkdir: flag("MKDIR", true)?,
+                flush: e.attr("FLUSH").unwrap_or(&flush_type).to_ascii_uppercase(),
+            });
+        }
+        let prefix = match text(r, "SCR_PREFIX") {
+            Some(p) => crate::paths::normalize(std::path::Path::new(&p), &cwd),
+            None => cwd,
+        };
+        let listing = r
+            .simple
+            .iter()
+            .filter(|(k, _)| params::find(k).is_some())
+            .map(|(k, v)| (k.clone(), v.value.clone(), v.origin.to_string()))
+            .chain(r.multi.iter().map(|e| {
+                let attrs: Vec<String> = e.attrs.iter().map(|(k, v)| format!("{k}={}", v.value)).collect();
+                (format!("{}={}", e.key, e.value), attrs.join(" "), e.origin.to_string())
+            }))
+            .collect();
+        Ok(Settings {
+            debug: num::<u64>(r, "SCR_DEBUG")?.min(255) as u8,
+            checkpoint_interval: num(r, "SCR_CHECKPOINT_INTERVAL")?,
+            checkpoint_seconds: num(r, "SCR_CHECKPOINT_SECONDS")?,
+            checkpoint_overhead: num(r, "SCR_CHECKPOINT_OVERHEAD")?,
+            cntl_base: PathBuf::from(text(r, "SCR_CNTL_BASE").unwrap_or_default()),
+            halt_exit: boolean(r, "SCR_HALT_EXIT")?,
+            halt_seconds: num(r, "SCR_HALT_SECONDS")?,
+            group: text(r, "SCR_GROUP").unwrap_or_else(|| "NODE".into()),
+            copy_type: text(r, "SCR_COPY_TYPE").unwrap_or_else(|| "XOR".into()).to_ascii_uppercase(),
+            cache_base,
+            cache_size,
+            cache_bypass,
+            cache_purge: boolean(r, "SCR_CACHE_PURGE")?,
+            set_size: num(r, "SCR_SET_SIZE")?,
+            set_failures: num(r, "SCR_SET_FAILURES")?,
+            prefix,
+            prefix_size: num(r, "SCR_PREFIX_SIZE")?,
+            prefix_purge: boolean(r, "SCR_PREFIX_PURGE")?,
+            current: text(r, "SCR_CURRENT"),
+            distribute: boolean(r, "SCR_DISTRIBUTE")?,
+            fetch: boolean(r, "SCR_FETCH")?,
+            fetch_bypass: boolean(r, "SCR_FETCH_BYPASS")?,
+            fetch_width: num::<usize>(r, "SCR_FETCH_WIDTH")?.max(1),
+            flush: num(r, "SCR_FLUSH")?,
+            flush_type,
+            flush_width: num::<usize>(r, "SCR_FLUSH_WIDTH")?.max(1),
+            flush_on_restart: boolean(r, "SCR_FLUSH_ON_RESTART")?,
+            global_restart: boolean(r, "SCR_GLOBAL_RESTART")?,
+            file_buf_size: size("SCR_FILE_BUF_SIZE")?.max(4096),
+            crc_on_copy: boolean(r, "SCR_CRC_ON_COPY")?,
+            crc_on_flush: boolean(r, "SCR_CRC_ON_FLUSH")?,
+            stores,
+            ckpts: r.entries("CKPT").into_iter().cloned().collect(),
+            groups: r.entries("GROUPS").into_iter().cloned().collect(),
+            listing,
+            warnings,
+        })
+    }
+
+    /// The effective configuration, one `KEY = VALUE  (origin)` line each.
+    pub fn describe(&self) -> String {
+        let w = self.listing.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
+        self.listing.iter().map(|(k, v, o)| format!("  {k:<w$} = {v}  ({o})\n")).collect()
+    }
+}

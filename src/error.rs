@@ -1,0 +1,66 @@
+//! The runtime's error type: every failure carries the context a user needs to act on it
+//! (the file, the call, the dataset, the rank). Lower layers have their own error types
+//! ([`crate::persist::MetaError`], [`crate::config::ConfigError`]) that convert into this one;
+//! the C boundary maps it to `SCR_SUCCESS`/failure and prints it.
+
+use std::io;
+use std::path::PathBuf;
+
+use crate::config::ConfigError;
+use crate::persist::MetaError;
+
+/// Result alias for the runtime layers.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An I/O operation on a named path failed.
+    #[error("{op} {path}: {source}")]
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// A metadata file could not be read or written.
+    #[error(transparent)]
+    Meta(#[from] MetaError),
+    /// The configuration is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An API call was made in the wrong state or with bad arguments.
+    #[error("{call}: {msg}")]
+    Usage { call: &'static str, msg: String },
+    /// A collective step failed on at least one rank (the message says which and why).
+    #[error("{0}")]
+    Collective(String),
+    /// A data file failed verification (size or CRC32).
+    #[error("{path}: {why}")]
+    Integrity { path: PathBuf, why: String },
+    /// Anything else, described.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    /// An I/O error on `path` while doing `op`.
+    pub fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io { op, path: path.into(), source }
+    }
+
+    /// A misuse of the API by `call`.
+    pub fn usage(call: &'static str, msg: impl Into<String>) -> Self {
+        Error::Usage { call, msg: msg.into() }
+    }
+}
+
+/// Attach a path and an operation name to an `io::Result`.
+pub trait IoContext<T> {
+    fn ctx(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn ctx(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|e| Error::io(op, path, e))
+    }
+}

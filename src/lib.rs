@@ -1,0 +1,40 @@
+//! # scr: Scalable Checkpoint/Restart for MPI applications
+//!
+//! A Rust implementation of LLNL's SCR library. An application's checkpoint files are written
+//! to node-local storage (the *cache*), protected there by a redundancy scheme, copied to the
+//! parallel file system (the *prefix* directory) now and then or when marked as output, and found
+//! again on restart: from cache when the failure left it intact, fetched from the prefix
+//! otherwise.
+//!
+//! Layers, each using only itself and the ones below (see `DESIGN.md` of the project):
+//!
+//! | layer | modules |
+//! |---|---|
+//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate, the commands |
+//! | runtime | [`runtime`]: one function per `SCR_*` call, the phase state machine, policies |
+//! | transfer | [`transfer`]: flush to and fetch from the prefix, verified copies |
+//! | redundancy | [`redundancy`]: the schemes applied to a cached dataset |
+//! | state | [`state`]: directory layout, filemaps, index, halt, flush and summary files |
+//! | descriptors | [`desc`]: groups, stores, redundancy descriptors |
+//! | config | [`config`]: parameters from environment, files, `SCR_Config` and defaults |
+//! | foundation | [`error`], [`log`], [`identity`], [`paths`], [`persist`], [`comm`] |
+
+pub mod capi;
+pub mod comm;
+pub mod config;
+pub mod desc;
+pub mod error;
+pub mod identity;
+pub mod log;
+pub mod paths;
+pub mod persist;
+pub mod redundancy;
+pub mod runtime;
+pub mod state;
+pub mod transfer;
+
+/// The version string `SCR_Get_version` reports.
+pub const VERSION: &str = concat!("scr-rs ", env!("CARGO_PKG_VERSION"));
+
+/// Longest path (including the terminating NUL) the C API hands back, as `SCR_MAX_FILENAME`.
+pub const MAX_FILENAME: usize = 1024;

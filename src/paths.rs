@@ -1,0 +1,204 @@
+//! Path algebra: lexical normalisation, containment in the prefix directory, node-local
+//! directories that are private to the user, and pruning of emptied directories.
+//!
+//! A path handed to the library (by `SCR_Route_file` or a hook) is made absolute against the
+//! current directory and normalised lexically (`.`, `..`, repeated `/`), so `..` can never
+//! climb out of the prefix. A prefix reached through a symbolic link matches both its
+//! spelled and its canonical form.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+
+/// Absolute, lexically normalised form of `p` (relative paths are taken against `cwd`).
+pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
+    let joined = if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) };
+    let mut out = PathBuf::from("/");
+    for c in joined.components() {
+        match c {
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(s) => out.push(s),
+        }
+    }
+    out
+}
+
+/// The current directory, or `/` if it cannot be read.
+pub fn cwd() -> PathBuf {
+    std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
+}
+
+/// A prefix directory with both its spelled and its canonical (symlink-free) form.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Prefix {
+    pub path: PathBuf,
+    pub canonical: PathBuf,
+}
+
+impl Prefix {
+    /// Normalise `path` and resolve its canonical form (equal to it if it does not exist yet).
+    pub fn new(path: &Path) -> Prefix {
+        let path = normalize(path, &cwd());
+        let canonical = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        Prefix { path, canonical }
+    }
+
+    /// The part of `name` below the prefix, or `None` if it resolves outside it (or to the
+    /// prefix itself). `name` may be relative (to the current directory).
+    pub fn relative(&self, name: &Path) -> Option<PathBuf> {
+        let abs = normalize(name, &cwd());
+        for base in [&self.path, &self.canonical] {
+            if let Ok(rel) = abs.strip_prefix(base) {
+                if rel.as_os_str().is_empty() {
+                    return None;
+                }
+                return Some(rel.to_path_buf());
+            }
+        }
+        // The name may itself go through a symlink to the prefix: canonicalise its parent.
+        let parent = abs.parent()?;
+        let canon_parent = fs::canonicalize(parent).ok()?;
+        let rel = canon_parent.join(abs.file_name()?);
+        rel.strip_prefix(&self.canonical).ok().map(Path::to_path_buf).filter(|r| !r.as_os_str().is_empty())
+    }
+
+    /// The absolute path of a name relative to the prefix.
+    pub fn join(&self, rel: &Path) -> PathBuf {
+        self.path.join(rel)
+    }
+}
+
+/// Create `dir` and its missing parents with mode 0700 and check that `dir` is a real
+/// directory owned by this user. A directory owned by someone else is refused: the library
+/// must never write checkpoints where another user can read or replace them.
+pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+    match fs::symlink_metadata(dir) {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ctx("create directory", dir)?;
+        }
+        Err(e) => return Err(Error::io("inspect directory", dir, e)),
+    }
+    let md = fs::symlink_metadata(dir).ctx("inspect directory", dir)?;
+    if !md.file_type().is_dir() {
+        return Err(Error::Other(format!(
+            "{}: exists but is not a directory (a symbolic link or file is refused for node-local storage)",
+            dir.display()
+        )));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if md.uid() != me {
+        return Err(Error::Other(format!(
+            "{}: owned by uid {} but this process runs as uid {}; refusing to use another user's directory \
+             (choose another SCR_CNTL_BASE/SCR_CACHE_BASE or remove it)",
+            dir.display(),
+            md.uid(),
+            me
+        )));
+    }
+    if md.permissions().mode() & 0o077 != 0 {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).ctx("restrict permissions of", dir)?;
+    }
+    Ok(())
+}
+
+/// Create `dir` and its parents (mode 0700 for new ones); an existing directory is accepted.
+pub fn create_dirs(dir: &Path) -> Result<()> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ctx("create directory", dir)
+}
+
+/// Remove `dir` and then each parent that became empty, stopping at (and keeping) `stop`.
+pub fn prune_empty_dirs(mut dir: &Path, stop: &Path) {
+    while dir.starts_with(stop) && dir != stop {
+        if fs::remove_dir(dir).is_err() {
+            break;
+        }
+        match dir.parent() {
+            Some(p) => dir = p,
+            None => break,
+        }
+    }
+}
+
+/// Remove a file, treating "already gone" as success.
+pub fn remove_file_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove", path, e)),
+    }
+}
+
+/// Remove a directory tree, treating "already gone" as success.
+pub fn remove_tree_if_exists(path: &Path) -> Result<()> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove directory", path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalisation_cannot_escape() {
+        let cwd = Path::new("/p/run");
+        assert_eq!(normalize(Path::new("a/./b/../c"), cwd), PathBuf::from("/p/run/a/c"));
+        assert_eq!(normalize(Path::new("../../../../etc"), cwd), PathBuf::from("/etc"));
+        assert_eq!(normalize(Path::new("//x//y/"), cwd), PathBuf::from("/x/y"));
+    }
+
+    #[test]
+    fn prefix_containment() {
+        let dir = tempfile::tempdir().unwrap();
+        let prefix = Prefix::new(dir.path());
+        assert_eq!(prefix.relative(&dir.path().join("ckpt.1/r0")), Some(PathBuf::from("ckpt.1/r0")));
+        assert_eq!(prefix.relative(&dir.path().join("ckpt.1/../../x")), None);
+        assert_eq!(prefix.relative(dir.path()), None);
+        assert_eq!(prefix.relative(Path::new("/etc/passwd")), None);
+    }
+
+    #[test]
+    fn symlinked_prefix_matches_both_spellings() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        fs::create_dir(&real).unwrap();
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let prefix = Prefix::new(&link);
+        assert_eq!(prefix.relative(&real.join("f")), Some(PathBuf::from("f")));
+        assert_eq!(prefix.relative(&link.join("f")), Some(PathBuf::from("f")));
+        let prefix = Prefix::new(&real);
+        assert_eq!(prefix.relative(&link.join("f")), Some(PathBuf::from("f")));
+    }
+
+    #[test]
+    fn private_dirs_are_0700_and_symlinks_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("a/b");
+        ensure_private_dir(&d).unwrap();
+        assert_eq!(fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o700);
+        let link = dir.path().join("l");
+        std::os::unix::fs::symlink(&d, &link).unwrap();
+        assert!(ensure_private_dir(&link).is_err());
+    }
+
+    #[test]
+    fn prune_stops_at_boundary() {
+        let dir = tempfile::tempdir().unwrap();
+        let deep = dir.path().join("x/y/z");
+        fs::create_dir_all(&deep).unwrap();
+        prune_empty_dirs(&deep, dir.path());
+        assert!(!dir.path().join("x").exists());
+        assert!(dir.path().exists());
+    }
+}

@@ -1,0 +1,309 @@
+//! `SCR_Init`: configuration, identity, descriptors, directories, then the restart: keep
+//! what survives in cache (newest first, dropping what cannot be used), check the halt
+//! conditions, and fetch from the prefix when nothing in cache can restart the job.
+
+use std::time::Instant;
+
+use super::{policy::Policy, Phase, Runtime};
+use crate::comm::Comm;
+use crate::config::{self, ConfigError, Settings};
+use crate::desc::Descriptors;
+use crate::error::{Error, Result};
+use crate::identity::{self, JobId};
+use crate::paths::{self, Prefix};
+use crate::state::filemap::Filemap;
+use crate::state::flushfile::FlushFile;
+use crate::state::halt::{Halt, FINALIZE_REASON};
+use crate::state::index::Index;
+use crate::state::layout::Layout;
+use crate::{log, redundancy, scr_debug, scr_error, scr_warn};
+
+impl Runtime {
+    /// Build a running instance (collective over `MPI_COMM_WORLD`).
+    pub(super) fn start() -> Result<Runtime> {
+        let t0 = Instant::now();
+        let world = Comm::world_dup();
+        let host = identity::host_name();
+        log::set_identity(world.rank(), &host);
+
+        // Rank 0 reads the configuration; everyone runs with its result.
+        let mine: std::result::Result<Settings, ConfigError> = if world.rank() == 0 {
+            config::resolve().and_then(|r| Settings::from_resolved(&r, paths::cwd()))
+        } else {
+            Err(ConfigError { at: String::new(), msg: String::new() })
+        };
+        let settings = world.bcast(0, &mine)?;
+        log::set_level(settings.debug);
+        let descs = world.bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))
+            .expect("rank 0 built the descriptors")?;
+        if world.rank() == 0 {
+            for w in &settings.warnings {
+                scr_warn!("{w}");
+            }
+            scr_debug!(1, "{} starting on {} ranks; effective configuration:\n{}", crate::VERSION, world.size(), settings.describe());
+            for d in &descs.reddescs {
+                if d.scheme != d.requested {
+                    scr_warn!(
+                        "CKPT={} asks for TYPE={}, which this build does not implement yet: its datasets get {} \
+                         protection (they survive a process failure, not the loss of a node)",
+                        d.index,
+                        d.requested.name(),
+                        d.scheme.name()
+                    );
+                }
+            }
+            if settings.flush_type != "SYNC" {
+                scr_warn!("SCR_FLUSH_TYPE={} is not available in this build; flushes run synchronously", settings.flush_type);
+            }
+        }
+
+        let prefix = Prefix::new(&settings.prefix);
+        let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)));
+        let (user, job) = who;
+        let layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
+        let (node, nnodes, _) = world.split_by_string(&host);
+        if world.rank() == 0 {
+            scr_debug!(
+                1,
+                "job id {} ({}), user {user}, {nnodes} node(s), prefix {}, control {}",
+                job.id,
+                job.source,
+                layout.prefix.path.display(),
+                layout.cntl_dir.display()
+            );
+        }
+
+        let mut rt = Runtime {
+            world,
+            node,
+            host,
+            settings,
+            descs,
+            layout,
+            filemap: Filemap::default(),
+            flushes: FlushFile::default(),
+            phase: Phase::Idle,
+            dataset_id: 0,
+            ckpt_id: 0,
+            restart: None,
+            wanted: None,
+            failed: Vec::new(),
+            policy: Policy::new(),
+            exit_requested: None,
+        };
+        rt.make_directories()?;
+        rt.restore()?;
+        if rt.rank0() {
+            scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
+        }
+        rt.policy.compute_started();
+        Ok(rt)
+    }
+
+    /// The prefix's `.scr` directory (rank 0), the control and cache directories (each node's
+    /// leader, private to the user); failures anywhere fail `SCR_Init` everywhere.
+    fn make_directories(&self) -> Result<()> {
+        let local = (|| -> Result<()> {
+            if self.rank0() {
+                let d = self.layout.scr_dir();
+                std::fs::create_dir_all(&d).map_err(|e| Error::io("create prefix directory", &d, e))?;
+            }
+            if self.node.rank() == 0 {
+                let user_dir = self.layout.cntl_dir.parent().expect("control dir has a parent");
+                paths::ensure_private_dir(user_dir)?;
+                paths::ensure_private_dir(&self.layout.cntl_dir)?;
+                for st in &self.descs.stores {
+                    if !st.enabled || !self.descs.reddescs.iter().any(|d| d.store == st.path && !d.bypass) {
+                        continue;
+                    }
+                    let dir = self.layout.store_dir(&st.path);
+                    paths::ensure_private_dir(dir.parent().expect("store dir has a parent"))?;
+                    paths::ensure_private_dir(&dir)?;
+                }
+            }
+            Ok(())
+        })();
+        self.agree("SCR_Init: creating SCR directories", local)?;
+        self.node.barrier();
+        Ok(())
+    }
+
+    /// Find what to restart from: cache first, then the prefix.
+    fn restore(&mut self) -> Result<()> {
+        // The flush file of this node, as rank 0 sees it, so every rank decides alike.
+        let flushes = if self.rank0() {
+            FlushFile::load(&self.layout.flush_file()).unwrap_or_else(|e| {
+                scr_warn!("{e}; treating every cached dataset as not flushed");
+                FlushFile::default()
+            })
+        } else {
+            FlushFile::default()
+        };
+        self.flushes = self.world.bcast(0, &flushes);
+
+        let fm_path = self.layout.filemap(self.world.rank());
+        self.filemap = Filemap::load(&fm_path).unwrap_or_else(|e| {
+            scr_error!("{e}; the cached datasets of this rank are unusable");
+            Filemap::default()
+        });
+
+        // Continue ids after everything known, in cache or in the prefix.
+        let index = if self.rank0() { self.load_index() } else { Index::default() };
+        let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids());
+        let (fm_d, fm_c) = (
+            self.filemap.datasets.keys().max().copied().unwrap_or(0),
+            self.filemap.datasets.values().filter_map(|r| r.desc.ckpt).max().unwrap_or(0),
+        );
+        self.dataset_id = (self.world.max_i64(fm_d as i64) as u64).max(ix_d);
+        self.ckpt_id = (self.world.max_i64(fm_c as i64) as u64).max(ix_c);
+
+        if self.settings.prefix_purge && self.rank0() {
+            for id in index.datasets.keys() {
+                if let Err(e) = crate::transfer::flush::delete_from_prefix(&self.layout, *id) {
+                    scr_warn!("SCR_PREFIX_PURGE: {e}");
+                }
+            }
+        }
+        if self.settings.cache_purge || !self.settings.distribute {
+            let why = if self.settings.cache_purge { "SCR_CACHE_PURGE=1" } else { "SCR_DISTRIBUTE=0" };
+            let ids: Vec<u64> = self.filemap.datasets.keys().copied().collect();
+            if self.rank0() && !ids.is_empty() {
+                scr_debug!(1, "{why}: deleting {} cached dataset(s)", ids.len());
+            }
+            for id in ids {
+                self.drop_cached(id);
+            }
+        }
+        self.scan_cache();
+
+        if self.rank0() {
+            let r = Halt::update(&self.layout.halt(), |h| {
+                if h.exit_reason.as_deref() == Some(FINALIZE_REASON) {
+                    h.exit_reason = None;
+                }
+                if h.halt_seconds.is_none() && self.settings.halt_seconds > 0 {
+                    h.halt_seconds = Some(self.settings.halt_seconds);
+                }
+            });
+            if let Err(e) = r {
+                scr_warn!("cannot update the halt file: {e}");
+            }
+        }
+        if let Some(reason) = self.halt_reason() {
+            if self.rank0() {
+                crate::log::emit("INFO", format_args!("halt condition at SCR_Init: {reason}"));
+            }
+            if self.settings.halt_exit {
+                self.exit_requested = Some(reason);
+                return Ok(());
+            }
+        }
+
+        self.wanted = self.settings.current.clone();
+        if let Some(name) = self.wanted.clone() {
+            if self.rank0() {
+                let r = Index::update(&self.layout.index(), |ix| {
+                    if ix.by_name(&name).is_some() {
+                        ix.current = Some(name.clone());
+                    }
+                });
+                if let Err(e) = r {
+                    scr_warn!("SCR_CURRENT={name}: cannot set the current marker: {e}");
+                }
+            }
+            self.drop_newer_than_named(&name);
+        }
+        self.load_checkpoint();
+        self.after_load()
+    }
+
+    /// Rank 0's view of the index; a damaged index is reported and left untouched.
+    pub(super) fn load_index(&self) -> Index {
+        Index::load(&self.layout.index()).unwrap_or_else(|e| {
+            scr_error!("{e}; no checkpoint can be fetched from the prefix until it is repaired");
+            Index::default()
+        })
+    }
+
+    /// Keep each cached dataset that every rank holds intact; delete the rest, saying why.
+    fn scan_cache(&mut self) {
+        let mut bound = i64::MAX;
+        loop {
+            let mine = self.filemap.datasets.keys().rev().map(|&i| i as i64).find(|&i| i < bound).unwrap_or(-1);
+            let id = self.world.max_i64(mine);
+            if id < 0 {
+                break;
+            }
+            bound = id;
+            let id = id as u64;
+            let check = match self.filemap.datasets.get(&id) {
+                None => Err("holds no record of it".to_string()),
+                Some(rec) => redundancy::check_local(rec, self.settings.crc_on_copy, self.settings.file_buf_size),
+            };
+            let err = check.err();
+            if self.world.all_true(err.is_none()) {
+                continue;
+            }
+            let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
+            let summary = self.ctx().summarize_failures(&format!("restoring cached dataset {id} ({name})"), err);
+            if self.rank0() {
+                scr_warn!("{summary}; deleting it from cache ({} cannot rebuild missing files)", self.scheme_of(id));
+            }
+            self.drop_cached(id);
+        }
+        // Datasets SCR owes the prefix (output never flushed, a flush cut short) go now.
+        let owed: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|r| r.desc.output && !self.flushed(r.desc.id))
+            .map(|r| r.desc.id)
+            .collect();
+        for id in owed {
+            if let Err(e) = self.flush_dataset(id) {
+                if self.rank0() {
+                    scr_error!("{e}");
+                }
+            }
+        }
+    }
+
+    fn scheme_of(&self, id: u64) -> &'static str {
+        self.filemap.datasets.get(&id).map(|r| r.reddesc.scheme.name()).unwrap_or("SINGLE")
+    }
+
+    /// With a named checkpoint requested, newer cached datasets are deleted (user guide 2.5.6).
+    pub(super) fn drop_newer_than_named(&mut self, name: &str) {
+        let target = self.filemap.by_name(name).map(|r| r.desc.id as i64).unwrap_or(-1);
+        let target = self.world.max_i64(target);
+        if target < 0 {
+            return;
+        }
+        let newer: Vec<u64> = self.filemap.datasets.keys().copied().filter(|&i| i as i64 > target).collect();
+        for id in newer {
+            self.drop_cached(id);
+        }
+    }
+
+    /// `SCR_FLUSH_ON_RESTART` and `SCR_GLOBAL_RESTART`: put the loaded checkpoint in the prefix.
+    fn after_load(&mut self) -> Result<()> {
+        let Some(loaded) = self.restart.clone() else {
+            return Ok(());
+        };
+        let want_flush = self.settings.flush_on_restart || self.settings.global_restart;
+        if want_flush && !self.flushed(loaded.id) && self.filemap.datasets.contains_key(&loaded.id) {
+            if let Err(e) = self.flush_dataset(loaded.id) {
+                if self.rank0() {
+                    scr_error!("SCR_FLUSH_ON_RESTART: {e}");
+                }
+                return Ok(());
+            }
+        }
+        if self.settings.global_restart && self.flushed(loaded.id) {
+            if let Some(r) = self.restart.as_mut() {
+                r.in_prefix = true;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,349 @@
+//! The runtime: one safe function per `SCR_*` call, the phase state machine of user guide
+//! figure 3, and the policies (when to flush, when to checkpoint, when to halt).
+//!
+//! ```text
+//!   Uninit --SCR_Init--> Idle --SCR_Finalize--> Finalized
+//!                        |  ^
+//!    SCR_Start_output    |  |  SCR_Complete_output        (Output phase)
+//!    SCR_Start_restart   |  |  SCR_Complete_restart       (Restart phase)
+//! ```
+//!
+//! Collective calls agree before they return: each rank computes its local outcome, the
+//! ranks combine it, and all return the same result. The front ends (C API, preload) call
+//! these functions and map errors to return codes.
+
+mod init;
+mod manage;
+mod output;
+mod policy;
+mod restart;
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use crate::comm::Comm;
+use crate::config::Settings;
+use crate::desc::Descriptors;
+use crate::error::{Error, Result};
+use crate::state::filemap::{DatasetRecord, Filemap};
+use crate::state::flushfile::{FlushEntry, FlushFile, Location};
+use crate::state::layout::Layout;
+use crate::transfer::Ctx;
+use crate::{scr_error, scr_warn};
+
+/// Dataset flags, as in `scr.h`.
+pub const FLAG_CHECKPOINT: i32 = 1;
+pub const FLAG_OUTPUT: i32 = 2;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    Idle,
+    Output { id: u64, start: Instant },
+    Restart,
+}
+
+/// The checkpoint offered to the application for restart.
+#[derive(Debug, Clone)]
+struct Loaded {
+    id: u64,
+    name: String,
+    /// Files are read in place from the prefix (fetch bypass, global restart).
+    in_prefix: bool,
+}
+
+/// Everything a running SCR instance holds.
+pub struct Runtime {
+    world: Comm,
+    node: Comm,
+    host: String,
+    settings: Settings,
+    descs: Descriptors,
+    layout: Layout,
+    filemap: Filemap,
+    /// Location of each cached dataset (same on every rank; node leaders persist it).
+    flushes: FlushFile,
+    phase: Phase,
+    dataset_id: u64,
+    ckpt_id: u64,
+    restart: Option<Loaded>,
+    /// A checkpoint the user asked for by name (`SCR_CURRENT`, `SCR_Current`).
+    wanted: Option<String>,
+    /// Checkpoints whose restart failed in this run.
+    failed: Vec<u64>,
+    policy: policy::Policy,
+    /// Set when a halt condition holds and `SCR_HALT_EXIT=1`: the front end ends the run.
+    exit_requested: Option<String>,
+}
+
+enum State {
+    Uninit,
+    Running(Box<Runtime>),
+    Finalized,
+}
+
+static STATE: Mutex<State> = Mutex::new(State::Uninit);
+
+fn lock() -> std::sync::MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Run `f` on the running instance, or explain why there is none.
+fn with_rt<T>(call: &'static str, f: impl FnOnce(&mut Runtime) -> Result<T>) -> Result<T> {
+    let mut g = lock();
+    let result = match &mut *g {
+        State::Uninit => return Err(Error::usage(call, "called before SCR_Init")),
+        State::Finalized => return Err(Error::usage(call, "called after SCR_Finalize")),
+        State::Running(rt) => f(rt),
+    };
+    let exit = match &mut *g {
+        State::Running(rt) => rt.exit_requested.take(),
+        _ => None,
+    };
+    if let Some(reason) = exit {
+        halt_exit(g, &reason);
+    }
+    result
+}
+
+/// `SCR_HALT_EXIT`: finish this run cleanly (flush, record the reason, release MPI) and exit.
+fn halt_exit(mut g: std::sync::MutexGuard<'static, State>, reason: &str) -> ! {
+    if let State::Running(rt) = std::mem::replace(&mut *g, State::Finalized) {
+        let mut rt = rt;
+        if rt.world.rank() == 0 {
+            crate::log::emit("INFO", format_args!("halting the run: {reason} (SCR_HALT_EXIT=1)"));
+        }
+        rt.shutdown(reason);
+        drop(rt);
+    }
+    drop(g);
+    crate::comm::finalize_mpi();
+    std::process::exit(0);
+}
+
+/// Whether `SCR_Init` has run and `SCR_Finalize` has not.
+pub fn is_initialized() -> bool {
+    matches!(&*lock(), State::Running(_))
+}
+
+/// The world rank, if initialised (for message routing at the front ends).
+pub fn world_rank() -> Option<i32> {
+    match &*lock() {
+        State::Running(rt) => Some(rt.world.rank()),
+        _ => None,
+    }
+}
+
+/// `SCR_Init`.
+pub fn init() -> Result<()> {
+    let mut g = lock();
+    match &*g {
+        State::Uninit => {}
+        State::Running(_) => return Err(Error::usage("SCR_Init", "called twice; SCR_Init may be called once per process")),
+        State::Finalized => return Err(Error::usage("SCR_Init", "called after SCR_Finalize; SCR_Init may be called once per process")),
+    }
+    if !crate::comm::mpi_active() {
+        return Err(Error::usage("SCR_Init", "MPI is not initialised: call MPI_Init before SCR_Init"));
+    }
+    let rt = Runtime::start()?;
+    *g = State::Running(Box::new(rt));
+    let exit = match &mut *g {
+        State::Running(rt) => rt.exit_requested.take(),
+        _ => None,
+    };
+    if let Some(reason) = exit {
+        halt_exit(g, &reason);
+    }
+    Ok(())
+}
+
+/// `SCR_Finalize`.
+pub fn finalize() -> Result<()> {
+    let mut g = lock();
+    match std::mem::replace(&mut *g, State::Finalized) {
+        State::Running(mut rt) => {
+            let r = rt.finalize_checked();
+            rt.shutdown(crate::state::halt::FINALIZE_REASON);
+            r
+        }
+        State::Uninit => {
+            *g = State::Uninit;
+            Err(Error::usage("SCR_Finalize", "called before SCR_Init"))
+        }
+        State::Finalized => Err(Error::usage("SCR_Finalize", "called twice")),
+    }
+}
+
+pub fn need_checkpoint() -> Result<bool> {
+    with_rt("SCR_Need_checkpoint", |rt| rt.need_checkpoint())
+}
+
+pub fn start_output(name: Option<&str>, flags: i32) -> Result<()> {
+    with_rt("SCR_Start_output", |rt| rt.start_output(name, flags))
+}
+
+pub fn route_file(name: &str) -> Result<PathBuf> {
+    with_rt("SCR_Route_file", |rt| rt.route_file(name))
+}
+
+pub fn complete_output(valid: bool) -> Result<bool> {
+    with_rt("SCR_Complete_output", |rt| rt.complete_output(valid))
+}
+
+pub fn have_restart() -> Result<Option<String>> {
+    with_rt("SCR_Have_restart", |rt| rt.have_restart())
+}
+
+pub fn start_restart() -> Result<String> {
+    with_rt("SCR_Start_restart", |rt| rt.start_restart())
+}
+
+pub fn complete_restart(valid: bool) -> Result<bool> {
+    with_rt("SCR_Complete_restart", |rt| rt.complete_restart(valid))
+}
+
+pub fn should_exit() -> Result<bool> {
+    with_rt("SCR_Should_exit", |rt| rt.should_exit())
+}
+
+pub fn current(name: &str) -> Result<()> {
+    with_rt("SCR_Current", |rt| rt.set_current(name))
+}
+
+pub fn delete(name: &str) -> Result<()> {
+    with_rt("SCR_Delete", |rt| rt.delete(name))
+}
+
+pub fn drop_entry(name: &str) -> Result<()> {
+    with_rt("SCR_Drop", |rt| rt.drop_entry(name))
+}
+
+/// `SCR_Config`: allowed before `SCR_Init` (set, unset, query) and after (query only).
+pub fn config(text: &str) -> Result<Option<String>> {
+    crate::config::scr_config(text, is_initialized()).map_err(Error::from)
+}
+
+impl Runtime {
+    fn ctx(&self) -> Ctx<'_> {
+        Ctx { world: &self.world, layout: &self.layout, settings: &self.settings }
+    }
+
+    fn rank0(&self) -> bool {
+        self.world.rank() == 0
+    }
+
+    /// Combine a local outcome: every rank gets `Ok` only if all ranks succeeded, otherwise
+    /// the same summary error naming the failing ranks.
+    fn agree<T>(&self, what: &str, local: Result<T>) -> Result<T> {
+        if self.world.all_true(local.is_ok()) {
+            return local;
+        }
+        let msg = local.as_ref().err().map(|e| e.to_string());
+        Err(Error::Collective(self.ctx().summarize_failures(what, msg)))
+    }
+
+    /// Name a phase for "expected" messages.
+    fn phase_error(&self, call: &'static str, wanted: &str) -> Error {
+        let now = match &self.phase {
+            Phase::Idle => "outside any output or restart phase".to_string(),
+            Phase::Output { id, .. } => {
+                format!("inside the output phase of dataset {id}; call SCR_Complete_output first")
+            }
+            Phase::Restart => "inside a restart phase; call SCR_Complete_restart first".to_string(),
+        };
+        Error::usage(call, format!("called {now} (it is valid {wanted})"))
+    }
+
+    fn save_filemap(&self) -> Result<()> {
+        self.filemap.save(&self.layout.filemap(self.world.rank())).map_err(Error::from)
+    }
+
+    /// Record (or forget) where a dataset stands; node leaders persist the flush file.
+    fn set_location(&mut self, id: u64, loc: Option<Location>) {
+        match (loc, self.filemap.datasets.get(&id)) {
+            (Some(location), Some(rec)) => {
+                self.flushes.datasets.insert(
+                    id,
+                    FlushEntry {
+                        name: rec.desc.name.clone(),
+                        location,
+                        checkpoint: rec.desc.checkpoint,
+                        output: rec.desc.output,
+                    },
+                );
+            }
+            (Some(location), None) => {
+                if let Some(e) = self.flushes.datasets.get_mut(&id) {
+                    e.location = location;
+                }
+            }
+            (None, _) => {
+                self.flushes.datasets.remove(&id);
+            }
+        }
+        if self.node.rank() == 0 {
+            if let Err(e) = self.flushes.save(&self.layout.flush_file()) {
+                scr_warn!("cannot update the flush file: {e}");
+            }
+        }
+    }
+
+    fn flushed(&self, id: u64) -> bool {
+        self.flushes.location(id) == Some(Location::Pfs)
+    }
+
+    /// Delete a dataset from this rank's cache: its cached files, its directory, its record.
+    fn drop_cached(&mut self, id: u64) {
+        if let Some(rec) = self.filemap.datasets.remove(&id) {
+            remove_cached_files(&rec);
+        }
+        if let Err(e) = self.save_filemap() {
+            scr_error!("{e}");
+        }
+        self.set_location(id, None);
+    }
+
+    /// Flush a cached dataset (collective) and record the outcome.
+    fn flush_dataset(&mut self, id: u64) -> Result<()> {
+        let Some(mut rec) = self.filemap.datasets.get(&id).cloned() else {
+            return Err(Error::Other(format!("dataset {id} is not in cache")));
+        };
+        self.set_location(id, Some(Location::Flushing));
+        let r = crate::transfer::flush::flush(&self.ctx(), &mut rec);
+        match &r {
+            Ok(()) => {
+                self.filemap.datasets.insert(id, rec);
+                self.save_filemap()?;
+                self.set_location(id, Some(Location::Pfs));
+            }
+            Err(_) => self.set_location(id, Some(Location::Cache)),
+        }
+        r
+    }
+
+    /// Release everything: finish flushes SCR owes, record why the run stops.
+    fn shutdown(&mut self, reason: &str) {
+        if self.rank0() {
+            let r = crate::state::halt::Halt::update(&self.layout.halt(), |h| {
+                if h.exit_reason.is_none() {
+                    h.exit_reason = Some(reason.to_string());
+                }
+            });
+            if let Err(e) = r {
+                scr_warn!("cannot record the exit reason in the halt file: {e}");
+            }
+        }
+        self.flush_owed();
+        self.world.barrier();
+    }
+}
+
+/// Remove the cached files of a record (bypass files in the prefix are left alone).
+fn remove_cached_files(rec: &DatasetRecord) {
+    for f in &rec.files {
+        if f.path.starts_with(&rec.dir) {
+            let _ = crate::paths::remove_file_if_exists(&f.path);
+        }
+    }
+    let _ = crate::paths::remove_tree_if_exists(&rec.dir);
+}

@@ -1,0 +1,328 @@
+//! Output phases: `SCR_Start_output` (new dataset id, redundancy descriptor, room in the
+//! store), `SCR_Route_file` (where a file goes; registered before the application creates
+//! it), `SCR_Complete_output` (agree on validity, apply redundancy, flush when due, halt
+//! conditions), and the flushes SCR still owes at `SCR_Finalize`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use super::{Phase, Runtime, FLAG_CHECKPOINT, FLAG_OUTPUT};
+use crate::error::{Error, Result};
+use crate::identity;
+use crate::state::dataset::DatasetDesc;
+use crate::state::filemap::{DatasetRecord, FileMeta};
+use crate::state::flushfile::Location;
+use crate::state::halt::Halt;
+use crate::{scr_debug, scr_error, scr_warn};
+
+impl Runtime {
+    pub(super) fn start_output(&mut self, name: Option<&str>, flags: i32) -> Result<()> {
+        const CALL: &str = "SCR_Start_output";
+        if self.phase != Phase::Idle {
+            return Err(self.phase_error(CALL, "between output and restart phases"));
+        }
+        let mut local: Result<()> = Ok(());
+        if flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0 || flags == 0 {
+            local = Err(Error::usage(
+                CALL,
+                format!("flags={flags}: pass SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT or both (SCR_FLAG_CHECKPOINT|SCR_FLAG_OUTPUT)"),
+            ));
+        }
+        if let Some(n) = name {
+            if n.is_empty() || n.len() >= crate::MAX_FILENAME {
+                local = Err(Error::usage(CALL, format!("the dataset name must have 1 to {} bytes", crate::MAX_FILENAME - 1)));
+            }
+        }
+        // Every rank must pass the same name and flags.
+        let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) as i64 & i64::MAX;
+        if local.is_ok() && self.world.min_i64(key) != self.world.max_i64(key) {
+            local = Err(Error::usage(CALL, format!("ranks passed different names or flags (this rank: {name:?}, {flags})")));
+        }
+        self.agree(CALL, local)?;
+
+        let is_ckpt = flags & FLAG_CHECKPOINT != 0;
+        let is_output = flags & FLAG_OUTPUT != 0;
+        self.policy.compute_stopped();
+        self.restart = None;
+        self.dataset_id += 1;
+        if is_ckpt {
+            self.ckpt_id += 1;
+        }
+        let id = self.dataset_id;
+        let reddesc = self.descs.select(self.ckpt_id.max(1), is_ckpt, is_output).clone();
+        if !reddesc.bypass {
+            self.make_room(&reddesc.store.clone(), None);
+        }
+        let rec = DatasetRecord {
+            desc: DatasetDesc {
+                id,
+                ckpt: is_ckpt.then_some(self.ckpt_id),
+                name: name.map(str::to_string).unwrap_or_else(|| format!("scr.dataset.{id}")),
+                checkpoint: is_ckpt,
+                output: is_output,
+                created: identity::now_usecs(),
+                user: self.layout.user.clone(),
+                jobname: identity::job_name(),
+                jobid: self.layout.jobid.clone(),
+                ranks: self.world.size() as u32,
+                size: 0,
+                files: 0,
+                complete: false,
+            },
+            dir: self.layout.cache_dataset_dir(&reddesc.store, id),
+            reddesc,
+            files: Vec::new(),
+            complete: false,
+        };
+        let dir = rec.dir.clone();
+        self.filemap.datasets.insert(id, rec);
+        let local = self.save_filemap().and_then(|_| crate::paths::create_dirs(&dir));
+        self.agree(CALL, local)?;
+        self.phase = Phase::Output { id, start: Instant::now() };
+        Ok(())
+    }
+
+    /// Delete the oldest cached datasets of `store` until a new one fits within its COUNT
+    /// (rank 0 decides, so every rank deletes the same ones).
+    pub(super) fn make_room(&mut self, store: &Path, keep: Option<u64>) {
+        let count = self.descs.store(store).map(|s| s.count).unwrap_or(self.settings.cache_size).max(1);
+        let victims = if self.rank0() {
+            let cached: Vec<&DatasetRecord> = self
+                .filemap
+                .datasets
+                .values()
+                .filter(|r| r.reddesc.store == store && !r.reddesc.bypass && Some(r.desc.id) != keep)
+                .collect();
+            let mut victims = Vec::new();
+            let mut excess = (cached.len() + 1).saturating_sub(count);
+            for r in cached {
+                if excess == 0 {
+                    break;
+                }
+                if r.desc.output && !self.flushed(r.desc.id) {
+                    scr_warn!("keeping output dataset {} ({}) in cache: it has not reached the prefix yet", r.desc.id, r.desc.name);
+                    continue;
+                }
+                victims.push(r.desc.id);
+                excess -= 1;
+            }
+            victims
+        } else {
+            Vec::new()
+        };
+        let victims: Vec<u64> = self.world.bcast(0, &victims);
+        for id in victims {
+            if self.rank0() {
+                scr_debug!(1, "evicting dataset {id} from cache {} (COUNT={count})", store.display());
+            }
+            self.drop_cached(id);
+        }
+    }
+
+    pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {
+        const CALL: &str = "SCR_Route_file";
+        let id = match &self.phase {
+            Phase::Idle => return Ok(PathBuf::from(name)),
+            Phase::Restart => return self.route_restart(name),
+            Phase::Output { id, .. } => *id,
+        };
+        let Some(rel) = self.layout.prefix.relative(Path::new(name)) else {
+            return Err(Error::usage(
+                CALL,
+                format!(
+                    "{name} resolves to {}, which is not inside the prefix directory {} (set SCR_PREFIX)",
+                    crate::paths::normalize(Path::new(name), &crate::paths::cwd()).display(),
+                    self.layout.prefix.path.display()
+                ),
+            ));
+        };
+        if rel.components().next().map(|c| c.as_os_str() == ".scr").unwrap_or(false) {
+            return Err(Error::usage(CALL, format!("{name} is inside the prefix's .scr directory, which SCR reserves")));
+        }
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        let target = if rec.reddesc.bypass { self.layout.prefix.join(&rel) } else { rec.dir.join(&rel) };
+        if target.as_os_str().len() >= crate::MAX_FILENAME {
+            return Err(Error::usage(CALL, format!("{} is longer than SCR_MAX_FILENAME ({})", target.display(), crate::MAX_FILENAME)));
+        }
+        if let Some(parent) = target.parent() {
+            if rec.reddesc.bypass {
+                std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
+            } else {
+                crate::paths::create_dirs(parent)?;
+            }
+        }
+        if rec.file(&rel).is_none() {
+            rec.files.push(FileMeta { rel, path: target.clone(), size: 0, crc: None, complete: false });
+            self.save_filemap()?;
+        }
+        Ok(target)
+    }
+
+    pub(super) fn complete_output(&mut self, valid: bool) -> Result<bool> {
+        const CALL: &str = "SCR_Complete_output";
+        let Phase::Output { id, start } = self.phase.clone() else {
+            return Err(self.phase_error(CALL, "after SCR_Start_output"));
+        };
+        self.phase = Phase::Idle;
+        let crc = self.settings.crc_on_copy;
+        let buf = self.settings.file_buf_size;
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        let mut problems = Vec::new();
+        if !valid {
+            problems.push("the application reported valid=0".to_string());
+        }
+        for f in rec.files.iter_mut() {
+            match std::fs::metadata(&f.path) {
+                Ok(md) => {
+                    f.size = md.len();
+                    f.complete = true;
+                    if crc {
+                        match crate::transfer::copy::file_crc(&f.path, buf) {
+                            Ok(c) => f.crc = Some(c.crc),
+                            Err(e) => problems.push(e.to_string()),
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("{} (routed as {}): {e}", f.path.display(), f.rel.display())),
+            }
+        }
+        let local_err = (!problems.is_empty()).then(|| problems.join("; "));
+        let bytes = rec.bytes();
+        let nfiles = rec.files.len() as u64;
+        let name = rec.desc.name.clone();
+        if !self.world.all_true(local_err.is_none()) {
+            let summary = self.ctx().summarize_failures(&format!("dataset {id} ({name})"), local_err);
+            if self.rank0() {
+                scr_error!("{summary}; the dataset is invalid on every rank and is discarded");
+            }
+            self.drop_cached(id);
+            self.policy.compute_started();
+            return Ok(false);
+        }
+        let total = self.world.sum_u64(bytes);
+        let files = self.world.sum_u64(nfiles);
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        rec.desc.size = total;
+        rec.desc.files = files;
+        rec.desc.complete = true;
+        let applied = crate::redundancy::apply(rec);
+        let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied.map_err(Error::Other));
+        if let Err(e) = applied {
+            if self.rank0() {
+                scr_error!("{e}; the dataset is discarded");
+            }
+            self.drop_cached(id);
+            return Ok(false);
+        }
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        rec.complete = true;
+        let (is_ckpt, is_output, bypass, scheme) = (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass, rec.reddesc.scheme);
+        self.save_filemap()?;
+        self.set_location(id, Some(Location::Cache));
+        let secs = self.world.max_f64(start.elapsed().as_secs_f64());
+        self.policy.output_done(secs);
+        if self.rank0() {
+            scr_debug!(
+                1,
+                "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}",
+                if is_ckpt && is_output { "checkpoint+output" } else if is_ckpt { "checkpoint" } else { "output" },
+                crate::log::bytes(total),
+                crate::log::mib_per_sec(total, secs),
+                scheme.name(),
+                if bypass { ", bypass" } else { "" }
+            );
+        }
+
+        let periodic = is_ckpt && self.settings.flush > 0 && self.ckpt_id % self.settings.flush == 0;
+        let mut result = Ok(true);
+        if is_output || periodic || bypass {
+            match self.flush_dataset(id) {
+                Ok(()) => {
+                    if !is_ckpt {
+                        self.drop_cached(id);
+                    }
+                }
+                Err(e) => {
+                    if self.rank0() {
+                        scr_error!("{e}; the dataset stays in cache and SCR will retry at SCR_Finalize");
+                    }
+                    if is_output {
+                        result = Err(e);
+                    }
+                }
+            }
+        }
+
+        if is_ckpt {
+            self.checkpoint_taken();
+        }
+        self.policy.compute_started();
+        result
+    }
+
+    /// After a successful checkpoint: count down `scr_halt --checkpoints`, check the halt
+    /// conditions, and arrange the exit if `SCR_HALT_EXIT=1`.
+    fn checkpoint_taken(&mut self) {
+        if self.rank0() {
+            let r = Halt::update(&self.layout.halt(), |h| {
+                if let Some(n) = h.checkpoints_left.as_mut() {
+                    *n = n.saturating_sub(1);
+                }
+            });
+            if let Err(e) = r {
+                scr_warn!("cannot update the halt file: {e}");
+            }
+        }
+        if self.settings.halt_exit {
+            if let Some(reason) = self.halt_reason() {
+                self.exit_requested = Some(reason);
+            }
+        }
+    }
+
+    /// Flushes SCR owes the prefix: output datasets not yet there, and (with `SCR_FLUSH` > 0)
+    /// the newest checkpoint if it is only in cache.
+    pub(super) fn flush_owed(&mut self) {
+        let mut owed: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|r| r.complete && r.desc.output && !self.flushed(r.desc.id))
+            .map(|r| r.desc.id)
+            .collect();
+        if self.settings.flush > 0 {
+            if let Some(r) = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint) {
+                if !self.flushed(r.desc.id) && !owed.contains(&r.desc.id) {
+                    owed.push(r.desc.id);
+                }
+            }
+        }
+        let owed: Vec<u64> = self.world.bcast(0, &owed);
+        for id in owed {
+            if let Err(e) = self.flush_dataset(id) {
+                if self.rank0() {
+                    scr_error!("{e}; the dataset remains only in cache (scavenge it before the allocation ends)");
+                }
+            }
+        }
+    }
+
+    /// `SCR_Finalize`'s checks before shutting down.
+    pub(super) fn finalize_checked(&mut self) -> Result<()> {
+        match self.phase.clone() {
+            Phase::Idle => Ok(()),
+            Phase::Output { id, .. } => {
+                if self.rank0() {
+                    scr_error!("SCR_Finalize called inside the output phase of dataset {id}: the dataset is discarded");
+                }
+                self.phase = Phase::Idle;
+                self.drop_cached(id);
+                Err(Error::usage("SCR_Finalize", format!("called before SCR_Complete_output for dataset {id}")))
+            }
+            Phase::Restart => {
+                self.phase = Phase::Idle;
+                Err(Error::usage("SCR_Finalize", "called before SCR_Complete_restart"))
+            }
+        }
+    }
+}

@@ -1,0 +1,202 @@
+//! Restart: choosing the checkpoint to offer (newest usable one in cache, else fetched from
+//! the prefix, skipping ones that already failed), the restart phase, and the retry loop:
+//! a restart that fails on any rank marks that checkpoint failed and loads the next one.
+
+use std::path::{Path, PathBuf};
+
+use super::{Loaded, Phase, Runtime};
+use crate::error::{Error, Result};
+use crate::identity;
+use crate::state::filemap::DatasetRecord;
+use crate::state::flushfile::Location;
+use crate::state::index::{FetchRecord, Index};
+use crate::{scr_debug, scr_error, scr_warn};
+
+impl Runtime {
+    /// Choose the checkpoint to offer: cache first, then fetch (collective).
+    pub(super) fn load_checkpoint(&mut self) {
+        self.restart = None;
+        let cached = if self.rank0() {
+            self.filemap
+                .datasets
+                .values()
+                .rev()
+                .filter(|r| r.desc.checkpoint && r.complete && !self.failed.contains(&r.desc.id))
+                .find(|r| self.wanted.as_ref().is_none_or(|w| &r.desc.name == w))
+                .map(|r| r.desc.id)
+        } else {
+            None
+        };
+        if let Some(id) = self.world.bcast(0, &cached) {
+            let rec = &self.filemap.datasets[&id];
+            self.restart = Some(Loaded { id, name: rec.desc.name.clone(), in_prefix: rec.reddesc.bypass });
+            if self.rank0() {
+                scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
+            }
+            return;
+        }
+        if self.settings.fetch {
+            self.fetch_loop();
+        }
+    }
+
+    /// Try checkpoints from the index, current first then newest to oldest, until one fetches.
+    fn fetch_loop(&mut self) {
+        loop {
+            let next = if self.rank0() {
+                let ix = self.load_index();
+                ix.restart_candidates(&self.failed).first().map(|id| {
+                    let e = &ix.datasets[id];
+                    (*id, e.desc.ckpt.unwrap_or(*id), e.desc.name.clone())
+                })
+            } else {
+                None
+            };
+            let Some((id, ckpt, name)) = self.world.bcast(0, &next) else {
+                return;
+            };
+            let mut rd = self.descs.select(ckpt, true, false).clone();
+            let bypass = self.settings.fetch_bypass || self.settings.global_restart || rd.bypass;
+            if !bypass {
+                self.make_room(&rd.store.clone(), None);
+            }
+            rd.bypass = bypass;
+            let dir = self.layout.cache_dataset_dir(&rd.store, id);
+            let result = crate::transfer::fetch::fetch(&self.ctx(), id, &dir, bypass);
+            let ok = result.is_ok();
+            let why = result.as_ref().err().map(|e| e.to_string());
+            if self.rank0() {
+                let r = Index::update(&self.layout.index(), |ix| {
+                    if let Some(e) = ix.datasets.get_mut(&id) {
+                        e.fetches.push(FetchRecord { time: identity::iso_time(identity::now_secs()), ok, why: why.clone() });
+                        if ok {
+                            ix.current = Some(name.clone());
+                        } else {
+                            e.failed = true;
+                            if ix.current.as_deref() == Some(name.as_str()) {
+                                ix.current = None;
+                            }
+                        }
+                    }
+                });
+                if let Err(e) = r {
+                    scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
+                }
+            }
+            match result {
+                Ok((desc, files)) => {
+                    self.filemap.datasets.insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true });
+                    if let Err(e) = self.save_filemap() {
+                        scr_error!("{e}");
+                    }
+                    self.set_location(id, Some(Location::Pfs));
+                    self.restart = Some(Loaded { id, name, in_prefix: bypass });
+                    return;
+                }
+                Err(e) => {
+                    if self.rank0() {
+                        scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
+                    }
+                    self.failed.push(id);
+                }
+            }
+        }
+    }
+
+    pub(super) fn have_restart(&mut self) -> Result<Option<String>> {
+        if self.phase != Phase::Idle {
+            return Err(self.phase_error("SCR_Have_restart", "between output and restart phases"));
+        }
+        Ok(self.restart.as_ref().map(|r| r.name.clone()))
+    }
+
+    pub(super) fn start_restart(&mut self) -> Result<String> {
+        if self.phase != Phase::Idle {
+            return Err(self.phase_error("SCR_Start_restart", "between output and restart phases"));
+        }
+        let Some(r) = &self.restart else {
+            return Err(Error::usage(
+                "SCR_Start_restart",
+                "no checkpoint is available (SCR_Have_restart reports 0); only call it when SCR_Have_restart sets flag=1",
+            ));
+        };
+        let name = r.name.clone();
+        self.phase = Phase::Restart;
+        self.policy.restart_started();
+        Ok(name)
+    }
+
+    /// `SCR_Route_file` inside a restart phase: where to read `name` from.
+    pub(super) fn route_restart(&self, name: &str) -> Result<PathBuf> {
+        let loaded = self.restart.as_ref().expect("a restart phase has a loaded checkpoint");
+        let rec = self.filemap.datasets.get(&loaded.id);
+        let rel = self.layout.prefix.relative(Path::new(name));
+        let found = rec.and_then(|rec| match &rel {
+            Some(rel) => rec.file(rel),
+            // deprecated: a bare file name looked up in the checkpoint's files
+            None if !name.contains('/') => {
+                rec.files.iter().find(|f| f.rel.file_name().map(|n| n == name).unwrap_or(false))
+            }
+            None => None,
+        });
+        let path = match (found, &rel) {
+            (Some(f), _) if loaded.in_prefix => self.layout.prefix.join(&f.rel),
+            (Some(f), _) => f.path.clone(),
+            (None, Some(rel)) if loaded.in_prefix => self.layout.prefix.join(rel),
+            _ => {
+                return Err(Error::usage(
+                    "SCR_Route_file",
+                    format!("{name} is not a file of checkpoint {} written by rank {}", loaded.name, self.world.rank()),
+                ))
+            }
+        };
+        readable(&path).map_err(|e| Error::io("SCR_Route_file: cannot read", &path, e))?;
+        Ok(path)
+    }
+
+    pub(super) fn complete_restart(&mut self, valid: bool) -> Result<bool> {
+        if self.phase != Phase::Restart {
+            return Err(self.phase_error("SCR_Complete_restart", "after SCR_Start_restart"));
+        }
+        self.phase = Phase::Idle;
+        let all = self.world.all_true(valid);
+        let loaded = self.restart.take().expect("a restart phase has a loaded checkpoint");
+        let secs = self.world.max_f64(self.policy.restart_elapsed());
+        if all {
+            if self.rank0() {
+                scr_debug!(1, "restart from {} complete in {secs:.3} s", loaded.name);
+            }
+            self.policy.compute_started();
+            return Ok(true);
+        }
+        let summary = self.ctx().summarize_failures(
+            &format!("restart from checkpoint {}", loaded.name),
+            (!valid).then(|| "the application reported valid=0".to_string()),
+        );
+        if self.rank0() {
+            scr_error!("{summary}; marking it failed and loading the next most recent checkpoint");
+            let r = Index::update(&self.layout.index(), |ix| {
+                if let Some(e) = ix.datasets.get_mut(&loaded.id) {
+                    e.failed = true;
+                }
+                if ix.current.as_deref() == Some(loaded.name.as_str()) {
+                    ix.current = None;
+                }
+            });
+            if let Err(e) = r {
+                scr_warn!("cannot mark {} failed in the index: {e}", loaded.name);
+            }
+        }
+        self.failed.push(loaded.id);
+        if self.wanted.as_deref() == Some(loaded.name.as_str()) {
+            self.wanted = None;
+        }
+        self.drop_cached(loaded.id);
+        self.load_checkpoint();
+        Ok(false)
+    }
+}
+
+fn readable(path: &Path) -> std::io::Result<()> {
+    std::fs::File::open(path).map(drop)
+}

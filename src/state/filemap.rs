@@ -1,0 +1,76 @@
+//! The filemap: each rank's record of its cached datasets and their files, in the control
+//! directory (`filemap_<rank>.scrinfo`).
+//!
+//! Crash story: the dataset is recorded (incomplete) before the first file is routed, every
+//! routed file is recorded before the application creates it, and the dataset is marked
+//! complete only after `SCR_Complete_output` agreed it is valid on every rank. A run killed
+//! anywhere in between leaves an incomplete record, and the next `SCR_Init` deletes exactly
+//! the files it names.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::dataset::DatasetDesc;
+use crate::desc::RedDesc;
+use crate::persist::{self, MetaError};
+
+const KIND: &str = "filemap";
+
+/// One file of a dataset.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FileMeta {
+    /// Path relative to the prefix (the application's name for it).
+    pub rel: PathBuf,
+    /// Where the bytes are: in the cache, or in the prefix for bypass datasets.
+    pub path: PathBuf,
+    pub size: u64,
+    pub crc: Option<u32>,
+    /// Closed and sized in `SCR_Complete_output` (or fetched and verified).
+    pub complete: bool,
+}
+
+/// One dataset as this rank holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DatasetRecord {
+    pub desc: DatasetDesc,
+    pub reddesc: RedDesc,
+    /// The dataset's cache directory (also used in bypass for SCR's own files).
+    pub dir: PathBuf,
+    pub files: Vec<FileMeta>,
+    /// This rank's part is complete and valid.
+    pub complete: bool,
+}
+
+impl DatasetRecord {
+    pub fn bytes(&self) -> u64 {
+        self.files.iter().map(|f| f.size).sum()
+    }
+
+    /// The file routed as `rel`, if any.
+    pub fn file(&self, rel: &Path) -> Option<&FileMeta> {
+        self.files.iter().find(|f| f.rel == rel)
+    }
+}
+
+/// A rank's filemap.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Filemap {
+    pub datasets: BTreeMap<u64, DatasetRecord>,
+}
+
+impl Filemap {
+    pub fn load(path: &Path) -> Result<Filemap, MetaError> {
+        Ok(persist::read(path, KIND)?.unwrap_or_default())
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), MetaError> {
+        persist::write_atomic(path, KIND, self)
+    }
+
+    /// The newest dataset with this name.
+    pub fn by_name(&self, name: &str) -> Option<&DatasetRecord> {
+        self.datasets.values().rev().find(|d| d.desc.name == name)
+    }
+}

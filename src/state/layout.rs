@@ -1,0 +1,69 @@
+//! The directory layout (user guide 2.3.3-2.3.4): control and cache directories derived from
+//! their bases, the user and the job id; the prefix's hidden `.scr` directory with the index,
+//! the halt file and one `scr.dataset.<id>` directory per flushed dataset.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::paths::Prefix;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Layout {
+    pub prefix: Prefix,
+    pub user: String,
+    pub jobid: String,
+    /// `<cntl_base>/<user>/scr.<jobid>`
+    pub cntl_dir: PathBuf,
+}
+
+impl Layout {
+    pub fn new(prefix: Prefix, cntl_base: &Path, user: &str, jobid: &str) -> Layout {
+        let cntl_dir = cntl_base.join(user).join(format!("scr.{jobid}"));
+        Layout { prefix, user: user.to_string(), jobid: jobid.to_string(), cntl_dir }
+    }
+
+    /// `<prefix>/.scr`
+    pub fn scr_dir(&self) -> PathBuf {
+        self.prefix.path.join(".scr")
+    }
+
+    /// The cache directory of a store: `<base>/<user>/scr.<jobid>`.
+    pub fn store_dir(&self, base: &Path) -> PathBuf {
+        base.join(&self.user).join(format!("scr.{}", self.jobid))
+    }
+
+    /// A dataset's directory in a store.
+    pub fn cache_dataset_dir(&self, base: &Path, id: u64) -> PathBuf {
+        self.store_dir(base).join(format!("scr.dataset.{id}"))
+    }
+
+    pub fn filemap(&self, rank: i32) -> PathBuf {
+        self.cntl_dir.join(format!("filemap_{rank}.scrinfo"))
+    }
+
+    pub fn flush_file(&self) -> PathBuf {
+        self.cntl_dir.join("flush.scr")
+    }
+
+    pub fn index(&self) -> PathBuf {
+        self.scr_dir().join("index.scr")
+    }
+
+    pub fn halt(&self) -> PathBuf {
+        self.scr_dir().join("halt.scr")
+    }
+
+    /// `<prefix>/.scr/scr.dataset.<id>`
+    pub fn prefix_dataset_dir(&self, id: u64) -> PathBuf {
+        self.scr_dir().join(format!("scr.dataset.{id}"))
+    }
+
+    pub fn summary(&self, id: u64) -> PathBuf {
+        self.prefix_dataset_dir(id).join("summary.scr")
+    }
+
+    pub fn rank2file(&self, id: u64) -> PathBuf {
+        self.prefix_dataset_dir(id).join("rank2file.scr")
+    }
+}

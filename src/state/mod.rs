@@ -1,0 +1,18 @@
+//! Persistent state: where things live ([`layout`]) and the metadata files that record them.
+//! Every file here is written through [`crate::persist`] (atomic, self-checking).
+//!
+//! | file | where | written by | content |
+//! |---|---|---|---|
+//! | `filemap_<rank>.scrinfo` | control dir | each rank | that rank's cached datasets: descriptor, redundancy descriptor, files with size/CRC/completeness |
+//! | `flush.scr` | control dir | node leader | location of each cached dataset: CACHE, FLUSHING, PFS |
+//! | `index.scr` | `<prefix>/.scr` | rank 0, `scr_index` | datasets in the prefix: complete, flushed time, failed, fetch attempts, current marker |
+//! | `halt.scr` | `<prefix>/.scr` | rank 0, `scr_halt` | halt conditions and exit reason |
+//! | `summary.scr`, `rank2file.scr` | `<prefix>/.scr/scr.dataset.<id>` | rank 0 at flush | dataset descriptor; each rank's files with size and CRC |
+
+pub mod dataset;
+pub mod filemap;
+pub mod flushfile;
+pub mod halt;
+pub mod index;
+pub mod layout;
+pub mod summary;

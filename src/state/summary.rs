@@ -1,0 +1,53 @@
+//! The per-dataset files in the prefix (`.scr/scr.dataset.<id>/`): `summary.scr` (the dataset
+//! descriptor as flushed) and `rank2file.scr` (each rank's files with size and CRC32, which
+//! fetch and `scr_index` verify against).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::dataset::DatasetDesc;
+use crate::persist::{self, MetaError};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Summary {
+    pub desc: DatasetDesc,
+    /// The redundancy scheme applied in cache when it was written.
+    pub scheme: String,
+}
+
+/// One file in the prefix.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PrefixFile {
+    /// Relative to the prefix.
+    pub rel: PathBuf,
+    pub size: u64,
+    pub crc: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Rank2File {
+    pub ranks: u32,
+    pub files: BTreeMap<u32, Vec<PrefixFile>>,
+}
+
+impl Summary {
+    pub fn load(path: &Path) -> Result<Option<Summary>, MetaError> {
+        persist::read(path, "summary")
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), MetaError> {
+        persist::write_atomic(path, "summary", self)
+    }
+}
+
+impl Rank2File {
+    pub fn load(path: &Path) -> Result<Option<Rank2File>, MetaError> {
+        persist::read(path, "rank2file")
+    }
+
+    pub fn save(&self, path: &Path) -> Result<(), MetaError> {
+        persist::write_atomic(path, "rank2file", self)
+    }
+}

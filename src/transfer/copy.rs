@@ -1,0 +1,141 @@
+//! Verified file copies. A file is written to `.<name>.scrpart` beside its destination,
+//! fsynced, checked against the expected size and CRC32, and only then renamed into place,
+//! so a reader never sees a partial or corrupt file under the real name, and an existing
+//! good file is replaced only by a verified one.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+
+/// Size and CRC32 of what was copied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Copied {
+    pub size: u64,
+    pub crc: u32,
+}
+
+/// The temporary name a file is published under.
+pub fn part_name(dst: &Path) -> PathBuf {
+    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    dst.with_file_name(format!(".{name}.scrpart"))
+}
+
+/// Copy `src` to `dst` through a temporary name, checking `expect_size` and `expect_crc`
+/// when given. `private`: create missing parent directories with mode 0700 (cache) rather
+/// than by the umask (prefix).
+pub fn copy_verified(
+    src: &Path,
+    dst: &Path,
+    expect_size: Option<u64>,
+    expect_crc: Option<u32>,
+    buf_size: usize,
+    private: bool,
+) -> Result<Copied> {
+    if let Some(parent) = dst.parent() {
+        if private {
+            crate::paths::create_dirs(parent)?;
+        } else {
+            fs::create_dir_all(parent).ctx("create directory", parent)?;
+        }
+    }
+    let tmp = part_name(dst);
+    let result = copy_to(src, &tmp, buf_size).and_then(|c| {
+        if let Some(s) = expect_size {
+            if c.size != s {
+                return Err(Error::Integrity {
+                    path: src.to_path_buf(),
+                    why: format!("size is {} bytes, {s} were recorded", c.size),
+                });
+            }
+        }
+        if let Some(e) = expect_crc {
+            if c.crc != e {
+                return Err(Error::Integrity {
+                    path: src.to_path_buf(),
+                    why: format!("CRC32 is {:#010x}, {e:#010x} was recorded (the data is corrupt)", c.crc),
+                });
+            }
+        }
+        fs::rename(&tmp, dst).ctx("rename into place", dst)?;
+        Ok(c)
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn copy_to(src: &Path, dst: &Path, buf_size: usize) -> Result<Copied> {
+    let mut input = File::open(src).ctx("open", src)?;
+    let mut out = OpenOptions::new().write(true).create(true).truncate(true).open(dst).ctx("create", dst)?;
+    let mut buf = vec![0u8; buf_size];
+    let mut hasher = crc32fast::Hasher::new();
+    let mut size = 0u64;
+    loop {
+        let n = match input.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("read", src, e)),
+        };
+        hasher.update(&buf[..n]);
+        out.write_all(&buf[..n]).ctx("write", dst)?;
+        size += n as u64;
+    }
+    out.sync_all().ctx("fsync", dst)?;
+    Ok(Copied { size, crc: hasher.finalize() })
+}
+
+/// Size and CRC32 of a file.
+pub fn file_crc(path: &Path, buf_size: usize) -> Result<Copied> {
+    let mut f = File::open(path).ctx("open", path)?;
+    let mut buf = vec![0u8; buf_size];
+    let mut hasher = crc32fast::Hasher::new();
+    let mut size = 0u64;
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Error::io("read", path, e)),
+        };
+        hasher.update(&buf[..n]);
+        size += n as u64;
+    }
+    Ok(Copied { size, crc: hasher.finalize() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_and_verifies() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s");
+        fs::write(&src, vec![7u8; 100_000]).unwrap();
+        let c = file_crc(&src, 4096).unwrap();
+        let dst = d.path().join("a/b/d");
+        assert_eq!(copy_verified(&src, &dst, Some(100_000), Some(c.crc), 4096, false).unwrap(), c);
+        assert_eq!(fs::read(&dst).unwrap().len(), 100_000);
+    }
+
+    #[test]
+    fn corrupt_source_never_replaces_destination() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s");
+        fs::write(&src, b"hello world").unwrap();
+        let good = file_crc(&src, 64).unwrap();
+        let dst = d.path().join("d");
+        fs::write(&dst, b"previous").unwrap();
+        fs::write(&src, b"hellO world").unwrap();
+        let e = copy_verified(&src, &dst, Some(11), Some(good.crc), 64, false).unwrap_err();
+        assert!(e.to_string().contains("CRC32"), "{e}");
+        assert_eq!(fs::read(&dst).unwrap(), b"previous");
+        assert!(!part_name(&dst).exists());
+        let e = copy_verified(&src, &dst, Some(12), None, 64, false).unwrap_err();
+        assert!(e.to_string().contains("size"), "{e}");
+    }
+}

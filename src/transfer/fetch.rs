@@ -1,0 +1,85 @@
+//! Fetch: bring a checkpoint from the prefix into cache (or, with `SCR_FETCH_BYPASS`, check
+//! it in place), verifying every file's size and, when recorded, its CRC32. Rank 0 reads the
+//! dataset's `summary.scr` and `rank2file.scr` and scatters each rank its file list; at most
+//! `SCR_FETCH_WIDTH` ranks read at once. A failure anywhere fails the fetch on every rank and
+//! removes what was copied.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::copy::copy_verified;
+use super::Ctx;
+use crate::error::{Error, Result};
+use crate::scr_debug;
+use crate::state::dataset::DatasetDesc;
+use crate::state::filemap::FileMeta;
+use crate::state::summary::{PrefixFile, Rank2File, Summary};
+
+/// Fetch dataset `id` into the cache directory `dir` (or check it in place if `bypass`).
+/// Returns the dataset descriptor and this rank's files.
+pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDesc, Vec<FileMeta>)> {
+    let t0 = Instant::now();
+    let size = ctx.world.size();
+    let plan: Option<Result<(DatasetDesc, Rank2File), String>> = (ctx.world.rank() == 0).then(|| {
+        let summary = Summary::load(&ctx.layout.summary(id)).map_err(|e| e.to_string())?;
+        let summary = summary.ok_or_else(|| format!("{} is missing", ctx.layout.summary(id).display()))?;
+        let r2f = Rank2File::load(&ctx.layout.rank2file(id)).map_err(|e| e.to_string())?;
+        let r2f = r2f.ok_or_else(|| format!("{} is missing", ctx.layout.rank2file(id).display()))?;
+        if r2f.ranks != size as u32 {
+            return Err(format!(
+                "it was written by {} ranks and this run has {size} (restart with the same number of processes, \
+                 or set SCR_FETCH=0 and read the files yourself)",
+                r2f.ranks
+            ));
+        }
+        Ok((summary.desc, r2f))
+    });
+    let head: Result<DatasetDesc, String> = ctx.world.bcast(
+        0,
+        &plan.as_ref().map(|p| p.as_ref().map(|(d, _)| d.clone()).map_err(Clone::clone)).unwrap_or(Err(String::new())),
+    );
+    let desc = head.map_err(|e| Error::Collective(format!("fetch of dataset {id}: {e}")))?;
+    let lists: Option<Vec<Vec<PrefixFile>>> = plan.map(|p| {
+        let (_, r2f) = p.expect("checked by the broadcast");
+        (0..size as u32).map(|r| r2f.files.get(&r).cloned().unwrap_or_default()).collect()
+    });
+    let mine: Vec<PrefixFile> = ctx.world.scatter(0, lists);
+
+    let local = ctx.in_waves(ctx.settings.fetch_width, || {
+        mine.iter()
+            .map(|f| {
+                let src = ctx.layout.prefix.join(&f.rel);
+                if bypass {
+                    let md = std::fs::metadata(&src).map_err(|e| Error::io("stat", &src, e))?;
+                    if md.len() != f.size {
+                        return Err(Error::Integrity { path: src, why: format!("size is {} bytes, {} were recorded", md.len(), f.size) });
+                    }
+                    Ok(FileMeta { rel: f.rel.clone(), path: src, size: f.size, crc: f.crc, complete: true })
+                } else {
+                    let dst = dir.join(&f.rel);
+                    let c = copy_verified(&src, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, true)?;
+                    Ok(FileMeta { rel: f.rel.clone(), path: dst, size: c.size, crc: Some(c.crc), complete: true })
+                }
+            })
+            .collect::<Result<Vec<FileMeta>>>()
+    });
+    let err = local.as_ref().err().map(|e| e.to_string());
+    if !ctx.world.all_true(err.is_none()) {
+        if !bypass {
+            let _ = crate::paths::remove_tree_if_exists(dir);
+        }
+        return Err(Error::Collective(ctx.summarize_failures(&format!("fetch of dataset {id} ({})", desc.name), err)));
+    }
+    let secs = ctx.world.max_f64(t0.elapsed().as_secs_f64());
+    if ctx.world.rank() == 0 {
+        scr_debug!(
+            1,
+            "fetched dataset {id} ({}): {} in {secs:.3} s, {:.1} MiB/s{}",
+            desc.name,
+            crate::log::bytes(desc.size),
+            crate::log::mib_per_sec(desc.size, secs),
+            if bypass { " (checked in place, SCR_FETCH_BYPASS)" } else { "" }
+        );
+    }
+    Ok((desc, local.expect("checked above")))
+}

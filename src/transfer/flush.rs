@@ -1,0 +1,189 @@
+//! Flush: copy a cached dataset to the prefix and publish it.
+//!
+//! Protocol (crash-safe at every step):
+//! 1. rank 0 records the dataset in the index as *flushing* (not complete);
+//! 2. every rank copies its files (at most `SCR_FLUSH_WIDTH` ranks at once), each through a
+//!    temporary name renamed only after size and CRC32 check out;
+//! 3. the ranks agree; rank 0 writes `rank2file.scr` and `summary.scr`, then marks the index
+//!    entry complete with its flush time.
+//!
+//! A run killed before step 3 leaves an incomplete index entry, which fetch never uses.
+//! Also here: the `SCR_PREFIX_SIZE` sliding window and deleting a dataset from the prefix.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use super::copy::copy_verified;
+use super::Ctx;
+use crate::error::{Error, Result};
+use crate::identity;
+use crate::state::filemap::DatasetRecord;
+use crate::state::index::{Index, IndexEntry};
+use crate::state::layout::Layout;
+use crate::state::summary::{PrefixFile, Rank2File, Summary};
+use crate::{scr_debug, scr_warn};
+
+/// Flush `rec` to the prefix. On success the CRC32 of every file is recorded in `rec`.
+pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
+    let id = rec.desc.id;
+    let what = format!("flush of dataset {id} ({})", rec.desc.name);
+    let rank = ctx.world.rank();
+    let t0 = Instant::now();
+
+    let mark = (rank == 0)
+        .then(|| {
+            Index::update(&ctx.layout.index(), |ix| {
+                ix.datasets.insert(
+                    id,
+                    IndexEntry {
+                        desc: rec.desc.clone(),
+                        complete: false,
+                        flushed: None,
+                        flushing: true,
+                        failed: false,
+                        fetches: vec![],
+                    },
+                );
+            })
+            .err()
+            .map(|e| e.to_string())
+        })
+        .flatten();
+    if let Some(e) = ctx.world.bcast(0, &mark) {
+        return Err(Error::Collective(format!("{what}: cannot record it in the index: {e}")));
+    }
+
+    let local = ctx.in_waves(ctx.settings.flush_width, || copy_files(ctx, rec));
+    let local_err = local.as_ref().err().map(|e| e.to_string());
+    if !ctx.world.all_true(local_err.is_none()) {
+        let summary = ctx.summarize_failures(&what, local_err);
+        if rank == 0 {
+            let _ = Index::update(&ctx.layout.index(), |ix| {
+                if let Some(e) = ix.datasets.get_mut(&id) {
+                    e.flushing = false;
+                }
+            });
+        }
+        return Err(Error::Collective(summary));
+    }
+    let files = local.expect("checked above");
+    if ctx.settings.crc_on_flush {
+        for (meta, pf) in rec.files.iter_mut().zip(&files) {
+            meta.crc = meta.crc.or(pf.crc);
+        }
+    }
+
+    let all = ctx.world.gather(0, &files);
+    let publish_err = all.and_then(|all| publish(ctx, rec, all).err().map(|e| e.to_string()));
+    if let Some(e) = ctx.world.bcast(0, &publish_err) {
+        return Err(Error::Collective(format!("{what}: {e}")));
+    }
+    let secs = ctx.world.max_f64(t0.elapsed().as_secs_f64());
+    if rank == 0 {
+        scr_debug!(
+            1,
+            "flushed dataset {id} ({}): {} in {secs:.3} s, {:.1} MiB/s",
+            rec.desc.name,
+            crate::log::bytes(rec.desc.size),
+            crate::log::mib_per_sec(rec.desc.size, secs)
+        );
+        if rec.desc.checkpoint && ctx.settings.prefix_size > 0 {
+            prune_window(ctx.layout, ctx.settings.prefix_size);
+        }
+    }
+    Ok(())
+}
+
+/// This rank's part of a flush: copy (or, for bypass datasets, check) each file.
+fn copy_files(ctx: &Ctx, rec: &DatasetRecord) -> Result<Vec<PrefixFile>> {
+    let mut out = Vec::with_capacity(rec.files.len());
+    for f in &rec.files {
+        let dst = ctx.layout.prefix.join(&f.rel);
+        if f.path == dst {
+            let size = std::fs::metadata(&dst).map_err(|e| Error::io("stat", &dst, e))?.len();
+            if size != f.size {
+                return Err(Error::Integrity { path: dst, why: format!("size is {size} bytes, {} were written", f.size) });
+            }
+            out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc });
+        } else {
+            let c = copy_verified(&f.path, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, false)?;
+            let crc = if ctx.settings.crc_on_flush { Some(c.crc) } else { f.crc };
+            out.push(PrefixFile { rel: f.rel.clone(), size: c.size, crc });
+        }
+    }
+    Ok(out)
+}
+
+/// Rank 0: write the dataset's summary and rank-to-file map, then mark it complete.
+fn publish(ctx: &Ctx, rec: &DatasetRecord, all: Vec<Vec<PrefixFile>>) -> Result<()> {
+    let id = rec.desc.id;
+    let dir = ctx.layout.prefix_dataset_dir(id);
+    std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
+    let r2f = Rank2File {
+        ranks: all.len() as u32,
+        files: all.into_iter().enumerate().map(|(r, f)| (r as u32, f)).collect::<BTreeMap<_, _>>(),
+    };
+    r2f.save(&ctx.layout.rank2file(id))?;
+    Summary { desc: rec.desc.clone(), scheme: rec.reddesc.scheme.name().to_string() }.save(&ctx.layout.summary(id))?;
+    Index::update(&ctx.layout.index(), |ix| {
+        let e = ix.datasets.entry(id).or_insert_with(|| IndexEntry {
+            desc: rec.desc.clone(),
+            complete: false,
+            flushed: None,
+            flushing: false,
+            failed: false,
+            fetches: vec![],
+        });
+        e.desc = rec.desc.clone();
+        e.complete = true;
+        e.flushing = false;
+        e.flushed = Some(identity::iso_time(identity::now_secs()));
+    })?;
+    Ok(())
+}
+
+/// Rank 0: keep at most `keep` checkpoints in the prefix, deleting the oldest; datasets
+/// flagged output and the current checkpoint are never deleted.
+pub fn prune_window(layout: &Layout, keep: usize) {
+    let ix = match Index::load(&layout.index()) {
+        Ok(ix) => ix,
+        Err(e) => {
+            scr_warn!("SCR_PREFIX_SIZE: cannot read the index, nothing pruned: {e}");
+            return;
+        }
+    };
+    let ckpts: Vec<&IndexEntry> =
+        ix.datasets.values().rev().filter(|e| e.complete && e.desc.checkpoint && !e.desc.output).collect();
+    for e in ckpts.into_iter().skip(keep) {
+        if ix.current.as_deref() == Some(e.desc.name.as_str()) {
+            continue;
+        }
+        scr_debug!(1, "SCR_PREFIX_SIZE={keep}: deleting dataset {} ({}) from the prefix", e.desc.id, e.desc.name);
+        if let Err(err) = delete_from_prefix(layout, e.desc.id) {
+            scr_warn!("SCR_PREFIX_SIZE: could not delete dataset {} ({}): {err}", e.desc.id, e.desc.name);
+        }
+    }
+}
+
+/// Rank 0: delete a dataset's files from the prefix (as listed in its `rank2file.scr`), the
+/// directories that became empty, its `.scr/scr.dataset.<id>` directory and its index entry.
+pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
+    if let Some(r2f) = Rank2File::load(&layout.rank2file(id))? {
+        for f in r2f.files.values().flatten() {
+            let p = layout.prefix.join(&f.rel);
+            crate::paths::remove_file_if_exists(&p)?;
+            if let Some(parent) = p.parent() {
+                crate::paths::prune_empty_dirs(parent, &layout.prefix.path);
+            }
+        }
+    }
+    crate::paths::remove_tree_if_exists(&layout.prefix_dataset_dir(id))?;
+    Index::update(&layout.index(), |ix| {
+        if let Some(e) = ix.datasets.remove(&id) {
+            if ix.current.as_deref() == Some(e.desc.name.as_str()) {
+                ix.current = None;
+            }
+        }
+    })?;
+    Ok(())
+}
