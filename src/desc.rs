@@ -102,7 +102,8 @@ impl Descriptors {
                         crate::config::params::parse_bool(v).ok_or_else(|| cerr(here(k), format!("{k}={v}: expected 0 or 1")))
                     })
                 };
-                let ty = e.attr("TYPE").unwrap_or(&s.copy_type);
+                // SCR_COPY_TYPE is FILE here, so a missing TYPE takes the built-in default, XOR.
+                let ty = e.attr("TYPE").unwrap_or("XOR");
                 let requested = Scheme::parse(ty)
                     .ok_or_else(|| cerr(here("TYPE"), format!("TYPE={ty}: expected SINGLE, PARTNER, XOR or RS")))?;
                 let interval = count("INTERVAL", 1)? as u64;

@@ -1,0 +1,189 @@
+/*
+ * test_api: an MPI application that checkpoints through the SCR API, in the spirit of SCR's
+ * own examples/test_api.c. Each rank writes one file per checkpoint,
+ * <prefix>/ckpt.<step>/rank_<rank>.ckpt, filled with a pattern that depends on rank and step,
+ * and on restart reads it back and verifies every byte.
+ *
+ *   test_api [--size BYTES] [--steps N] [--flags ckpt|output|both]
+ *            [--crash-after K] [--crash-during K] [--invalid-rank R] [--quiet]
+ *
+ * --crash-after K   every rank calls _exit(9) right after checkpoint K completes (a failure)
+ * --crash-during K  rank 0 dies half-way through writing checkpoint K
+ * --invalid-rank R  rank R reports valid=0 for every checkpoint
+ *
+ * Output lines tests rely on (rank 0): "RESTARTED <name> step=<n>", "NO_RESTART",
+ * "CHECKPOINT <name> ok=<0|1>", "DONE steps=<a>..<b>".
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "scr.h"
+
+static int rank, ranks;
+static int quiet = 0;
+
+static unsigned char pattern(int r, int step, size_t i)
+{
+  return (unsigned char) ((r * 31 + step * 17 + i * 7 + (i >> 12)) & 0xff);
+}
+
+static int write_all(int fd, const unsigned char* buf, size_t n)
+{
+  while (n > 0) {
+    ssize_t w = write(fd, buf, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    buf += w;
+    n -= (size_t) w;
+  }
+  return 0;
+}
+
+/* Write the checkpoint file; die half-way through if asked. */
+static int write_ckpt(const char* path, int step, size_t size, int die_midway)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) {
+    fprintf(stderr, "rank %d: open %s: %s\n", rank, path, strerror(errno));
+    return 0;
+  }
+  size_t chunk = 1 << 20;
+  unsigned char* buf = malloc(chunk);
+  size_t done = 0;
+  int ok = 1;
+  while (done < size) {
+    size_t n = size - done < chunk ? size - done : chunk;
+    for (size_t i = 0; i < n; i++) buf[i] = pattern(rank, step, done + i);
+    if (write_all(fd, buf, n) != 0) { ok = 0; break; }
+    done += n;
+    if (die_midway && done >= size / 2) {
+      fprintf(stdout, "CRASH rank %d during step %d\n", rank, step);
+      fflush(stdout);
+      _exit(9);
+    }
+  }
+  free(buf);
+  if (close(fd) != 0) ok = 0;
+  return ok;
+}
+
+static int read_ckpt(const char* path, int step, size_t size)
+{
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    fprintf(stderr, "rank %d: open %s: %s\n", rank, path, strerror(errno));
+    return 0;
+  }
+  size_t chunk = 1 << 20;
+  unsigned char* buf = malloc(chunk);
+  size_t done = 0;
+  int ok = 1;
+  while (done < size && ok) {
+    ssize_t n = read(fd, buf, chunk);
+    if (n <= 0) { ok = 0; break; }
+    for (ssize_t i = 0; i < n; i++) {
+      if (buf[i] != pattern(rank, step, done + (size_t) i)) {
+        fprintf(stderr, "rank %d: %s: byte %zu is wrong\n", rank, path, done + (size_t) i);
+        ok = 0;
+        break;
+      }
+    }
+    done += (size_t) n;
+  }
+  char extra;
+  if (ok && read(fd, &extra, 1) != 0) ok = 0;
+  close(fd);
+  free(buf);
+  return ok && done == size;
+}
+
+int main(int argc, char** argv)
+{
+  size_t size = 1 << 20;
+  int steps = 3, crash_after = -1, crash_during = -1, invalid_rank = -1;
+  int flags = SCR_FLAG_CHECKPOINT;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-after") && i + 1 < argc) crash_after = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-during") && i + 1 < argc) crash_during = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--invalid-rank") && i + 1 < argc) invalid_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+    else if (!strcmp(argv[i], "--flags") && i + 1 < argc) {
+      const char* f = argv[++i];
+      flags = !strcmp(f, "output") ? SCR_FLAG_OUTPUT
+            : !strcmp(f, "both") ? (SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT) : SCR_FLAG_CHECKPOINT;
+    } else {
+      fprintf(stderr, "unknown argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (SCR_Init() != SCR_SUCCESS) {
+    if (rank == 0) printf("SCR_INIT_FAILED\n");
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+
+  /* Restart: loop until a checkpoint reads back correctly or none is left. */
+  int start = 0;
+  int have = 0;
+  char name[SCR_MAX_FILENAME];
+  while (SCR_Have_restart(&have, name) == SCR_SUCCESS && have) {
+    SCR_Start_restart(name);
+    int step = -1;
+    sscanf(name, "ckpt.%d", &step);
+    char path[SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
+    snprintf(path, sizeof path, "ckpt.%d/rank_%d.ckpt", step, rank);
+    int valid = step >= 0 && SCR_Route_file(path, routed) == SCR_SUCCESS && read_ckpt(routed, step, size);
+    if (SCR_Complete_restart(valid) == SCR_SUCCESS) {
+      start = step;
+      if (rank == 0) printf("RESTARTED %s step=%d\n", name, step);
+      break;
+    }
+    if (rank == 0) printf("RESTART_FAILED %s\n", name);
+  }
+  if (start == 0 && rank == 0) printf("NO_RESTART\n");
+
+  for (int step = start + 1; step <= start + steps; step++) {
+    int need = 0;
+    SCR_Need_checkpoint(&need);
+    if (!need) continue;
+    char ckname[64], path[SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
+    snprintf(ckname, sizeof ckname, "ckpt.%d", step);
+    SCR_Start_output(ckname, flags);
+    snprintf(path, sizeof path, "ckpt.%d/rank_%d.ckpt", step, rank);
+    int valid = SCR_Route_file(path, routed) == SCR_SUCCESS;
+    valid = valid && write_ckpt(routed, step, size, step == crash_during && rank == 0);
+    if (rank == invalid_rank) valid = 0;
+    int rc = SCR_Complete_output(valid);
+    if (rank == 0) printf("CHECKPOINT %s ok=%d\n", ckname, rc == SCR_SUCCESS);
+    fflush(stdout);
+    if (step == crash_after) {
+      if (rank == 0) printf("CRASH after %s\n", ckname);
+      fflush(stdout);
+      MPI_Barrier(MPI_COMM_WORLD);
+      _exit(9);
+    }
+    int exit_now = 0;
+    SCR_Should_exit(&exit_now);
+    if (exit_now) {
+      if (rank == 0) printf("SHOULD_EXIT at %s\n", ckname);
+      break;
+    }
+  }
+  if (rank == 0) printf("DONE steps=%d..%d\n", start + 1, start + steps);
+  SCR_Finalize();
+  MPI_Finalize();
+  return 0;
+}
