@@ -1,0 +1,194 @@
+//! Test harness: compiles the C example programs against `scr.h` and `libscr.so` with
+//! `mpicc`, and runs them under a real `mpirun` with 4 oversubscribed ranks in a private
+//! job directory (prefix, cache and control directories of its own).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub const NP: usize = 4;
+
+/// `target/<profile>`, where cargo put `libscr.so`.
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Compile `examples/c/<name>.c` once per test process.
+pub fn program(name: &str) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let map = BUILT.get_or_init(Default::default);
+    let mut map = map.lock().unwrap();
+    if let Some(p) = map.get(name) {
+        return p.clone();
+    }
+    let lib = target_dir();
+    assert!(
+        lib.join("libscr.so").exists(),
+        "{}/libscr.so is missing: run `cargo build` before the tests (scripts/test.sh does)",
+        lib.display()
+    );
+    let out_dir = lib.join(format!("c-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(name);
+    let status = Command::new("mpicc")
+        .args(["-O2", "-Wall", "-Wextra", "-Werror", "-I"])
+        .arg(repo().join("include"))
+        .arg(repo().join(format!("examples/c/{name}.c")))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lscr")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("mpicc runs (install MPI: scripts/setup.sh)");
+    assert!(status.success(), "compiling {name}.c failed");
+    map.insert(name.to_string(), out.clone());
+    out
+}
+
+/// The output of one `mpirun`.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn has(&self, line: &str) -> bool {
+        self.stdout.lines().any(|l| l.trim() == line)
+    }
+
+    /// Value of the `CHECK <what> <value>` line.
+    pub fn check(&self, what: &str) -> String {
+        let pre = format!("CHECK {what} ");
+        self.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&pre).map(str::to_string))
+            .unwrap_or_else(|| panic!("no CHECK {what} line in:\n{}\n{}", self.stdout, self.stderr))
+    }
+
+    pub fn dump(&self) -> String {
+        format!("exit {:?}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// One SCR job: its own prefix, cache and control directories and environment.
+pub struct Job {
+    _dir: tempfile::TempDir,
+    pub root: PathBuf,
+    pub prefix: PathBuf,
+    pub cache: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+impl Job {
+    pub fn new() -> Job {
+        let dir = tempfile::Builder::new().prefix("scr-test-").tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let prefix = root.join("prefix");
+        let cache = root.join("cache");
+        std::fs::create_dir_all(&prefix).unwrap();
+        let mut job = Job { _dir: dir, root, prefix, cache, env: Vec::new() };
+        job.set("SCR_PREFIX", &job.prefix.display().to_string());
+        job.set("SCR_CACHE_BASE", &job.cache.display().to_string());
+        job.set("SCR_CNTL_BASE", &job.cache.display().to_string());
+        job.set("SCR_COPY_TYPE", "SINGLE");
+        job
+    }
+
+    pub fn set(&mut self, k: &str, v: &str) -> &mut Job {
+        self.env.retain(|(key, _)| key != k);
+        self.env.push((k.to_string(), v.to_string()));
+        self
+    }
+
+    pub fn unset(&mut self, k: &str) -> &mut Job {
+        self.env.retain(|(key, _)| key != k);
+        self
+    }
+
+    /// Run `program` with `np` ranks from the prefix directory.
+    pub fn run_np(&self, np: usize, program_name: &str, args: &[&str]) -> Run {
+        let prog = program(program_name);
+        let mut cmd = Command::new("timeout");
+        cmd.arg("180").arg("mpirun").arg("-np").arg(np.to_string()).arg(&prog).args(args);
+        cmd.current_dir(&self.prefix);
+        for (k, _) in std::env::vars() {
+            if k.starts_with("SCR_") || k.starts_with("SLURM_") {
+                cmd.env_remove(k);
+            }
+        }
+        for (k, v) in [
+            ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+            ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+            ("OMPI_MCA_rmaps_base_oversubscribe", "1"),
+            ("OMPI_MCA_hwloc_base_binding_policy", "none"),
+            ("OMPI_MCA_btl_vader_single_copy_mechanism", "none"),
+            ("OMPI_MCA_btl", "self,vader"),
+        ] {
+            cmd.env(k, v);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("mpirun runs (install MPI: scripts/setup.sh)");
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn run(&self, program_name: &str, args: &[&str]) -> Run {
+        self.run_np(NP, program_name, args)
+    }
+
+    /// Remove every node-local directory (a lost cache).
+    pub fn wipe_cache(&self) {
+        let _ = std::fs::remove_dir_all(&self.cache);
+    }
+
+    /// The JSON body of a metadata file (after its one-line header).
+    pub fn meta(&self, path: &Path) -> serde_json::Value {
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let body = text.split_once('\n').unwrap().1;
+        serde_json::from_str(body).unwrap()
+    }
+
+    pub fn index(&self) -> serde_json::Value {
+        self.meta(&self.prefix.join(".scr/index.scr"))
+    }
+
+    /// Files (relative paths) under the cache directory whose name matches `needle`.
+    pub fn cached_files(&self, needle: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        walk(&self.cache, &mut |p| {
+            let s = p.display().to_string();
+            if s.contains(needle) {
+                out.push(s);
+            }
+        });
+        out
+    }
+}
+
+fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, f);
+            } else {
+                f(&p);
+            }
+        }
+    }
+}
