@@ -223,17 +223,28 @@ pub fn resolve_layers(layers: Vec<Layer>, warnings: Vec<String>) -> Resolved {
 /// environment, `SCR_Config` or the system file, else the current directory.
 pub fn resolve() -> Result<Resolved, ConfigError> {
     let mut warnings = Vec::new();
-    let env = env_layer(&mut warnings)?;
+    let r = resolve_into(&mut warnings);
+    if r.is_err() {
+        // The error stops SCR_Init; the warnings found before it still help fix the file.
+        for w in &warnings {
+            crate::scr_warn!("{w}");
+        }
+    }
+    r
+}
+
+fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
+    let env = env_layer(warnings)?;
     let app = app_layer();
-    let system = read_file(Path::new(SYSTEM_CONFIG_FILE), false, &mut warnings)?;
+    let system = read_file(Path::new(SYSTEM_CONFIG_FILE), false, warnings)?;
     let user_file = user_config_file(&env, &app, &system);
-    let user = read_file(&user_file, true, &mut warnings)?;
+    let user = read_file(&user_file, true, warnings)?;
     if let Some(v) = user.simple.get("SCR_PREFIX") {
         warnings.push(format!("{}: SCR_PREFIX in the user config file is ignored (the file is found through the prefix)", v.origin));
     }
     let mut user = user;
     user.simple.remove("SCR_PREFIX");
-    Ok(resolve_layers(vec![env, user, app, system], warnings))
+    Ok(resolve_layers(vec![env, user, app, system], std::mem::take(warnings)))
 }
 
 /// `SCR_CONF_FILE`, else `<prefix>/.scrconf`.
