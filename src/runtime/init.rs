@@ -32,10 +32,12 @@ impl Runtime {
         } else {
             Err(ConfigError { at: String::new(), msg: String::new() })
         };
-        let settings = world.bcast(0, &mine)?;
+        // Rank 0 alone prints a configuration error (it is the same on every rank).
+        let settings = world.bcast(0, &mine).map_err(|e| Error::Collective(e.to_string()))?;
         log::set_level(settings.debug);
         let descs = world.bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))
-            .expect("rank 0 built the descriptors")?;
+            .expect("rank 0 built the descriptors")
+            .map_err(|e| Error::Collective(e.to_string()))?;
         if world.rank() == 0 {
             for w in &settings.warnings {
                 scr_warn!("{w}");

@@ -19,6 +19,21 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `cargo test` does not always refresh `target/<profile>/libscr.so`; build it once per test
+/// process so the C programs link against the code under test.
+fn build_cdylib() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let release = target_dir().ends_with("release");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "scr", "--lib"]).current_dir(repo());
+        if release {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("cargo runs").success(), "building libscr.so failed");
+    });
+}
+
 /// Compile `examples/c/<name>.c` once per test process.
 pub fn program(name: &str) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
@@ -28,11 +43,7 @@ pub fn program(name: &str) -> PathBuf {
         return p.clone();
     }
     let lib = target_dir();
-    assert!(
-        lib.join("libscr.so").exists(),
-        "{}/libscr.so is missing: run `cargo build` before the tests (scripts/test.sh does)",
-        lib.display()
-    );
+    build_cdylib();
     let out_dir = lib.join(format!("c-examples-{}", std::process::id()));
     std::fs::create_dir_all(&out_dir).unwrap();
     let out = out_dir.join(name);
