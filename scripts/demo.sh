@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The main job, end to end: build, then an MPI application (examples/c/test_api.c) with
+# 4 ranks checkpoints into node-local cache through the SCR API, flushes every 2nd
+# checkpoint to the prefix, is killed, restarts from cache, loses its cache, and restarts
+# from the prefix.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+scripts/setup.sh
+. scripts/mpienv.sh
+cargo build --release --quiet -p scr
+work=$(mktemp -d /tmp/scr-demo.XXXXXX)
+mkdir -p "$work/prefix" "$work/bin"
+mpicc -O2 -Wall -I include examples/c/test_api.c -L target/release -lscr \
+  -Wl,-rpath,"$repo/target/release" -o "$work/bin/test_api"
+export SCR_PREFIX=$work/prefix SCR_CACHE_BASE=${SCR_CACHE_BASE:-/dev/shm} SCR_CNTL_BASE=${SCR_CNTL_BASE:-/dev/shm}
+export SCR_COPY_TYPE=SINGLE SCR_CACHE_SIZE=2 SCR_FLUSH=2 SCR_DEBUG=1
+run() { (cd "$work/prefix" && mpirun -np 4 "$work/bin/test_api" --size $((16 << 20)) "$@" 2>&1 \
+         | grep -E '^(SCR DEBUG|SCR WARNING|SCR ERROR|RESTARTED|NO_RESTART|CHECKPOINT|CRASH|DONE)' | grep -v 'effective configuration') || true; }
+echo "== run 1: 4 checkpoints of 4 x 16 MiB, flushed every 2nd; killed after the 3rd"
+run --steps 4 --crash-after 3
+echo; echo "== run 2: restart (same job, same cache): from cache"
+run --steps 1 --crash-after 4
+echo; echo "== the node-local cache is lost"
+rm -rf "$SCR_CACHE_BASE/$(id -un)"/scr.prefix-* "$SCR_CNTL_BASE/$(id -un)"/scr.prefix-* 2>/dev/null || true
+echo; echo "== run 3: restart from the prefix (newest flushed checkpoint)"
+run --steps 2
+echo; echo "== prefix $work/prefix:"; ls "$work/prefix"
+rm -rf "$SCR_CACHE_BASE/$(id -un)"/scr.prefix-* "$SCR_CNTL_BASE/$(id -un)"/scr.prefix-* 2>/dev/null || true

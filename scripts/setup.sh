@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install what building and testing scr-rs needs on Debian/Ubuntu: an MPI implementation
+# (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler and
+# pkg-config. As root it installs what is missing; otherwise it says exactly what to install.
+set -euo pipefail
+
+need=()
+command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev openmpi-bin)
+command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
+command -v cc >/dev/null 2>&1 || need+=(gcc)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q libclang; then
+  need+=(libclang-dev)
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo is missing; install a Rust toolchain (1.88 or newer), e.g. from rustup.rs" >&2
+  exit 1
+fi
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+# shellcheck disable=SC2207
+need=($(printf '%s\n' "${need[@]}" | sort -u))
+if [ "$(id -u)" -ne 0 ]; then
+  echo "setup: missing packages: ${need[*]}" >&2
+  echo "setup: install them with: sudo apt-get install -y ${need[*]}" >&2
+  exit 1
+fi
+echo "setup: installing ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq "${need[@]}" >/dev/null
