@@ -1,0 +1,198 @@
+/*
+ * bench_api: what the SCR API costs against the raw limit, measured in the same run.
+ *
+ *   bench_api write   --size BYTES --reps N   checkpoints through SCR vs the same bytes
+ *                                             written straight into the same cache dir;
+ *                                             then a flush vs a plain copy to the prefix
+ *   bench_api restart --size BYTES            SCR_Init..SCR_Complete_restart (data read
+ *                                             included) vs reading the same files directly
+ *
+ * Times are the maximum over ranks of each phase; bandwidth is aggregate. Run from the
+ * prefix directory with SCR_CACHE_BYPASS=0 and SCR_FLUSH=0 (scripts/bench.sh does).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "scr.h"
+
+static int rank, ranks;
+static size_t size = 64 << 20;
+static unsigned char* buf;
+#define CHUNK (1 << 20)
+
+static void die(const char* what, const char* path)
+{
+  fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void write_file(const char* path, int do_fsync)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) die("open", path);
+  for (size_t done = 0; done < size; done += CHUNK) {
+    size_t n = size - done < CHUNK ? size - done : CHUNK;
+    if (write(fd, buf, n) != (ssize_t) n) die("write", path);
+  }
+  if (do_fsync) fsync(fd);
+  if (close(fd) != 0) die("close", path);
+}
+
+static void read_file(const char* path)
+{
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) die("open", path);
+  unsigned long sum = 0;
+  ssize_t n;
+  unsigned char* rb = malloc(CHUNK);
+  while ((n = read(fd, rb, CHUNK)) > 0) sum += rb[0] + rb[n - 1];
+  free(rb);
+  close(fd);
+  if (sum == 1) printf(" ");
+}
+
+static void copy_file(const char* src, const char* dst, int do_fsync)
+{
+  int in = open(src, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (in < 0) die("open", src);
+  if (out < 0) die("open", dst);
+  unsigned char* cb = malloc(CHUNK);
+  ssize_t n;
+  while ((n = read(in, cb, CHUNK)) > 0)
+    if (write(out, cb, (size_t) n) != n) die("write", dst);
+  free(cb);
+  if (do_fsync) fsync(out);
+  close(in);
+  close(out);
+}
+
+static double tmax(double t0)
+{
+  double t = MPI_Wtime() - t0, m;
+  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return m;
+}
+
+static double bw(double secs) { return (double) size * ranks / (1024.0 * 1024.0) / secs; }
+
+static int cmp(const void* a, const void* b)
+{
+  double x = *(const double*) a, y = *(const double*) b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double* v, int n)
+{
+  qsort(v, (size_t) n, sizeof(double), cmp);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int main(int argc, char** argv)
+{
+  int reps = 5;
+  const char* mode = argc > 1 ? argv[1] : "write";
+  for (int i = 2; i < argc; i++) {
+    if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+  }
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  buf = malloc(CHUNK);
+  for (int i = 0; i < CHUNK; i++) buf[i] = (unsigned char) (i * 7 + rank);
+  const char* base = getenv("SCR_CACHE_BASE");
+  char raw[4096], path[2 * SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
+  snprintf(raw, sizeof raw, "%s/bench_raw.%d", base ? base : "/dev/shm", rank);
+
+  if (!strcmp(mode, "write")) {
+    double t0 = MPI_Wtime();
+    if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
+    double t_init = tmax(t0);
+    double* t_raw = calloc((size_t) reps, sizeof(double));
+    double* t_scr = calloc((size_t) reps, sizeof(double));
+    for (int r = 0; r < reps; r++) {
+      /* raw: the same bytes straight into the same cache directory */
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      write_file(raw, 0);
+      t_raw[r] = tmax(t0);
+      unlink(raw);
+      /* through SCR: Start_output .. Complete_output */
+      char name[64];
+      snprintf(name, sizeof name, "bench.%d", r);
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      SCR_Start_output(name, SCR_FLAG_CHECKPOINT);
+      snprintf(path, sizeof path, "%s/rank_%d", name, rank);
+      SCR_Route_file(path, routed);
+      write_file(routed, 0);
+      SCR_Complete_output(1);
+      t_scr[r] = tmax(t0);
+    }
+    /* flush: an output dataset's completion minus a checkpoint's, vs a plain copy */
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    SCR_Start_output("bench.flush", SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT);
+    snprintf(path, sizeof path, "bench.flush/rank_%d", rank);
+    SCR_Route_file(path, routed);
+    write_file(routed, 0);
+    SCR_Complete_output(1);
+    double t_out = tmax(t0);
+    double m_raw = median(t_raw, reps), m_scr = median(t_scr, reps);
+    double t_flush = t_out - m_scr;
+    char dst[4096];
+    snprintf(dst, sizeof dst, "bench.copy.%d", rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    copy_file(routed, dst, 0);
+    double t_copy = tmax(t0);
+    unlink(dst);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    copy_file(routed, dst, 1);
+    double t_copy_sync = tmax(t0);
+    unlink(dst);
+    if (rank == 0) {
+      printf("BENCH ranks=%d size_per_rank=%zu MiB reps=%d init=%.4f s\n", ranks, size >> 20, reps, t_init);
+      printf("BENCH checkpoint raw  median %.4f s  %8.1f MiB/s\n", m_raw, bw(m_raw));
+      printf("BENCH checkpoint scr  median %.4f s  %8.1f MiB/s  ratio %.3f\n", m_scr, bw(m_scr), m_raw / m_scr);
+      printf("BENCH flush scr            %.4f s  %8.1f MiB/s\n", t_flush, bw(t_flush));
+      printf("BENCH copy plain           %.4f s  %8.1f MiB/s  ratio %.3f\n", t_copy, bw(t_copy), t_copy / t_flush);
+      printf("BENCH copy plain+fsync     %.4f s  %8.1f MiB/s  ratio %.3f\n", t_copy_sync, bw(t_copy_sync), t_copy_sync / t_flush);
+    }
+    free(t_raw);
+    free(t_scr);
+    SCR_Finalize();
+  } else {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
+    int have = 0;
+    char name[SCR_MAX_FILENAME];
+    SCR_Have_restart(&have, name);
+    if (!have) MPI_Abort(MPI_COMM_WORLD, 3);
+    SCR_Start_restart(name);
+    snprintf(path, sizeof path, "%s/rank_%d", name, rank);
+    SCR_Route_file(path, routed);
+    read_file(routed);
+    SCR_Complete_restart(1);
+    double t_scr = tmax(t0);
+    MPI_Barrier(MPI_COMM_WORLD);
+    t0 = MPI_Wtime();
+    read_file(routed);
+    double t_raw = tmax(t0);
+    if (rank == 0) {
+      printf("BENCH restart raw read       %.4f s  %8.1f MiB/s\n", t_raw, bw(t_raw));
+      printf("BENCH restart scr (init..complete) %.4f s  %8.1f MiB/s  ratio %.3f\n", t_scr, bw(t_scr), t_scr / t_raw);
+    }
+    SCR_Finalize();
+  }
+  free(buf);
+  MPI_Finalize();
+  return 0;
+}
