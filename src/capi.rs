@@ -74,7 +74,10 @@ unsafe fn put(call: &'static str, dst: *mut c_char, s: &str) -> Result<()> {
     }
     let bytes = s.as_bytes();
     if bytes.len() >= crate::MAX_FILENAME {
-        return Err(Error::usage(call, format!("result is longer than SCR_MAX_FILENAME ({} bytes): {s}", crate::MAX_FILENAME)));
+        return Err(Error::usage(
+            call,
+            format!("result is longer than SCR_MAX_FILENAME ({} bytes): {s}", crate::MAX_FILENAME),
+        ));
     }
     // SAFETY: the buffer holds SCR_MAX_FILENAME bytes and we write len+1 <= that.
     unsafe {
@@ -253,10 +256,11 @@ pub extern "C" fn SCR_Complete_restart(valid: c_int) -> c_int {
     completion("SCR_Complete_restart", guard("SCR_Complete_restart", || runtime::complete_restart(valid != 0)))
 }
 
-static VERSION_C: &CStr = match CStr::from_bytes_with_nul(concat!("scr-rs ", env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
-    Ok(s) => s,
-    Err(_) => panic!("version string has no interior NUL"),
-};
+static VERSION_C: &CStr =
+    match CStr::from_bytes_with_nul(concat!("scr-rs ", env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(s) => s,
+        Err(_) => panic!("version string has no interior NUL"),
+    };
 
 #[no_mangle]
 pub extern "C" fn SCR_Get_version() -> *const c_char {

@@ -172,8 +172,9 @@ impl Comm {
     /// Gather values to `root`.
     pub fn gather<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> Option<Vec<T>> {
         let bytes = serde_json::to_vec(value).expect("serialises");
-        self.gather_bytes(root, &bytes)
-            .map(|parts| parts.iter().map(|p| serde_json::from_slice(p).expect("gathered value deserialises")).collect())
+        self.gather_bytes(root, &bytes).map(|parts| {
+            parts.iter().map(|p| serde_json::from_slice(p).expect("gathered value deserialises")).collect()
+        })
     }
 
     /// Every rank's byte string, on every rank.

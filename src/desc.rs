@@ -92,14 +92,22 @@ impl Descriptors {
             for (i, e) in entries.iter().enumerate() {
                 let here = |k: &str| format!("{} (CKPT={} {k})", e.origin, e.value);
                 if e.value.parse::<usize>().ok() != Some(i) {
-                    return Err(cerr(here(""), format!("CKPT entries must be numbered 0, 1, 2, ... (found CKPT={} where CKPT={i} was expected)", e.value)));
+                    return Err(cerr(
+                        here(""),
+                        format!(
+                            "CKPT entries must be numbered 0, 1, 2, ... (found CKPT={} where CKPT={i} was expected)",
+                            e.value
+                        ),
+                    ));
                 }
                 let count = |k: &str, d: usize| -> Result<usize, ConfigError> {
-                    e.attr(k).map_or(Ok(d), |v| v.parse().map_err(|_| cerr(here(k), format!("{k}={v}: expected a count"))))
+                    e.attr(k)
+                        .map_or(Ok(d), |v| v.parse().map_err(|_| cerr(here(k), format!("{k}={v}: expected a count"))))
                 };
                 let flag = |k: &str, d: bool| -> Result<bool, ConfigError> {
                     e.attr(k).map_or(Ok(d), |v| {
-                        crate::config::params::parse_bool(v).ok_or_else(|| cerr(here(k), format!("{k}={v}: expected 0 or 1")))
+                        crate::config::params::parse_bool(v)
+                            .ok_or_else(|| cerr(here(k), format!("{k}={v}: expected 0 or 1")))
                     })
                 };
                 // SCR_COPY_TYPE is FILE here, so a missing TYPE takes the built-in default, XOR.
@@ -130,8 +138,9 @@ impl Descriptors {
                 return Err(cerr("CKPT entries".into(), "at most one CKPT descriptor may set OUTPUT=1"));
             }
         } else {
-            let requested = Scheme::parse(&s.copy_type)
-                .ok_or_else(|| cerr("SCR_COPY_TYPE".into(), format!("{}: expected SINGLE, PARTNER, XOR, RS or FILE", s.copy_type)))?;
+            let requested = Scheme::parse(&s.copy_type).ok_or_else(|| {
+                cerr("SCR_COPY_TYPE".into(), format!("{}: expected SINGLE, PARTNER, XOR, RS or FILE", s.copy_type))
+            })?;
             reddescs.push(RedDesc {
                 index: 0,
                 interval: 1,
@@ -150,7 +159,10 @@ impl Descriptors {
                 Some(st) if !st.enabled && !d.bypass => {
                     return Err(cerr(
                         format!("CKPT={}", d.index),
-                        format!("store {} is disabled (ENABLED=0) but the descriptor caches datasets there", d.store.display()),
+                        format!(
+                            "store {} is disabled (ENABLED=0) but the descriptor caches datasets there",
+                            d.store.display()
+                        ),
                     ))
                 }
                 Some(_) => {}
@@ -169,7 +181,10 @@ impl Descriptors {
             let g = groups.entry(e.value.clone()).or_default();
             for (k, v) in &e.attrs {
                 if k == "NODE" || k == "WORLD" {
-                    return Err(cerr(format!("{} (GROUPS={})", e.origin, e.value), format!("{k} is a built-in group and cannot be redefined")));
+                    return Err(cerr(
+                        format!("{} (GROUPS={})", e.origin, e.value),
+                        format!("{k} is a built-in group and cannot be redefined"),
+                    ));
                 }
                 g.insert(k.clone(), v.value.clone());
             }
@@ -191,7 +206,7 @@ impl Descriptors {
         }
         self.reddescs
             .iter()
-            .filter(|d| ckpt_id % d.interval == 0)
+            .filter(|d| ckpt_id.is_multiple_of(d.interval))
             .max_by_key(|d| (d.interval, std::cmp::Reverse(d.index)))
             .expect("an interval-1 descriptor exists")
     }
@@ -206,12 +221,9 @@ impl Descriptors {
         match name {
             "NODE" => Ok(host.to_string()),
             "WORLD" => Ok(String::new()),
-            _ => self
-                .groups
-                .get(host)
-                .and_then(|g| g.get(name))
-                .cloned()
-                .ok_or_else(|| cerr(format!("GROUPS (group {name})"), format!("no GROUPS={host} entry defines {name} for this node"))),
+            _ => self.groups.get(host).and_then(|g| g.get(name)).cloned().ok_or_else(|| {
+                cerr(format!("GROUPS (group {name})"), format!("no GROUPS={host} entry defines {name} for this node"))
+            }),
         }
     }
 }

@@ -42,9 +42,7 @@ fn job_id_from(get: impl Fn(&str) -> Option<String>, prefix: &Path) -> JobId {
 
 /// Make a job id safe as a single path component.
 fn sanitize(id: &str) -> String {
-    id.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' })
-        .collect()
+    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 /// 64-bit FNV-1a, stable across releases and platforms (unlike `DefaultHasher`).
@@ -119,18 +117,12 @@ pub fn end_time() -> Option<i64> {
 
 /// Seconds since the epoch.
 pub fn now_secs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
 }
 
 /// Microseconds since the epoch (dataset creation stamps, as SCR records them).
 pub fn now_usecs() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as i64)
-        .unwrap_or(0)
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
 /// An ISO-8601 UTC timestamp (`2026-11-21T06:00:00`) for a time in seconds since the epoch.

@@ -171,12 +171,20 @@ fn malformed_config_lines_and_values_name_file_and_line() {
     let want = format!("{}:4: SCR_CACHE_SIZE=lots: expected a non-negative integer", conf.display());
     assert!(r.stderr.contains(&want), "missing {want:?}\n{}", r.dump());
 
-    std::fs::write(&conf, "SCR_FLUSH=1\nSCR_FLUSHH=2\nSTORE=/tmp COUNTT=1\nSCR_CACHE_BASE=$NOT_SET_ANYWHERE\n").unwrap();
+    std::fs::write(&conf, "SCR_FLUSH=1\nSCR_FLUSHH=2\nSTORE=/tmp COUNTT=1\nSCR_CACHE_BASE=$NOT_SET_ANYWHERE\n")
+        .unwrap();
     let r = job.run("test_api", &["--steps", "1"]);
     assert!(r.has("SCR_INIT_FAILED"), "{}", r.dump());
     assert!(r.stderr.contains(&format!("{}:2: unknown parameter SCR_FLUSHH", conf.display())), "{}", r.dump());
     assert!(r.stderr.contains(&format!("{}:3: unknown key COUNTT", conf.display())), "{}", r.dump());
-    assert!(r.stderr.contains(&format!("{}:4: SCR_CACHE_BASE: environment variable $NOT_SET_ANYWHERE is not set", conf.display())), "{}", r.dump());
+    assert!(
+        r.stderr.contains(&format!(
+            "{}:4: SCR_CACHE_BASE: environment variable $NOT_SET_ANYWHERE is not set",
+            conf.display()
+        )),
+        "{}",
+        r.dump()
+    );
 
     std::fs::remove_file(&conf).unwrap();
     let mut job2 = Job::new();
@@ -212,4 +220,38 @@ fn a_cache_directory_owned_by_another_user_is_refused() {
     let r = job.run("test_api", &["--steps", "1"]);
     assert!(r.has("SCR_INIT_FAILED"), "{}", r.dump());
     assert!(r.stderr.contains("owned by uid 65534") && r.stderr.contains("refusing"), "{}", r.dump());
+}
+
+#[test]
+fn pkg_config_file_builds_an_scr3_program() {
+    // Lay out an installation as scripts/install.sh does, from this build.
+    let job = Job::new();
+    let inst = job.root.join("install");
+    std::fs::create_dir_all(inst.join("lib/pkgconfig")).unwrap();
+    std::fs::create_dir_all(inst.join("include")).unwrap();
+    common::program("test_api"); // builds libscr.so
+    std::os::unix::fs::symlink(common::target_dir().join("libscr.so"), inst.join("lib/libscr.so")).unwrap();
+    std::fs::copy(common::repo().join("include/scr.h"), inst.join("include/scr.h")).unwrap();
+    let pc = std::fs::read_to_string(common::repo().join("scr.pc.in")).unwrap();
+    std::fs::write(inst.join("lib/pkgconfig/scr.pc"), pc.replace("@PREFIX@", &inst.display().to_string())).unwrap();
+    let flags = std::process::Command::new("pkg-config")
+        .args(["--cflags", "--libs", "scr"])
+        .env("PKG_CONFIG_PATH", inst.join("lib/pkgconfig"))
+        .output()
+        .expect("pkg-config runs");
+    assert!(flags.status.success(), "{}", String::from_utf8_lossy(&flags.stderr));
+    let flags = String::from_utf8_lossy(&flags.stdout).trim().to_string();
+    assert!(flags.contains("-lscr") && flags.contains(&format!("-I{}/include", inst.display())), "{flags}");
+    let out = job.root.join("prog");
+    let status = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "mpicc -Wall -Werror {} -o {} {}",
+            common::repo().join("examples/c/api_checks.c").display(),
+            out.display(),
+            flags
+        ))
+        .status()
+        .unwrap();
+    assert!(status.success());
 }

@@ -240,7 +240,10 @@ fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
     let user_file = user_config_file(&env, &app, &system);
     let user = read_file(&user_file, true, warnings)?;
     if let Some(v) = user.simple.get("SCR_PREFIX") {
-        warnings.push(format!("{}: SCR_PREFIX in the user config file is ignored (the file is found through the prefix)", v.origin));
+        warnings.push(format!(
+            "{}: SCR_PREFIX in the user config file is ignored (the file is found through the prefix)",
+            v.origin
+        ));
     }
     let mut user = user;
     user.simple.remove("SCR_PREFIX");
@@ -302,10 +305,8 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
     }
     let env = |k: &str| std::env::var(k).ok();
     let mut warnings = Vec::new();
-    let joined: Vec<String> = tokens
-        .iter()
-        .map(|t| format!("{}={}", t.key, quote(t.value.as_deref().unwrap_or_default())))
-        .collect();
+    let joined: Vec<String> =
+        tokens.iter().map(|t| format!("{}={}", t.key, quote(t.value.as_deref().unwrap_or_default()))).collect();
     let line = parse::parse_line(&joined.join(" "), &env, &mut warnings).map_err(err)?;
     for w in warnings {
         crate::scr_warn!("{}: {w}", at());

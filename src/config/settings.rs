@@ -110,7 +110,8 @@ impl Settings {
         if cache_size == 0 && !cache_bypass {
             return Err(ConfigError {
                 at: at(r, "SCR_CACHE_SIZE"),
-                msg: "SCR_CACHE_SIZE=0 leaves no room in cache; set SCR_CACHE_BYPASS=1 to write to the prefix directly".into(),
+                msg: "SCR_CACHE_SIZE=0 leaves no room in cache; set SCR_CACHE_BYPASS=1 to write to the prefix directly"
+                    .into(),
             });
         }
         let flush_type = text(r, "SCR_FLUSH_TYPE").unwrap_or_else(|| "SYNC".into()).to_ascii_uppercase();
@@ -118,12 +119,15 @@ impl Settings {
         for e in r.entries("STORE") {
             let here = |k: &str| format!("{} (STORE={} {k})", e.origin, e.value);
             let count = match e.attr("COUNT") {
-                Some(c) => c.parse().map_err(|_| ConfigError { at: here("COUNT"), msg: format!("COUNT={c}: expected a count") })?,
+                Some(c) => c
+                    .parse()
+                    .map_err(|_| ConfigError { at: here("COUNT"), msg: format!("COUNT={c}: expected a count") })?,
                 None => cache_size,
             };
             let flag = |k: &str, d: bool| -> Result<bool, ConfigError> {
                 match e.attr(k) {
-                    Some(v) => params::parse_bool(v).ok_or_else(|| ConfigError { at: here(k), msg: format!("{k}={v}: expected 0 or 1") }),
+                    Some(v) => params::parse_bool(v)
+                        .ok_or_else(|| ConfigError { at: here(k), msg: format!("{k}={v}: expected 0 or 1") }),
                     None => Ok(d),
                 }
             };

@@ -35,14 +35,21 @@ impl Runtime {
         // Rank 0 alone prints a configuration error (it is the same on every rank).
         let settings = world.bcast(0, &mine).map_err(|e| Error::Collective(e.to_string()))?;
         log::set_level(settings.debug);
-        let descs = world.bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))
+        let descs = world
+            .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))
             .expect("rank 0 built the descriptors")
             .map_err(|e| Error::Collective(e.to_string()))?;
         if world.rank() == 0 {
             for w in &settings.warnings {
                 scr_warn!("{w}");
             }
-            scr_debug!(1, "{} starting on {} ranks; effective configuration:\n{}", crate::VERSION, world.size(), settings.describe());
+            scr_debug!(
+                1,
+                "{} starting on {} ranks; effective configuration:\n{}",
+                crate::VERSION,
+                world.size(),
+                settings.describe()
+            );
             for d in &descs.reddescs {
                 if d.scheme != d.requested {
                     scr_warn!(
@@ -55,7 +62,10 @@ impl Runtime {
                 }
             }
             if settings.flush_type != "SYNC" {
-                scr_warn!("SCR_FLUSH_TYPE={} is not available in this build; flushes run synchronously", settings.flush_type);
+                scr_warn!(
+                    "SCR_FLUSH_TYPE={} is not available in this build; flushes run synchronously",
+                    settings.flush_type
+                );
             }
         }
 

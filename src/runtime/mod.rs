@@ -139,8 +139,12 @@ pub fn init() -> Result<()> {
     let mut g = lock();
     match &*g {
         State::Uninit => {}
-        State::Running(_) => return Err(Error::usage("SCR_Init", "called twice; SCR_Init may be called once per process")),
-        State::Finalized => return Err(Error::usage("SCR_Init", "called after SCR_Finalize; SCR_Init may be called once per process")),
+        State::Running(_) => {
+            return Err(Error::usage("SCR_Init", "called twice; SCR_Init may be called once per process"))
+        }
+        State::Finalized => {
+            return Err(Error::usage("SCR_Init", "called after SCR_Finalize; SCR_Init may be called once per process"))
+        }
     }
     if !crate::comm::mpi_active() {
         return Err(Error::usage("SCR_Init", "MPI is not initialised: call MPI_Init before SCR_Init"));

@@ -30,13 +30,19 @@ impl Runtime {
         }
         if let Some(n) = name {
             if n.is_empty() || n.len() >= crate::MAX_FILENAME {
-                local = Err(Error::usage(CALL, format!("the dataset name must have 1 to {} bytes", crate::MAX_FILENAME - 1)));
+                local = Err(Error::usage(
+                    CALL,
+                    format!("the dataset name must have 1 to {} bytes", crate::MAX_FILENAME - 1),
+                ));
             }
         }
         // Every rank must pass the same name and flags.
         let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) as i64 & i64::MAX;
         if local.is_ok() && self.world.min_i64(key) != self.world.max_i64(key) {
-            local = Err(Error::usage(CALL, format!("ranks passed different names or flags (this rank: {name:?}, {flags})")));
+            local = Err(Error::usage(
+                CALL,
+                format!("ranks passed different names or flags (this rank: {name:?}, {flags})"),
+            ));
         }
         self.agree(CALL, local)?;
 
@@ -100,7 +106,11 @@ impl Runtime {
                     break;
                 }
                 if r.desc.output && !self.flushed(r.desc.id) {
-                    scr_warn!("keeping output dataset {} ({}) in cache: it has not reached the prefix yet", r.desc.id, r.desc.name);
+                    scr_warn!(
+                        "keeping output dataset {} ({}) in cache: it has not reached the prefix yet",
+                        r.desc.id,
+                        r.desc.name
+                    );
                     continue;
                 }
                 victims.push(r.desc.id);
@@ -137,12 +147,18 @@ impl Runtime {
             ));
         };
         if rel.components().next().map(|c| c.as_os_str() == ".scr").unwrap_or(false) {
-            return Err(Error::usage(CALL, format!("{name} is inside the prefix's .scr directory, which SCR reserves")));
+            return Err(Error::usage(
+                CALL,
+                format!("{name} is inside the prefix's .scr directory, which SCR reserves"),
+            ));
         }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let target = if rec.reddesc.bypass { self.layout.prefix.join(&rel) } else { rec.dir.join(&rel) };
         if target.as_os_str().len() >= crate::MAX_FILENAME {
-            return Err(Error::usage(CALL, format!("{} is longer than SCR_MAX_FILENAME ({})", target.display(), crate::MAX_FILENAME)));
+            return Err(Error::usage(
+                CALL,
+                format!("{} is longer than SCR_MAX_FILENAME ({})", target.display(), crate::MAX_FILENAME),
+            ));
         }
         if let Some(parent) = target.parent() {
             if rec.reddesc.bypass {
@@ -216,7 +232,8 @@ impl Runtime {
         }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.complete = true;
-        let (is_ckpt, is_output, bypass, scheme) = (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass, rec.reddesc.scheme);
+        let (is_ckpt, is_output, bypass, scheme) =
+            (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass, rec.reddesc.scheme);
         self.save_filemap()?;
         self.set_location(id, Some(Location::Cache));
         let secs = self.world.max_f64(start.elapsed().as_secs_f64());
@@ -225,7 +242,13 @@ impl Runtime {
             scr_debug!(
                 1,
                 "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}",
-                if is_ckpt && is_output { "checkpoint+output" } else if is_ckpt { "checkpoint" } else { "output" },
+                if is_ckpt && is_output {
+                    "checkpoint+output"
+                } else if is_ckpt {
+                    "checkpoint"
+                } else {
+                    "output"
+                },
                 crate::log::bytes(total),
                 crate::log::mib_per_sec(total, secs),
                 scheme.name(),
@@ -233,7 +256,7 @@ impl Runtime {
             );
         }
 
-        let periodic = is_ckpt && self.settings.flush > 0 && self.ckpt_id % self.settings.flush == 0;
+        let periodic = is_ckpt && self.settings.flush > 0 && self.ckpt_id.is_multiple_of(self.settings.flush);
         let mut result = Ok(true);
         if is_output || periodic || bypass {
             match self.flush_dataset(id) {

@@ -66,7 +66,7 @@ impl Policy {
         if interval == 0 && seconds == 0 && overhead <= 0.0 {
             return true;
         }
-        if interval > 0 && self.calls % interval == 0 {
+        if interval > 0 && self.calls.is_multiple_of(interval) {
             return true;
         }
         let since_last = self.last_output_end.unwrap_or(self.started).elapsed().as_secs_f64();
@@ -93,7 +93,8 @@ impl Runtime {
         }
         let s = &self.settings;
         let (interval, seconds, overhead) = (s.checkpoint_interval, s.checkpoint_seconds, s.checkpoint_overhead);
-        let mine = self.rank0() && (self.policy.decide(interval, seconds, overhead) || self.halt_reason_local().is_some());
+        let mine =
+            self.rank0() && (self.policy.decide(interval, seconds, overhead) || self.halt_reason_local().is_some());
         Ok(self.world.bcast(0, &mine))
     }
 

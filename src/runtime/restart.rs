@@ -68,7 +68,11 @@ impl Runtime {
             if self.rank0() {
                 let r = Index::update(&self.layout.index(), |ix| {
                     if let Some(e) = ix.datasets.get_mut(&id) {
-                        e.fetches.push(FetchRecord { time: identity::iso_time(identity::now_secs()), ok, why: why.clone() });
+                        e.fetches.push(FetchRecord {
+                            time: identity::iso_time(identity::now_secs()),
+                            ok,
+                            why: why.clone(),
+                        });
                         if ok {
                             ix.current = Some(name.clone());
                         } else {

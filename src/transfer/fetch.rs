@@ -52,7 +52,10 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
                 if bypass {
                     let md = std::fs::metadata(&src).map_err(|e| Error::io("stat", &src, e))?;
                     if md.len() != f.size {
-                        return Err(Error::Integrity { path: src, why: format!("size is {} bytes, {} were recorded", md.len(), f.size) });
+                        return Err(Error::Integrity {
+                            path: src,
+                            why: format!("size is {} bytes, {} were recorded", md.len(), f.size),
+                        });
                     }
                     Ok(FileMeta { rel: f.rel.clone(), path: src, size: f.size, crc: f.crc, complete: true })
                 } else {

@@ -102,7 +102,10 @@ fn copy_files(ctx: &Ctx, rec: &DatasetRecord) -> Result<Vec<PrefixFile>> {
         if f.path == dst {
             let size = std::fs::metadata(&dst).map_err(|e| Error::io("stat", &dst, e))?.len();
             if size != f.size {
-                return Err(Error::Integrity { path: dst, why: format!("size is {size} bytes, {} were written", f.size) });
+                return Err(Error::Integrity {
+                    path: dst,
+                    why: format!("size is {size} bytes, {} were written", f.size),
+                });
             }
             out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc });
         } else {
