@@ -254,6 +254,7 @@ impl Runtime {
             };
             let err = check.err();
             if self.world.all_true(err.is_none()) {
+                scr_debug!(2, "cached dataset {id} is intact on this rank");
                 continue;
             }
             let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();

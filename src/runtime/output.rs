@@ -167,6 +167,7 @@ impl Runtime {
                 crate::paths::create_dirs(parent)?;
             }
         }
+        crate::scr_debug!(2, "route {name} -> {} (dataset {id})", target.display());
         if rec.file(&rel).is_none() {
             rec.files.push(FileMeta { rel, path: target.clone(), size: 0, crc: None, complete: false });
             self.save_filemap()?;

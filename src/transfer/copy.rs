@@ -68,8 +68,20 @@ pub fn copy_verified(
 }
 
 fn copy_to(src: &Path, dst: &Path, buf_size: usize) -> Result<Copied> {
-    let mut input = File::open(src).ctx("open", src)?;
     let mut out = OpenOptions::new().write(true).create(true).truncate(true).open(dst).ctx("create", dst)?;
+    let c = stream(src, buf_size, |chunk| out.write_all(chunk).ctx("write", dst))?;
+    out.sync_all().ctx("fsync", dst)?;
+    Ok(c)
+}
+
+/// Size and CRC32 of a file.
+pub fn file_crc(path: &Path, buf_size: usize) -> Result<Copied> {
+    stream(path, buf_size, |_| Ok(()))
+}
+
+/// Read `path` in chunks of `buf_size`, computing size and CRC32 and handing each chunk to `f`.
+fn stream(path: &Path, buf_size: usize, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<Copied> {
+    let mut input = File::open(path).ctx("open", path)?;
     let mut buf = vec![0u8; buf_size];
     let mut hasher = crc32fast::Hasher::new();
     let mut size = 0u64;
@@ -78,30 +90,10 @@ fn copy_to(src: &Path, dst: &Path, buf_size: usize) -> Result<Copied> {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("read", src, e)),
-        };
-        hasher.update(&buf[..n]);
-        out.write_all(&buf[..n]).ctx("write", dst)?;
-        size += n as u64;
-    }
-    out.sync_all().ctx("fsync", dst)?;
-    Ok(Copied { size, crc: hasher.finalize() })
-}
-
-/// Size and CRC32 of a file.
-pub fn file_crc(path: &Path, buf_size: usize) -> Result<Copied> {
-    let mut f = File::open(path).ctx("open", path)?;
-    let mut buf = vec![0u8; buf_size];
-    let mut hasher = crc32fast::Hasher::new();
-    let mut size = 0u64;
-    loop {
-        let n = match f.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(Error::io("read", path, e)),
         };
         hasher.update(&buf[..n]);
+        f(&buf[..n])?;
         size += n as u64;
     }
     Ok(Copied { size, crc: hasher.finalize() })

@@ -61,6 +61,14 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
                 } else {
                     let dst = dir.join(&f.rel);
                     let c = copy_verified(&src, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, true)?;
+                    scr_debug!(
+                        2,
+                        "fetched {} -> {} ({} bytes, crc32 verified: {})",
+                        src.display(),
+                        dst.display(),
+                        c.size,
+                        f.crc.is_some()
+                    );
                     Ok(FileMeta { rel: f.rel.clone(), path: dst, size: c.size, crc: Some(c.crc), complete: true })
                 }
             })

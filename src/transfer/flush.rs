@@ -110,6 +110,14 @@ fn copy_files(ctx: &Ctx, rec: &DatasetRecord) -> Result<Vec<PrefixFile>> {
             out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc });
         } else {
             let c = copy_verified(&f.path, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, false)?;
+            scr_debug!(
+                2,
+                "flushed {} -> {} ({} bytes, crc32 {:#010x})",
+                f.path.display(),
+                dst.display(),
+                c.size,
+                c.crc
+            );
             let crc = if ctx.settings.crc_on_flush { Some(c.crc) } else { f.crc };
             out.push(PrefixFile { rel: f.rel.clone(), size: c.size, crc });
         }
