@@ -199,8 +199,7 @@ pub unsafe extern "C" fn SCR_Route_file(name: *const c_char, file: *mut c_char) 
 }
 
 /// Both the call's failure and an invalid dataset return failure, as in SCR.
-fn completion(call: &str, r: Option<bool>) -> c_int {
-    let _ = call;
+fn completion(r: Option<bool>) -> c_int {
     if r == Some(true) {
         SCR_SUCCESS
     } else {
@@ -210,7 +209,7 @@ fn completion(call: &str, r: Option<bool>) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn SCR_Complete_output(valid: c_int) -> c_int {
-    completion("SCR_Complete_output", guard("SCR_Complete_output", || runtime::complete_output(valid != 0)))
+    completion(guard("SCR_Complete_output", || runtime::complete_output(valid != 0)))
 }
 
 #[no_mangle]
@@ -220,7 +219,7 @@ pub extern "C" fn SCR_Start_checkpoint() -> c_int {
 
 #[no_mangle]
 pub extern "C" fn SCR_Complete_checkpoint(valid: c_int) -> c_int {
-    completion("SCR_Complete_checkpoint", guard("SCR_Complete_checkpoint", || runtime::complete_output(valid != 0)))
+    completion(guard("SCR_Complete_checkpoint", || runtime::complete_output(valid != 0)))
 }
 
 /// # Safety
@@ -253,7 +252,7 @@ pub unsafe extern "C" fn SCR_Start_restart(name: *mut c_char) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn SCR_Complete_restart(valid: c_int) -> c_int {
-    completion("SCR_Complete_restart", guard("SCR_Complete_restart", || runtime::complete_restart(valid != 0)))
+    completion(guard("SCR_Complete_restart", || runtime::complete_restart(valid != 0)))
 }
 
 static VERSION_C: &CStr =

@@ -39,13 +39,17 @@ impl Runtime {
         if !self.world.bcast(0, &is_ckpt) {
             return Err(Error::usage(CALL, format!("{name:?} is an output dataset, not a checkpoint")));
         }
-        if self.rank0() {
+        let marked = if self.rank0() {
             Index::update(&self.layout.index(), |ix| {
                 if ix.datasets.contains_key(&id) {
                     ix.current = Some(name.to_string());
                 }
-            })?;
-        }
+            })
+            .map_err(Error::from)
+        } else {
+            Ok(())
+        };
+        self.agree(CALL, marked)?;
         self.wanted = Some(name.to_string());
         self.drop_newer_than_named(name);
         if self.restart.as_ref().map(|r| r.name.as_str()) != Some(name) {

@@ -317,7 +317,11 @@ impl Runtime {
         match &r {
             Ok(()) => {
                 self.filemap.datasets.insert(id, rec);
-                self.save_filemap()?;
+                // The flush is complete and agreed; a local failure to record the CRCs must not
+                // make this rank leave the collective path the others are on.
+                if let Err(e) = self.save_filemap() {
+                    scr_error!("{e}");
+                }
                 self.set_location(id, Some(Location::Pfs));
             }
             Err(_) => self.set_location(id, Some(Location::Cache)),

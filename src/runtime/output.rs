@@ -235,7 +235,14 @@ impl Runtime {
         rec.complete = true;
         let (is_ckpt, is_output, bypass, scheme) =
             (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass, rec.reddesc.scheme);
-        self.save_filemap()?;
+        if let Err(e) = self.agree(&format!("recording dataset {id} as complete"), self.save_filemap()) {
+            if self.rank0() {
+                scr_error!("{e}; the dataset is discarded");
+            }
+            self.drop_cached(id);
+            self.policy.compute_started();
+            return Ok(false);
+        }
         self.set_location(id, Some(Location::Cache));
         let secs = self.world.max_f64(start.elapsed().as_secs_f64());
         self.policy.output_done(secs);
