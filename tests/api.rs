@@ -255,3 +255,34 @@ fn pkg_config_file_builds_an_scr3_program() {
         .unwrap();
     assert!(status.success());
 }
+
+#[test]
+fn halt_file_conditions_set_by_another_process_are_honoured() {
+    // Write the halt file the way scr_halt will: locked read-modify-write of the shared file.
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0");
+    let halt = job.prefix.join(".scr/halt.scr");
+    std::fs::create_dir_all(halt.parent().unwrap()).unwrap();
+    scr::state::halt::Halt::update(&halt, |h| h.checkpoints_left = Some(2)).unwrap();
+    let r = job.run("test_api", &["--steps", "5"]);
+    assert!(r.has("SHOULD_EXIT at ckpt.2") && !r.stdout.contains("ckpt.3"), "{}", r.dump());
+    assert_eq!(job.meta(&halt)["checkpoints_left"], 0, "counted down by the job");
+
+    // SCR_HALT_EXIT=1: the run ends right after the checkpoint that satisfies the condition.
+    scr::state::halt::Halt::update(&halt, |h| {
+        *h = scr::state::halt::Halt { checkpoints_left: Some(1), ..Default::default() }
+    })
+    .unwrap();
+    job.set("SCR_HALT_EXIT", "1");
+    let r = job.run("test_api", &["--steps", "5"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    // The exit happens inside SCR_Complete_output, after checkpoint 3 is complete in cache.
+    assert!(
+        r.has("RESTARTED ckpt.2 step=2") && !r.stdout.contains("CHECKPOINT") && !r.stdout.contains("DONE"),
+        "{}",
+        r.dump()
+    );
+    assert_eq!(job.cached_files("ckpt.3/rank_").len(), 4, "{}", r.dump());
+    assert!(job.cached_files("ckpt.4").is_empty());
+    assert!(r.stderr.contains("no checkpoints left"), "{}", r.dump());
+}
