@@ -2,16 +2,10 @@
 # Benchmark (not a test): SCR through the API against the raw limit measured in the same
 # run, at 4 ranks x 64 MiB and 4 ranks x 256 MiB, cache in /dev/shm, prefix in /tmp.
 # Figures are printed; previous ones are in BENCHMARKS.md.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
-scripts/setup.sh
-. scripts/mpienv.sh
-cargo build --release --quiet -p scr
+. "$(dirname "$0")/common.sh"
 work=$(mktemp -d /tmp/scr-bench.XXXXXX)
 mkdir -p "$work/prefix"
-mpicc -O2 -Wall -I include examples/c/bench_api.c -L target/release -lscr \
-  -Wl,-rpath,"$repo/target/release" -o "$work/bench_api"
+build_example bench_api "$work/bench_api"
 export SCR_PREFIX=$work/prefix SCR_CACHE_BASE=/dev/shm SCR_CNTL_BASE=/dev/shm SCR_COPY_TYPE=SINGLE
 export SCR_CACHE_BYPASS=0 SCR_FLUSH=0 SCR_CACHE_SIZE=1
 for mib in 64 256; do

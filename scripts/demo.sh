@@ -3,16 +3,10 @@
 # 4 ranks checkpoints into node-local cache through the SCR API, flushes every 2nd
 # checkpoint to the prefix, is killed, restarts from cache, loses its cache, and restarts
 # from the prefix.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-repo=$PWD
-scripts/setup.sh
-. scripts/mpienv.sh
-cargo build --release --quiet -p scr
+. "$(dirname "$0")/common.sh"
 work=$(mktemp -d /tmp/scr-demo.XXXXXX)
 mkdir -p "$work/prefix" "$work/bin"
-mpicc -O2 -Wall -I include examples/c/test_api.c -L target/release -lscr \
-  -Wl,-rpath,"$repo/target/release" -o "$work/bin/test_api"
+build_example test_api "$work/bin/test_api"
 export SCR_PREFIX=$work/prefix SCR_CACHE_BASE=${SCR_CACHE_BASE:-/dev/shm} SCR_CNTL_BASE=${SCR_CNTL_BASE:-/dev/shm}
 export SCR_COPY_TYPE=SINGLE SCR_CACHE_SIZE=2 SCR_FLUSH=2 SCR_DEBUG=1
 run() { (cd "$work/prefix" && mpirun -np 4 "$work/bin/test_api" --size $((16 << 20)) "$@" 2>&1 \
