@@ -94,6 +94,43 @@ impl Comm {
         (self.split(id as i32, self.rank), uniq.len(), id)
     }
 
+    /// Send bytes to `dest` (blocking; the receiver must know the length).
+    pub fn send(&self, dest: i32, data: &[u8]) {
+        self.inner.process_at_rank(dest).send(data);
+    }
+
+    /// Receive exactly `buf.len()` bytes from `src`.
+    pub fn recv_into(&self, src: i32, buf: &mut [u8]) {
+        self.inner.process_at_rank(src).receive_into(buf);
+    }
+
+    /// Send a value of any length to `dest`.
+    pub fn send_value<T: Serialize>(&self, dest: i32, value: &T) {
+        let bytes = serde_json::to_vec(value).expect("serialises");
+        self.send(dest, &(bytes.len() as u64).to_le_bytes());
+        self.send(dest, &bytes);
+    }
+
+    /// Receive a value sent with [`Comm::send_value`].
+    pub fn recv_value<T: DeserializeOwned>(&self, src: i32) -> T {
+        let mut len = [0u8; 8];
+        self.recv_into(src, &mut len);
+        let mut bytes = vec![0u8; u64::from_le_bytes(len) as usize];
+        self.recv_into(src, &mut bytes);
+        serde_json::from_slice(&bytes).expect("received value deserialises")
+    }
+
+    /// Send `data` to `dest` and receive `buf.len()` bytes from `src` at once (no deadlock
+    /// when every rank of a ring does it).
+    pub fn sendrecv(&self, data: &[u8], dest: i32, buf: &mut [u8], src: i32) {
+        mpi::point_to_point::send_receive_into(
+            data,
+            &self.inner.process_at_rank(dest),
+            buf,
+            &self.inner.process_at_rank(src),
+        );
+    }
+
     /// Logical AND of `v` over all ranks.
     pub fn all_true(&self, v: bool) -> bool {
         self.min_i64(v as i64) == 1

@@ -41,11 +41,6 @@ impl Scheme {
             Scheme::Rs => "RS",
         }
     }
-
-    /// Whether this build can apply the scheme.
-    pub fn implemented(self) -> bool {
-        matches!(self, Scheme::Single)
-    }
 }
 
 /// A redundancy descriptor (`CKPT=<index> ...` or the implied default).
@@ -55,9 +50,8 @@ pub struct RedDesc {
     pub interval: u64,
     pub group: String,
     pub store: PathBuf,
-    /// The scheme the configuration asked for.
-    pub requested: Scheme,
-    /// The scheme actually applied (equal to `requested` once every scheme is implemented).
+    /// The scheme the configuration asks for. The protection a dataset actually got (which
+    /// depends on how sets could be formed) is recorded with the dataset.
     pub scheme: Scheme,
     pub set_size: usize,
     pub set_failures: usize,
@@ -112,7 +106,7 @@ impl Descriptors {
                 };
                 // SCR_COPY_TYPE is FILE here, so a missing TYPE takes the built-in default, XOR.
                 let ty = e.attr("TYPE").unwrap_or("XOR");
-                let requested = Scheme::parse(ty)
+                let scheme = Scheme::parse(ty)
                     .ok_or_else(|| cerr(here("TYPE"), format!("TYPE={ty}: expected SINGLE, PARTNER, XOR or RS")))?;
                 let interval = count("INTERVAL", 1)? as u64;
                 if interval == 0 {
@@ -123,8 +117,7 @@ impl Descriptors {
                     interval,
                     group: e.attr("GROUP").unwrap_or(&s.group).to_string(),
                     store: e.attr("STORE").map(PathBuf::from).unwrap_or_else(|| s.cache_base.clone()),
-                    requested,
-                    scheme: effective(requested),
+                    scheme,
                     set_size: count("SET_SIZE", s.set_size)?,
                     set_failures: count("SET_FAILURES", s.set_failures)?,
                     bypass: flag("BYPASS", s.cache_bypass)?,
@@ -138,7 +131,7 @@ impl Descriptors {
                 return Err(cerr("CKPT entries".into(), "at most one CKPT descriptor may set OUTPUT=1"));
             }
         } else {
-            let requested = Scheme::parse(&s.copy_type).ok_or_else(|| {
+            let scheme = Scheme::parse(&s.copy_type).ok_or_else(|| {
                 cerr("SCR_COPY_TYPE".into(), format!("{}: expected SINGLE, PARTNER, XOR, RS or FILE", s.copy_type))
             })?;
             reddescs.push(RedDesc {
@@ -146,8 +139,7 @@ impl Descriptors {
                 interval: 1,
                 group: s.group.clone(),
                 store: s.cache_base.clone(),
-                requested,
-                scheme: effective(requested),
+                scheme,
                 set_size: s.set_size,
                 set_failures: s.set_failures,
                 bypass: s.cache_bypass,
@@ -228,14 +220,6 @@ impl Descriptors {
     }
 }
 
-fn effective(requested: Scheme) -> Scheme {
-    if requested.implemented() {
-        requested
-    } else {
-        Scheme::Single
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -281,9 +265,17 @@ mod tests {
     }
 
     #[test]
-    fn unimplemented_schemes_fall_back_to_single_visibly() {
-        let d = Descriptors::build(&settings("SCR_COPY_TYPE=XOR\n")).unwrap();
-        assert_eq!(d.reddescs[0].requested, Scheme::Xor);
-        assert_eq!(d.reddescs[0].scheme, Scheme::Single);
+    fn schemes_and_set_parameters() {
+        let d = Descriptors::build(&settings("SCR_COPY_TYPE=RS\nSCR_SET_SIZE=6\nSCR_SET_FAILURES=3\n")).unwrap();
+        assert_eq!(d.reddescs[0].scheme, Scheme::Rs);
+        assert_eq!((d.reddescs[0].set_size, d.reddescs[0].set_failures), (6, 3));
+        let d = Descriptors::build(&settings(
+            "SCR_COPY_TYPE=FILE\nCKPT=0 TYPE=PARTNER GROUP=RACK STORE=/ssd\nGROUPS=n1 RACK=a\n",
+        ))
+        .unwrap();
+        assert_eq!(d.reddescs[0].scheme, Scheme::Partner);
+        assert_eq!(d.reddescs[0].group, "RACK");
+        assert_eq!(d.group_value("RACK", "n1").unwrap(), "a");
+        assert!(d.group_value("RACK", "n2").unwrap_err().msg.contains("no GROUPS=n2"));
     }
 }

@@ -1,24 +1,74 @@
-//! Redundancy schemes applied to a cached dataset, and the check a restart runs to decide
-//! whether a cached dataset is usable.
+//! Redundancy schemes applied to a cached dataset (SINGLE, PARTNER, XOR, RS), and the checks
+//! a restart runs to decide whether a rank's part of a cached dataset is usable.
 //!
-//! This build implements SINGLE: each file lives only in its writer's cache, so a dataset is
-//! usable exactly when every rank still holds every file it wrote, with the recorded size
-//! (and, with `SCR_CRC_ON_COPY=1`, the recorded CRC32). PARTNER, XOR and RS plug in here with an
-//! encoder (applied in `SCR_Complete_output`) and a rebuild (run in `SCR_Init`).
+//! Each scheme is a pure codec ([`codec`], over [`gf`]), a parallel schedule over the set's
+//! communicator ([`parallel`]) and a serial rebuild from files ([`serial`], for the commands),
+//! all sharing the layout of [`stream`] (a rank's files as one byte stream) and [`redfile`]
+//! (the per-rank redundancy file). [`sets`] decides which processes protect each other.
+//!
+//! SINGLE keeps each file only in its writer's cache: the dataset survives the failure of a
+//! process, not the loss of its node. PARTNER keeps a full copy of each rank's files on its
+//! right-hand neighbour in the set. XOR (RS with `m = 1`) and RS keep `m / (n - m)` of each
+//! rank's data as parity and survive the loss of any `m` members of a set of `n`.
+
+pub mod codec;
+pub mod gf;
+pub mod parallel;
+pub mod redfile;
+pub mod serial;
+pub mod sets;
+pub mod stream;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
 
 use crate::desc::Scheme;
 use crate::state::filemap::DatasetRecord;
 use crate::transfer::copy::file_crc;
 
-/// Apply the dataset's scheme after a valid `SCR_Complete_output` (SINGLE: nothing to add).
-pub fn apply(rec: &DatasetRecord) -> Result<(), String> {
-    match rec.reddesc.scheme {
-        Scheme::Single => Ok(()),
-        other => Err(format!("redundancy scheme {} is not available in this build", other.name())),
+/// How this rank's part of a dataset is protected (recorded with the dataset).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RedInfo {
+    /// The scheme applied.
+    pub scheme: Scheme,
+    pub set_id: usize,
+    /// World ranks of the set members, in set order (as they were when the dataset was
+    /// written).
+    pub ranks: Vec<i32>,
+    /// This rank's position in the set.
+    pub index: usize,
+    /// Losses tolerated per set (PARTNER: 1, with no two neighbours lost).
+    pub failures: usize,
+    /// XOR/RS: the chunk size; PARTNER: the size of the left neighbour's copy.
+    pub chunk: u64,
+    /// The redundancy file.
+    pub file: PathBuf,
+}
+
+impl RedInfo {
+    /// Payload bytes of the redundancy file.
+    pub fn payload(&self) -> u64 {
+        match self.scheme {
+            Scheme::Partner => self.chunk,
+            _ => self.failures as u64 * self.chunk,
+        }
+    }
+
+    /// Whether a set can be rebuilt after losing the members `lost` (set indices).
+    pub fn tolerates(&self, lost: &[usize]) -> bool {
+        let n = self.ranks.len();
+        match self.scheme {
+            Scheme::Single => lost.is_empty(),
+            Scheme::Partner => lost.len() < n && lost.iter().all(|&l| !lost.contains(&((l + 1) % n))),
+            Scheme::Xor | Scheme::Rs => lost.len() <= self.failures,
+        }
     }
 }
 
-/// Check that this rank holds its files of `rec` intact. `Err` lists what is wrong.
+/// Check that this rank holds its part of `rec` intact: every file with its recorded size
+/// (and CRC32 when `verify_crc`), and the redundancy file with a sound header of the right
+/// size. `Err` lists what is wrong.
 pub fn check_local(rec: &DatasetRecord, verify_crc: bool, buf_size: usize) -> Result<(), String> {
     if !rec.complete {
         return Err("the dataset was never completed (the run stopped during the output phase)".into());
@@ -43,6 +93,15 @@ pub fn check_local(rec: &DatasetRecord, verify_crc: bool, buf_size: usize) -> Re
                     }
                 }
             }
+        }
+    }
+    if let Some(red) = &rec.red {
+        match redfile::read_header(&red.file) {
+            Err(e) => problems.push(format!("redundancy file: {e}")),
+            Ok((h, payload)) if payload != red.payload() || h.red.index != red.index || h.desc.id != rec.desc.id => {
+                problems.push(format!("{}: does not match the dataset record", red.file.display()))
+            }
+            Ok(_) => {}
         }
     }
     if problems.is_empty() {

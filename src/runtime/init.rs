@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::identity::{self, JobId};
 use crate::paths::{self, Prefix};
 use crate::state::filemap::Filemap;
-use crate::state::flushfile::FlushFile;
+use crate::state::flushfile::{FlushFile, Location};
 use crate::state::halt::{Halt, FINALIZE_REASON};
 use crate::state::index::Index;
 use crate::state::layout::Layout;
@@ -50,17 +50,6 @@ impl Runtime {
                 world.size(),
                 settings.describe()
             );
-            for d in &descs.reddescs {
-                if d.scheme != d.requested {
-                    scr_warn!(
-                        "CKPT={} asks for TYPE={}, which this build does not implement yet: its datasets get {} \
-                         protection (they survive a process failure, not the loss of a node)",
-                        d.index,
-                        d.requested.name(),
-                        d.scheme.name()
-                    );
-                }
-            }
             if settings.flush_type != "SYNC" {
                 scr_warn!(
                     "SCR_FLUSH_TYPE={} is not available in this build; flushes run synchronously",
@@ -101,9 +90,11 @@ impl Runtime {
             wanted: None,
             failed: Vec::new(),
             policy: Policy::new(),
+            sets: Vec::new(),
             exit_requested: None,
         };
         rt.make_directories()?;
+        rt.form_sets()?;
         rt.restore()?;
         if rt.rank0() {
             scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
@@ -142,22 +133,41 @@ impl Runtime {
 
     /// Find what to restart from: cache first, then the prefix.
     fn restore(&mut self) -> Result<()> {
-        // The flush file of this node, as rank 0 sees it, so every rank decides alike.
-        let flushes = if self.rank0() {
+        // The flush files of all nodes merged (a dataset counts as flushed if any node saw
+        // its flush complete), so every rank decides alike even if a node was lost.
+        let mine = if self.node.rank() == 0 {
             FlushFile::load(&self.layout.flush_file()).unwrap_or_else(|e| {
-                scr_warn!("{e}; treating every cached dataset as not flushed");
+                scr_warn!("{e}; this node's record of flushed datasets is ignored");
                 FlushFile::default()
             })
         } else {
             FlushFile::default()
         };
-        self.flushes = self.world.bcast(0, &flushes);
+        let merged = self.world.gather(0, &mine).map(|all| {
+            let mut out = FlushFile::default();
+            for f in all {
+                for (id, e) in f.datasets {
+                    match out.datasets.get(&id) {
+                        Some(have) if have.location == Location::Pfs => {}
+                        _ => {
+                            out.datasets.insert(id, e);
+                        }
+                    }
+                }
+            }
+            out
+        });
+        self.flushes = self.world.bcast(0, &merged.unwrap_or_default());
 
         let fm_path = self.layout.filemap(self.world.rank());
         self.filemap = Filemap::load(&fm_path).unwrap_or_else(|e| {
             scr_error!("{e}; the cached datasets of this rank are unusable");
             Filemap::default()
         });
+
+        if self.settings.distribute && !self.settings.cache_purge {
+            self.distribute();
+        }
 
         // Continue ids after everything known, in cache or in the prefix.
         let index = if self.rank0() { self.load_index() } else { Index::default() };
@@ -257,12 +267,10 @@ impl Runtime {
                 scr_debug!(2, "cached dataset {id} is intact on this rank");
                 continue;
             }
-            let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
-            let summary = self.ctx().summarize_failures(&format!("restoring cached dataset {id} ({name})"), err);
-            if self.rank0() {
-                scr_warn!("{summary}; deleting it from cache ({} cannot rebuild missing files)", self.scheme_of(id));
+            if let Some(e) = &err {
+                scr_warn!("cached dataset {id}: {e}");
             }
-            self.drop_cached(id);
+            self.rebuild_or_drop(id, err);
         }
         // Datasets SCR owes the prefix (output never flushed, a flush cut short) go now.
         let owed: Vec<u64> = self
@@ -279,10 +287,6 @@ impl Runtime {
                 }
             }
         }
-    }
-
-    fn scheme_of(&self, id: u64) -> &'static str {
-        self.filemap.datasets.get(&id).map(|r| r.reddesc.scheme.name()).unwrap_or("SINGLE")
     }
 
     /// With a named checkpoint requested, newer cached datasets are deleted (user guide 2.5.6).

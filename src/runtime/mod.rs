@@ -16,7 +16,9 @@ mod init;
 mod manage;
 mod output;
 mod policy;
+mod rebuild;
 mod restart;
+mod sets;
 
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -72,6 +74,8 @@ pub struct Runtime {
     /// Checkpoints whose restart failed in this run.
     failed: Vec<u64>,
     policy: policy::Policy,
+    /// This rank's redundancy set for each descriptor (by descriptor index).
+    sets: Vec<Option<crate::redundancy::parallel::SetPlan>>,
     /// Set when a halt condition holds and `SCR_HALT_EXIT=1`: the front end ends the run.
     exit_requested: Option<String>,
 }

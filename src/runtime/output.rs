@@ -79,6 +79,7 @@ impl Runtime {
             reddesc,
             files: Vec::new(),
             complete: false,
+            red: None,
         };
         let dir = rec.dir.clone();
         self.filemap.datasets.insert(id, rec);
@@ -222,8 +223,14 @@ impl Runtime {
         rec.desc.size = total;
         rec.desc.files = files;
         rec.desc.complete = true;
-        let applied = crate::redundancy::apply(rec);
-        let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied.map_err(Error::Other));
+        let plan = self.sets.get(rec.reddesc.index).and_then(Option::as_ref).filter(|_| !rec.reddesc.bypass);
+        let applied = match plan {
+            Some(p) if p.scheme != crate::desc::Scheme::Single => {
+                crate::redundancy::parallel::encode(p, rec, self.settings.file_buf_size)
+            }
+            _ => Ok(()),
+        };
+        let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied);
         if let Err(e) = applied {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");
@@ -233,8 +240,8 @@ impl Runtime {
         }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.complete = true;
-        let (is_ckpt, is_output, bypass, scheme) =
-            (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass, rec.reddesc.scheme);
+        let scheme = rec.red.as_ref().map_or(crate::desc::Scheme::Single, |r| r.scheme);
+        let (is_ckpt, is_output, bypass) = (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass);
         if let Err(e) = self.agree(&format!("recording dataset {id} as complete"), self.save_filemap()) {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");

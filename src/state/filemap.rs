@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::DatasetDesc;
 use crate::desc::RedDesc;
+use crate::redundancy::RedInfo;
 use crate::persist::{self, MetaError};
 
 const KIND: &str = "filemap";
@@ -41,6 +42,9 @@ pub struct DatasetRecord {
     pub files: Vec<FileMeta>,
     /// This rank's part is complete and valid.
     pub complete: bool,
+    /// The redundancy applied to this rank's part (none: SINGLE, or bypass).
+    #[serde(default)]
+    pub red: Option<RedInfo>,
 }
 
 impl DatasetRecord {

@@ -1,0 +1,361 @@
+//! The scalable restart of `SCR_Init` for cached datasets: move each rank's records and files
+//! to the node it runs on now ([`Runtime::distribute`]), then, newest dataset first, keep what
+//! is intact, rebuild what the redundancy scheme can, and drop the rest with the missing ranks
+//! and files named ([`Runtime::rebuild_or_drop`]).
+//!
+//! Distribution: each node's leader reads the filemaps in its control directory that belong
+//! to ranks running elsewhere now (the job was relaunched with another mapping, or on a spare
+//! node); rank 0 collects who holds what and broadcasts the moves; each move sends the record,
+//! then every file (data and redundancy) from holder to owner, who writes it at the same path
+//! on its node and acknowledges; only then the holder deletes its copy.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::Runtime;
+use crate::redundancy::parallel::{self, Member};
+use crate::redundancy::redfile::{self, FileEntry, Header};
+use crate::redundancy::{serial, RedInfo};
+use crate::state::filemap::{DatasetRecord, FileMeta, Filemap};
+use crate::{scr_debug, scr_error, scr_warn};
+
+/// One redistribution move: dataset, owner rank, holder rank.
+type Move = (u64, i32, i32);
+
+const MISSING: u64 = u64::MAX;
+
+impl Runtime {
+    /// Move records and files of ranks that now run on another node to them (collective).
+    pub(super) fn distribute(&mut self) {
+        let size = self.world.size();
+        let on_node: Vec<i32> = self.node.allgather(&self.world.rank());
+        let mut foreign: BTreeMap<i32, Filemap> = BTreeMap::new();
+        if self.node.rank() == 0 {
+            for (rank, path) in filemaps_in(&self.layout.cntl_dir) {
+                if on_node.contains(&rank) {
+                    continue;
+                }
+                if rank >= size {
+                    scr_warn!("{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored", path.display());
+                    continue;
+                }
+                match Filemap::load(&path) {
+                    Ok(fm) => {
+                        foreign.insert(rank, fm);
+                    }
+                    Err(e) => scr_error!("{e}; the data it describes cannot be moved to rank {rank}"),
+                }
+            }
+        }
+        let offers: Vec<(u64, i32)> =
+            foreign.iter().flat_map(|(r, fm)| fm.datasets.keys().map(move |id| (*id, *r))).collect();
+        let mine: Vec<u64> = self.filemap.datasets.keys().copied().collect();
+        let all = self.world.gather(0, &(mine, offers));
+        let moves: Vec<Move> = all
+            .map(|all| {
+                let mut moves: Vec<Move> = Vec::new();
+                for (holder, (_, offers)) in all.iter().enumerate() {
+                    for &(id, owner) in offers {
+                        let owned = all[owner as usize].0.contains(&id);
+                        if !owned && !moves.iter().any(|m| m.0 == id && m.1 == owner) {
+                            moves.push((id, owner, holder as i32));
+                        }
+                    }
+                }
+                moves.sort_by_key(|m| (std::cmp::Reverse(m.0), m.1));
+                moves
+            })
+            .unwrap_or_default();
+        let moves: Vec<Move> = self.world.bcast(0, &moves);
+        if self.rank0() && !moves.is_empty() {
+            scr_debug!(1, "moving {} cached dataset part(s) to the nodes their ranks now run on", moves.len());
+        }
+        let me = self.world.rank();
+        for (id, owner, holder) in moves {
+            if me == holder {
+                let fm = foreign.get_mut(&owner).expect("the holder offered it");
+                let rec = fm.datasets.get(&id).expect("offered").clone();
+                if self.send_record(owner, &rec) {
+                    fm.datasets.remove(&id);
+                    super::remove_cached_files(&rec);
+                    let path = self.layout.filemap(owner);
+                    let r = if fm.datasets.is_empty() { crate::paths::remove_file_if_exists(&path) } else { fm.save(&path).map_err(Into::into) };
+                    if let Err(e) = r {
+                        scr_warn!("{e}");
+                    }
+                }
+            } else if me == owner {
+                self.recv_record(holder);
+            }
+        }
+    }
+
+    /// Send a record and its files; true when the owner stored them.
+    fn send_record(&self, owner: i32, rec: &DatasetRecord) -> bool {
+        self.world.send_value(owner, rec);
+        let buf_size = self.settings.file_buf_size;
+        let mut buf = vec![0u8; buf_size];
+        for path in record_paths(rec) {
+            let file = std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len())));
+            let Ok((file, len)) = file else {
+                self.world.send(owner, &MISSING.to_le_bytes());
+                continue;
+            };
+            self.world.send(owner, &len.to_le_bytes());
+            let mut off = 0u64;
+            while off < len {
+                let n = buf_size.min((len - off) as usize);
+                if std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf[..n], off).is_err() {
+                    buf[..n].fill(0); // the size or CRC check on restore will reject it
+                }
+                self.world.send(owner, &buf[..n]);
+                off += n as u64;
+            }
+        }
+        let mut ack = [0u8; 1];
+        self.world.recv_into(owner, &mut ack);
+        ack[0] == 1
+    }
+
+    /// Receive a record and its files from `holder` and add it to this rank's filemap.
+    fn recv_record(&mut self, holder: i32) {
+        let rec: DatasetRecord = self.world.recv_value(holder);
+        let mut ok = true;
+        let mut buf = vec![0u8; self.settings.file_buf_size];
+        for path in record_paths(&rec) {
+            let mut len = [0u8; 8];
+            self.world.recv_into(holder, &mut len);
+            let len = u64::from_le_bytes(len);
+            if len == MISSING {
+                continue;
+            }
+            let out = path.parent().map_or(Ok(()), crate::paths::create_dirs).ok().and_then(|_| std::fs::File::create(&path).ok());
+            ok &= out.is_some();
+            let mut off = 0u64;
+            while off < len {
+                let n = buf.len().min((len - off) as usize);
+                self.world.recv_into(holder, &mut buf[..n]);
+                if let Some(f) = &out {
+                    ok &= std::os::unix::fs::FileExt::write_all_at(f, &buf[..n], off).is_ok();
+                }
+                off += n as u64;
+            }
+            if let Some(f) = &out {
+                ok &= f.sync_all().is_ok();
+            }
+        }
+        if ok {
+            scr_debug!(2, "received dataset {} from rank {holder}", rec.desc.id);
+            self.filemap.datasets.insert(rec.desc.id, rec);
+            if let Err(e) = self.save_filemap() {
+                scr_error!("{e}");
+                ok = false;
+            }
+        }
+        self.world.send(holder, &[u8::from(ok)]);
+    }
+
+    /// Cached dataset `id` is not intact on every rank: rebuild it if its redundancy allows,
+    /// else explain and drop it. `problem` is this rank's reason. Returns whether it was kept.
+    pub(super) fn rebuild_or_drop(&mut self, id: u64, problem: Option<String>) -> bool {
+        let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone());
+        let red = self.filemap.datasets.get(&id).and_then(|r| r.red.clone());
+        let files: Vec<String> =
+            self.filemap.datasets.get(&id).map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect()).unwrap_or_default();
+        let status = (problem.is_none(), red.clone(), name, files);
+        let plan: Result<Vec<(usize, usize, bool)>, String> = match self.world.gather(0, &status) {
+            Some(all) => plan_rebuild(id, &all, self.world.size() as usize),
+            None => Ok(Vec::new()),
+        };
+        let plan: Result<Vec<(usize, usize, bool)>, String> = self.world.bcast(0, &plan);
+        let plan = match plan {
+            Ok(p) => p,
+            Err(why) => {
+                if self.rank0() {
+                    scr_warn!("{why}; deleting dataset {id} from cache");
+                }
+                self.drop_cached(id);
+                return false;
+            }
+        };
+        let (set_id, index, lost) = plan[self.world.rank() as usize];
+        let comm = self.world.split(set_id as i32, index as i32);
+        let lost_in_set: Vec<usize> = (0..comm.size() as usize).filter(|&x| plan_lost(&plan, set_id, x)).collect();
+        let mut result: Result<(), String> = Ok(());
+        if !lost_in_set.is_empty() {
+            result = self.rebuild_member(id, &comm, index, lost, &lost_in_set);
+        }
+        let err = result.err();
+        let ok = self.world.all_true(err.is_none());
+        let summary = if ok { String::new() } else { self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err) };
+        if ok {
+            if self.rank0() {
+                let n = plan.iter().filter(|p| p.2).count();
+                crate::log::emit("INFO", format_args!("rebuilt cached dataset {id} for {n} rank(s) from its redundancy data"));
+            }
+            true
+        } else {
+            if self.rank0() {
+                scr_warn!("{summary}; deleting dataset {id} from cache");
+            }
+            self.drop_cached(id);
+            false
+        }
+    }
+
+    /// This rank's part in rebuilding its set.
+    fn rebuild_member(&mut self, id: u64, comm: &crate::comm::Comm, index: usize, lost: bool, lost_in_set: &[usize]) -> Result<(), String> {
+        // No early return before the collectives below: every member must take part.
+        let mut local_err = None;
+        let header: Option<Header> = if lost {
+            None
+        } else {
+            let rec = self.filemap.datasets.get(&id).expect("a survivor holds a record");
+            let red = rec.red.as_ref().expect("a survivor has redundancy");
+            redfile::read_header(&red.file).map_err(|e| local_err = Some(e.to_string())).ok().map(|h| h.0)
+        };
+        let headers: Vec<Option<Header>> = comm.allgather(&header);
+        let n = comm.size() as usize;
+        let Some(template) = headers.iter().flatten().next().cloned() else {
+            return Err(local_err.unwrap_or_else(|| "no surviving member could read its redundancy file".into()));
+        };
+        let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
+        for h in headers.iter().flatten() {
+            for (x, f) in &h.files {
+                all[*x].get_or_insert_with(|| f.clone());
+            }
+        }
+        let Some(all) = all.into_iter().collect::<Option<Vec<_>>>() else {
+            return Err("the surviving redundancy files do not list every member's files".into());
+        };
+        let totals: Vec<u64> = all.iter().map(|f| f.iter().map(|e| e.size).sum()).collect();
+        let piece = self.settings.file_buf_size;
+        if !lost {
+            let rec = self.filemap.datasets.get(&id).expect("survivor").clone();
+            let red = rec.red.clone().expect("survivor");
+            let r = parallel::rebuild(comm, Member::Survivor(&rec), &red, lost_in_set, &totals, piece);
+            return match local_err {
+                Some(e) => Err(e),
+                None => r.map_err(|e| e.to_string()),
+            };
+        }
+        let dir = self.layout.cache_dataset_dir(&template.reddesc.store, id);
+        let mut red = RedInfo { index, file: PathBuf::new(), ..template.red.clone() };
+        if red.scheme == crate::desc::Scheme::Partner {
+            red.chunk = totals[(index + n - 1) % n];
+        }
+        red.file = parallel::red_path(&dir, &red);
+        let files: Vec<FileMeta> = all[index]
+            .iter()
+            .map(|e| FileMeta { rel: e.rel.clone(), path: dir.join(&e.rel), size: e.size, crc: e.crc, complete: true })
+            .collect();
+        let rec = DatasetRecord {
+            desc: template.desc.clone(),
+            reddesc: template.reddesc.clone(),
+            dir,
+            files,
+            complete: true,
+            red: Some(red.clone()),
+        };
+        // Drop what is left of a damaged part first (its files are recreated).
+        if let Some(old) = self.filemap.datasets.remove(&id) {
+            super::remove_cached_files(&old);
+        }
+        let r = parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &totals, piece);
+        r.map_err(|e| e.to_string())?;
+        serial::finish(&red, &serial::header_for(&template, &red, &all)).map_err(|e| e.to_string())?;
+        for f in &rec.files {
+            if let Some(crc) = f.crc {
+                let got = crate::transfer::copy::file_crc(&f.path, piece).map_err(|e| e.to_string())?;
+                if got.crc != crc {
+                    return Err(format!("{}: rebuilt data has CRC32 {:#010x}, {crc:#010x} was recorded", f.path.display(), got.crc));
+                }
+            }
+        }
+        self.filemap.datasets.insert(id, rec);
+        self.save_filemap().map_err(|e| e.to_string())
+    }
+}
+
+/// Rank 0's plan: for every rank (set id, index in set, lost), or why the dataset cannot be
+/// rebuilt. `all[r]` = (intact, redundancy info, name, files) as rank r sees its part.
+#[allow(clippy::type_complexity)]
+fn plan_rebuild(
+    id: u64,
+    all: &[(bool, Option<RedInfo>, Option<String>, Vec<String>)],
+    size: usize,
+) -> Result<Vec<(usize, usize, bool)>, String> {
+    let name = all.iter().find_map(|s| s.2.clone()).unwrap_or_default();
+    let lost: Vec<usize> = (0..size).filter(|&r| !all[r].0).collect();
+    let lost_files: Vec<String> = lost
+        .iter()
+        .take(4)
+        .map(|&r| if all[r].3.is_empty() { format!("rank {r} (record lost)") } else { format!("rank {r} ({})", all[r].3.join(", ")) })
+        .collect();
+    let what = format!(
+        "cached dataset {id} ({name}) is missing data of {} rank(s): {}{}",
+        lost.len(),
+        lost_files.join("; "),
+        if lost.len() > 4 { "; ..." } else { "" }
+    );
+    let mut plan: Vec<Option<(usize, usize)>> = vec![None; size];
+    let mut sets: BTreeMap<usize, RedInfo> = BTreeMap::new();
+    for s in all {
+        if let Some(red) = &s.1 {
+            if red.ranks.iter().any(|&r| r < 0 || r as usize >= size) {
+                return Err(format!("{what}, and it was written by a run with other ranks"));
+            }
+            for (x, &r) in red.ranks.iter().enumerate() {
+                plan[r as usize] = Some((red.set_id, x));
+            }
+            sets.entry(red.set_id).or_insert_with(|| red.clone());
+        }
+    }
+    if plan.iter().any(Option::is_none) {
+        return Err(format!("{what}; it has no redundancy data for every rank (SINGLE protection)"));
+    }
+    for (sid, red) in &sets {
+        let lost_here: Vec<usize> = (0..red.ranks.len()).filter(|&x| !all[red.ranks[x] as usize].0).collect();
+        if !red.tolerates(&lost_here) {
+            let ranks: Vec<i32> = lost_here.iter().map(|&x| red.ranks[x]).collect();
+            return Err(format!(
+                "{what}; set {sid} lost ranks {ranks:?} of {:?}, more than {} can rebuild (tolerates {})",
+                red.ranks,
+                red.scheme.name(),
+                if red.scheme == crate::desc::Scheme::Partner { "no two neighbours".to_string() } else { red.failures.to_string() }
+            ));
+        }
+    }
+    Ok(plan.into_iter().enumerate().map(|(r, p)| {
+        let (s, x) = p.expect("checked");
+        (s, x, !all[r].0)
+    }).collect())
+}
+
+fn plan_lost(plan: &[(usize, usize, bool)], set: usize, index: usize) -> bool {
+    plan.iter().any(|&(s, x, l)| s == set && x == index && l)
+}
+
+/// The filemaps in a control directory: (rank, path).
+fn filemaps_in(dir: &Path) -> Vec<(i32, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut out: Vec<(i32, PathBuf)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let rank = name.strip_prefix("filemap_")?.strip_suffix(".scrinfo")?.parse().ok()?;
+            Some((rank, e.path()))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Every file a record owns in cache: data files, then the redundancy file.
+fn record_paths(rec: &DatasetRecord) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = rec.files.iter().filter(|f| f.path.starts_with(&rec.dir)).map(|f| f.path.clone()).collect();
+    if let Some(red) = &rec.red {
+        v.push(red.file.clone());
+    }
+    v
+}

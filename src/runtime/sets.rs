@@ -1,0 +1,95 @@
+//! Forming the redundancy sets of every descriptor at `SCR_Init`, and saying so when they
+//! cannot be formed as configured (SCR 3 silently degrades PARTNER/XOR/RS to SINGLE when every
+//! process shares one node; here the protection actually applied is named at the default
+//! verbosity).
+
+use super::Runtime;
+use crate::desc::Scheme;
+use crate::error::{Error, Result};
+use crate::redundancy::parallel::SetPlan;
+use crate::redundancy::sets::form_sets;
+use crate::{scr_debug, scr_warn};
+
+impl Runtime {
+    /// One set plan per redundancy descriptor (`None` for SINGLE and bypass descriptors).
+    /// Collective over the world communicator.
+    pub(super) fn form_sets(&mut self) -> Result<()> {
+        let mut plans = Vec::new();
+        for d in self.descs.reddescs.clone() {
+            if d.scheme == Scheme::Single || d.bypass {
+                plans.push(None);
+                continue;
+            }
+            let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
+            let value = self.agree(&format!("SCR_Init: failure group {} of CKPT={}", d.group, d.index), value)?;
+            let all: Vec<String> = self.world.allgather(&value);
+            let mut names: Vec<&String> = all.iter().collect();
+            names.sort();
+            names.dedup();
+            let groups: Vec<usize> =
+                all.iter().map(|v| names.binary_search(&v).expect("every value is listed")).collect();
+            let sets = form_sets(&groups, d.set_size);
+            let me = self.world.rank() as usize;
+            let (id, set) = sets.iter().enumerate().find(|(_, s)| s.contains(&me)).expect("every rank is in a set");
+            let index = set.iter().position(|&r| r == me).expect("member");
+            let (scheme, failures) = match (set.len(), d.scheme) {
+                (1, _) => (Scheme::Single, 0),
+                (_, Scheme::Rs) => (Scheme::Rs, d.set_failures.clamp(1, set.len() - 1)),
+                (_, s) => (s, 1),
+            };
+            let comm = self.world.split(id as i32, index as i32);
+            if self.rank0() {
+                self.report_sets(&d, &sets, names.len());
+            }
+            plans.push(Some(SetPlan {
+                id,
+                ranks: set.iter().map(|&r| r as i32).collect(),
+                index,
+                scheme,
+                failures,
+                comm,
+            }));
+        }
+        self.sets = plans;
+        Ok(())
+    }
+
+    fn report_sets(&self, d: &crate::desc::RedDesc, sets: &[Vec<usize>], ngroups: usize) {
+        let sizes: Vec<usize> = sets.iter().map(Vec::len).collect();
+        let (min, max) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+        let what = format!("CKPT={} TYPE={} GROUP={}", d.index, d.scheme.name(), d.group);
+        let alone: usize = sets.iter().filter(|s| s.len() == 1).map(Vec::len).sum();
+        if alone == self.world.size() as usize {
+            scr_warn!(
+                "{what}: all {} processes are in one failure group ({ngroups} group), so no set can span two groups; \
+                 datasets get SINGLE protection only (they survive a process failure, not the loss of a node)",
+                self.world.size()
+            );
+            return;
+        }
+        if alone > 0 {
+            scr_warn!(
+                "{what}: {alone} process(es) have no partner in another failure group (uneven processes per group); \
+                 their files get SINGLE protection only"
+            );
+        }
+        if d.scheme == Scheme::Rs && min <= d.set_failures {
+            scr_warn!(
+                "{what}: SET_FAILURES={} needs sets of at least {} processes, but only {min} could be formed \
+                 ({ngroups} failure groups); sets of n processes tolerate n - 1 losses",
+                d.set_failures,
+                d.set_failures + 1
+            );
+        }
+        if min < d.set_size && d.set_size > 1 {
+            scr_warn!(
+                "{what}: SET_SIZE={} asks for sets of {} processes from distinct failure groups, but there are only \
+                 {ngroups} groups; using {} set(s) of {min} to {max} processes",
+                d.set_size,
+                d.set_size,
+                sets.len()
+            );
+        }
+        scr_debug!(1, "{what}: {} set(s) of {min} to {max} processes over {ngroups} failure groups", sets.len());
+    }
+}
