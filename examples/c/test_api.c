@@ -5,11 +5,13 @@
  * and on restart reads it back and verifies every byte.
  *
  *   test_api [--size BYTES] [--steps N] [--flags ckpt|output|both]
- *            [--crash-after K] [--crash-during K] [--invalid-rank R] [--quiet]
+ *            [--crash-after K] [--crash-during K] [--invalid-rank R] [--uneven] [--quiet]
  *
  * --crash-after K   every rank calls _exit(9) right after checkpoint K completes (a failure)
  * --crash-during K  rank 0 dies half-way through writing checkpoint K
  * --invalid-rank R  rank R reports valid=0 for every checkpoint
+ * --uneven          rank r writes r % 3 files (rank_<r>_<k>.ckpt; the second one empty) of
+ *                   sizes that differ per rank
  *
  * Output lines tests rely on (rank 0): "RESTARTED <name> step=<n>", "NO_RESTART",
  * "CHECKPOINT <name> ok=<0|1>", "DONE steps=<a>..<b>".
@@ -27,6 +29,18 @@
 
 static int rank, ranks;
 static int quiet = 0;
+static int uneven = 0;
+
+/* Files per rank: one, or with --uneven rank % 3 of them (none, one, or two of which the
+ * second is empty), with sizes that differ per rank and are not multiples of anything. */
+static int nfiles(void) { return uneven ? rank % 3 : 1; }
+static size_t fsize(size_t size, int k) { return !uneven ? size : k == 1 ? 0 : size + 1237 * (size_t) rank + 17 * (size_t) k; }
+static int fseed(int k) { return uneven ? rank * 8 + k : rank; }
+static void fname(char* out, size_t n, int step, int k)
+{
+  if (uneven) snprintf(out, n, "ckpt.%d/rank_%d_%d.ckpt", step, rank, k);
+  else snprintf(out, n, "ckpt.%d/rank_%d.ckpt", step, rank);
+}
 
 static unsigned char pattern(int r, int step, size_t i)
 {
@@ -48,7 +62,7 @@ static int write_all(int fd, const unsigned char* buf, size_t n)
 }
 
 /* Write the checkpoint file; die half-way through if asked. */
-static int write_ckpt(const char* path, int step, size_t size, int die_midway)
+static int write_ckpt(const char* path, int seed, int step, size_t size, int die_midway)
 {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) {
@@ -61,7 +75,7 @@ static int write_ckpt(const char* path, int step, size_t size, int die_midway)
   int ok = 1;
   while (done < size) {
     size_t n = size - done < chunk ? size - done : chunk;
-    for (size_t i = 0; i < n; i++) buf[i] = pattern(rank, step, done + i);
+    for (size_t i = 0; i < n; i++) buf[i] = pattern(seed, step, done + i);
     if (write_all(fd, buf, n) != 0) { ok = 0; break; }
     done += n;
     if (die_midway && done >= size / 2) {
@@ -75,7 +89,7 @@ static int write_ckpt(const char* path, int step, size_t size, int die_midway)
   return ok;
 }
 
-static int read_ckpt(const char* path, int step, size_t size)
+static int read_ckpt(const char* path, int seed, int step, size_t size)
 {
   int fd = open(path, O_RDONLY);
   if (fd < 0) {
@@ -90,7 +104,7 @@ static int read_ckpt(const char* path, int step, size_t size)
     ssize_t n = read(fd, buf, chunk);
     if (n <= 0) { ok = 0; break; }
     for (ssize_t i = 0; i < n; i++) {
-      if (buf[i] != pattern(rank, step, done + (size_t) i)) {
+      if (buf[i] != pattern(seed, step, done + (size_t) i)) {
         fprintf(stderr, "rank %d: %s: byte %zu is wrong\n", rank, path, done + (size_t) i);
         ok = 0;
         break;
@@ -117,6 +131,7 @@ int main(int argc, char** argv)
     else if (!strcmp(argv[i], "--crash-during") && i + 1 < argc) crash_during = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--invalid-rank") && i + 1 < argc) invalid_rank = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quiet")) quiet = 1;
+    else if (!strcmp(argv[i], "--uneven")) uneven = 1;
     else if (!strcmp(argv[i], "--flags") && i + 1 < argc) {
       const char* f = argv[++i];
       flags = !strcmp(f, "output") ? SCR_FLAG_OUTPUT
@@ -144,8 +159,11 @@ int main(int argc, char** argv)
     int step = -1;
     sscanf(name, "ckpt.%d", &step);
     char path[SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
-    snprintf(path, sizeof path, "ckpt.%d/rank_%d.ckpt", step, rank);
-    int valid = step >= 0 && SCR_Route_file(path, routed) == SCR_SUCCESS && read_ckpt(routed, step, size);
+    int valid = step >= 0;
+    for (int k = 0; k < nfiles() && valid; k++) {
+      fname(path, sizeof path, step, k);
+      valid = SCR_Route_file(path, routed) == SCR_SUCCESS && read_ckpt(routed, fseed(k), step, fsize(size, k));
+    }
     if (SCR_Complete_restart(valid) == SCR_SUCCESS) {
       start = step;
       if (rank == 0) printf("RESTARTED %s step=%d\n", name, step);
@@ -162,9 +180,12 @@ int main(int argc, char** argv)
     char ckname[64], path[SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
     snprintf(ckname, sizeof ckname, "ckpt.%d", step);
     SCR_Start_output(ckname, flags);
-    snprintf(path, sizeof path, "ckpt.%d/rank_%d.ckpt", step, rank);
-    int valid = SCR_Route_file(path, routed) == SCR_SUCCESS;
-    valid = valid && write_ckpt(routed, step, size, step == crash_during && rank == 0);
+    int valid = 1;
+    for (int k = 0; k < nfiles() && valid; k++) {
+      fname(path, sizeof path, step, k);
+      valid = SCR_Route_file(path, routed) == SCR_SUCCESS;
+      valid = valid && write_ckpt(routed, fseed(k), step, fsize(size, k), step == crash_during && rank == 0);
+    }
     if (rank == invalid_rank) valid = 0;
     int rc = SCR_Complete_output(valid);
     if (rank == 0) printf("CHECKPOINT %s ok=%d\n", ckname, rc == SCR_SUCCESS);

@@ -77,7 +77,7 @@ impl Runtime {
                 let rec = fm.datasets.get(&id).expect("offered").clone();
                 if self.send_record(owner, &rec) {
                     fm.datasets.remove(&id);
-                    super::remove_cached_files(&rec);
+                    super::remove_part(&rec);
                     let path = self.layout.filemap(owner);
                     let r = if fm.datasets.is_empty() { crate::paths::remove_file_if_exists(&path) } else { fm.save(&path).map_err(Into::into) };
                     if let Err(e) = r {
@@ -259,7 +259,7 @@ impl Runtime {
         };
         // Drop what is left of a damaged part first (its files are recreated).
         if let Some(old) = self.filemap.datasets.remove(&id) {
-            super::remove_cached_files(&old);
+            super::remove_part(&old);
         }
         let r = parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &totals, piece);
         r.map_err(|e| e.to_string())?;

@@ -98,6 +98,8 @@ pub struct Job {
     pub prefix: PathBuf,
     pub cache: PathBuf,
     env: Vec<(String, String)>,
+    /// Simulated cluster: the node of each rank (see `scripts/sim-node.sh`).
+    nodes: Option<Vec<String>>,
 }
 
 impl Job {
@@ -107,12 +109,51 @@ impl Job {
         let prefix = root.join("prefix");
         let cache = root.join("cache");
         std::fs::create_dir_all(&prefix).unwrap();
-        let mut job = Job { _dir: dir, root, prefix, cache, env: Vec::new() };
+        let mut job = Job { _dir: dir, root, prefix, cache, env: Vec::new(), nodes: None };
         job.set("SCR_PREFIX", &job.prefix.display().to_string());
         job.set("SCR_CACHE_BASE", &job.cache.display().to_string());
         job.set("SCR_CNTL_BASE", &job.cache.display().to_string());
         job.set("SCR_COPY_TYPE", "SINGLE");
         job
+    }
+
+    /// A job on a simulated cluster: each rank runs on the node `nodes[rank]` names, with its
+    /// own host name and its own node-local storage (cache and control directories).
+    pub fn cluster(nodes: &[&str]) -> Job {
+        let mut job = Job::new();
+        job.cache = job.root.join("node/cache");
+        let (cache, cntl) = (job.cache.display().to_string(), job.root.join("node/cntl").display().to_string());
+        job.set("SCR_CACHE_BASE", &cache).set("SCR_CNTL_BASE", &cntl);
+        job.map(nodes);
+        job
+    }
+
+    /// Map ranks to nodes for the next runs (a node never used before is a spare).
+    pub fn map(&mut self, nodes: &[&str]) -> &mut Job {
+        self.nodes = Some(nodes.iter().map(|s| s.to_string()).collect());
+        self
+    }
+
+    /// The local storage of a simulated node, as the host sees it.
+    pub fn node_dir(&self, node: &str) -> PathBuf {
+        self.root.join("nodes").join(node)
+    }
+
+    /// Lose a node: its local storage is gone.
+    pub fn lose_node(&self, node: &str) {
+        std::fs::remove_dir_all(self.node_dir(node)).unwrap_or_else(|e| panic!("losing node {node}: {e}"));
+    }
+
+    /// Files under a simulated node's storage whose path contains `needle`.
+    pub fn node_files(&self, node: &str, needle: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        walk(&self.node_dir(node), &mut |p| {
+            if p.display().to_string().contains(needle) {
+                out.push(p.to_path_buf());
+            }
+        });
+        out.sort();
+        out
     }
 
     pub fn set(&mut self, k: &str, v: &str) -> &mut Job {
@@ -130,7 +171,12 @@ impl Job {
     pub fn run_np(&self, np: usize, program_name: &str, args: &[&str]) -> Run {
         let prog = program(program_name);
         let mut cmd = Command::new("timeout");
-        cmd.arg("180").arg("mpirun").arg("-np").arg(np.to_string()).arg(&prog).args(args);
+        cmd.arg("180").arg("mpirun").arg("-np").arg(np.to_string());
+        if let Some(nodes) = &self.nodes {
+            assert_eq!(nodes.len(), np, "one node name per rank");
+            cmd.arg(repo().join("scripts/sim-node.sh"));
+        }
+        cmd.arg(&prog).args(args);
         cmd.current_dir(&self.prefix);
         for (k, _) in std::env::vars() {
             if k.starts_with("SCR_") || k.starts_with("SLURM_") {
@@ -149,6 +195,9 @@ impl Job {
         }
         for (k, v) in &self.env {
             cmd.env(k, v);
+        }
+        if let Some(nodes) = &self.nodes {
+            cmd.env("SIM_NODE_ROOT", &self.root).env("SIM_NODE_MAP", nodes.join(","));
         }
         let out = cmd.output().expect("mpirun runs (install MPI: scripts/setup.sh)");
         Run {

@@ -1,0 +1,152 @@
+//! Redundancy on a simulated cluster (`scripts/sim-node.sh`): 4 ranks on 2 or 4 fake nodes,
+//! each with its own host name and node-local cache; nodes are lost by deleting their storage,
+//! and relaunches may map ranks to other nodes or to a spare. Every restart reads back and
+//! checks every byte the application wrote (test_api verifies its pattern).
+
+mod common;
+use common::Job;
+
+const SIZE: &str = "300007"; // not a multiple of any chunk size
+
+fn job(scheme: &str, nodes: &[&str]) -> Job {
+    let mut job = Job::cluster(nodes);
+    job.set("SCR_COPY_TYPE", scheme).set("SCR_FLUSH", "0").set("SCR_CRC_ON_COPY", "1").set("SCR_CACHE_SIZE", "2");
+    job
+}
+
+fn restarted(job: &Job, step: u32, extra: &[&str]) -> common::Run {
+    let mut args = vec!["--size", SIZE, "--steps", "1"];
+    args.extend_from_slice(extra);
+    let r = job.run("test_api", &args);
+    assert!(r.has(&format!("RESTARTED ckpt.{step} step={step}")), "expected a restart from ckpt.{step}:\n{}", r.dump());
+    r
+}
+
+fn checkpoint(job: &Job, steps: &str, extra: &[&str]) {
+    let mut args = vec!["--size", SIZE, "--steps", steps];
+    args.extend_from_slice(extra);
+    let r = job.run("test_api", &args);
+    assert!(r.has("NO_RESTART") && r.code == Some(0), "{}", r.dump());
+}
+
+#[test]
+fn each_scheme_survives_a_lost_node() {
+    for scheme in ["PARTNER", "XOR", "RS"] {
+        let job = job(scheme, &["n0", "n1", "n2", "n3"]);
+        checkpoint(&job, "2", &[]);
+        // Both checkpoints stay in cache, each with its redundancy file.
+        let ext = match scheme {
+            "PARTNER" => ".partner",
+            "XOR" => ".xor",
+            _ => ".rs",
+        };
+        assert_eq!(job.node_files("n1", ext).len(), 2, "{scheme}");
+        // No loss: restart straight from cache.
+        let r = restarted(&job, 2, &[]);
+        assert!(!r.stderr.contains("rebuilt"), "{scheme}: nothing to rebuild\n{}", r.dump());
+        // Lose node n2 and relaunch on a spare node n4.
+        job.lose_node("n2");
+        let mut job = job;
+        job.map(&["n0", "n1", "n4", "n3"]);
+        let r = restarted(&job, 3, &[]);
+        assert!(r.stderr.contains("rebuilt cached dataset 3 for 1 rank(s)"), "{scheme}\n{}", r.dump());
+        assert!(!job.prefix.join(".scr/index.scr").exists() || !job.index().to_string().contains("ckpt.3"));
+    }
+}
+
+#[test]
+fn xor_losing_two_nodes_of_one_set_falls_back_to_the_prefix() {
+    let mut job = job("XOR", &["n0", "n1", "n2", "n3"]);
+    job.set("SCR_FLUSH", "2");
+    // ckpt.2 and ckpt.4 are flushed periodically; ckpt.5 is written by a run that crashes
+    // right after it, so it exists only in cache.
+    checkpoint(&job, "4", &[]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1", "--crash-after", "5"]);
+    assert!(r.has("CRASH after ckpt.5"), "{}", r.dump());
+    job.lose_node("n1");
+    job.lose_node("n3");
+    job.map(&["n0", "n4", "n2", "n5"]);
+    // Cache cannot rebuild ckpt.5 (or ckpt.4): ckpt.4 comes from the prefix.
+    let r = restarted(&job, 4, &[]);
+    assert!(r.stderr.contains("deleting dataset 5 from cache"), "{}", r.dump());
+    assert!(r.stderr.contains("more than XOR can rebuild (tolerates 1)"), "{}", r.dump());
+    assert!(r.stderr.contains("deleting dataset 3 from cache"), "{}", r.dump());
+}
+
+#[test]
+fn rs_tolerates_its_failures_and_reports_one_more() {
+    let mut job = job("RS", &["n0", "n1", "n2", "n3"]);
+    job.set("SCR_SET_FAILURES", "2");
+    checkpoint(&job, "1", &[]);
+    job.lose_node("n0");
+    job.lose_node("n2");
+    job.map(&["n4", "n1", "n5", "n3"]);
+    let r = restarted(&job, 1, &[]);
+    assert!(r.stderr.contains("rebuilt cached dataset 1 for 2 rank(s)"), "{}", r.dump());
+    // Three of four lost: nothing in cache can be trusted and nothing was flushed.
+    for n in ["n1", "n3", "n4"] {
+        job.lose_node(n);
+    }
+    job.map(&["n6", "n7", "n8", "n5"]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert!(r.has("NO_RESTART"), "{}", r.dump());
+    assert!(r.stderr.contains("more than RS can rebuild (tolerates 2)"), "{}", r.dump());
+    assert!(r.stderr.contains("missing data of 3 rank(s)"), "{}", r.dump());
+}
+
+#[test]
+fn partner_cannot_rebuild_two_neighbours() {
+    let mut job = job("PARTNER", &["n0", "n1", "n2", "n3"]);
+    checkpoint(&job, "1", &[]);
+    job.lose_node("n1");
+    job.lose_node("n2");
+    job.map(&["n0", "n4", "n5", "n3"]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert!(r.has("NO_RESTART"), "{}", r.dump());
+    assert!(r.stderr.contains("more than PARTNER can rebuild (tolerates no two neighbours)"), "{}", r.dump());
+}
+
+#[test]
+fn ranks_moved_to_other_nodes_find_their_data() {
+    for scheme in ["SINGLE", "XOR"] {
+        let mut job = job(scheme, &["a", "a", "b", "b"]);
+        checkpoint(&job, "1", &[]);
+        // Swap the nodes: every rank's files are on the other node now.
+        job.map(&["b", "b", "a", "a"]);
+        let r = restarted(&job, 1, &[]);
+        assert!(!r.stderr.contains("deleting"), "{scheme}\n{}", r.dump());
+        // Interleave, and lose a node at the same time (XOR only can survive that).
+        if scheme == "XOR" {
+            job.lose_node("b");
+            job.map(&["a", "c", "a", "c"]);
+            restarted(&job, 2, &[]);
+        }
+    }
+}
+
+#[test]
+fn uneven_data_is_rebuilt_byte_for_byte() {
+    for (scheme, lost) in [("XOR", "n1"), ("RS", "n2"), ("PARTNER", "n2")] {
+        let job = job(scheme, &["n0", "n1", "n2", "n3"]);
+        checkpoint(&job, "1", &["--uneven"]);
+        job.lose_node(lost);
+        let mut job = job;
+        job.map(&["n0", "n1", "n2", "n3"]);
+        let r = restarted(&job, 1, &["--uneven"]);
+        assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{scheme}\n{}", r.dump());
+    }
+}
+
+#[test]
+fn a_corrupted_cached_byte_is_repaired_by_redundancy() {
+    let job = job("XOR", &["n0", "n1", "n2", "n3"]);
+    checkpoint(&job, "1", &[]);
+    let files = job.node_files("n2", "rank_2.ckpt");
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[12345] ^= 0x40;
+    std::fs::write(&files[0], &bytes).unwrap();
+    let r = restarted(&job, 1, &[]);
+    assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
+    assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{}", r.dump());
+}
