@@ -265,6 +265,14 @@ mod tests {
     }
 
     #[test]
+    fn shipped_descriptor_example_is_valid() {
+        let d = Descriptors::build(&settings(include_str!("../config/descriptors.conf.example"))).unwrap();
+        assert_eq!(d.reddescs.len(), 2);
+        assert_eq!((d.reddescs[1].scheme, d.reddescs[1].set_failures), (Scheme::Rs, 2));
+        assert_eq!(d.select(10, true, false).index, 1);
+    }
+
+    #[test]
     fn schemes_and_set_parameters() {
         let d = Descriptors::build(&settings("SCR_COPY_TYPE=RS\nSCR_SET_SIZE=6\nSCR_SET_FAILURES=3\n")).unwrap();
         assert_eq!(d.reddescs[0].scheme, Scheme::Rs);

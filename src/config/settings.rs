@@ -50,6 +50,8 @@ pub struct Settings {
     pub flush_on_restart: bool,
     pub global_restart: bool,
     pub file_buf_size: usize,
+    /// Piece size of the redundancy schedules (`SCR_MPI_BUF_SIZE`).
+    pub mpi_buf_size: usize,
     pub crc_on_copy: bool,
     pub crc_on_flush: bool,
     pub stores: Vec<StoreEntry>,
@@ -184,6 +186,7 @@ impl Settings {
             flush_on_restart: boolean(r, "SCR_FLUSH_ON_RESTART")?,
             global_restart: boolean(r, "SCR_GLOBAL_RESTART")?,
             file_buf_size: size("SCR_FILE_BUF_SIZE")?.max(4096),
+            mpi_buf_size: size("SCR_MPI_BUF_SIZE")?.max(4096),
             crc_on_copy: boolean(r, "SCR_CRC_ON_COPY")?,
             crc_on_flush: boolean(r, "SCR_CRC_ON_FLUSH")?,
             stores,

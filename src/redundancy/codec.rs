@@ -155,7 +155,11 @@ impl Code {
                     let s = self.stripe_of_parity(i, j);
                     for p in 0..self.k() {
                         let r = (s + self.m + p) % self.n;
-                        gf::mul_xor(self.coef(j, p), &data[r][p * chunk..(p + 1) * chunk], &mut out[j * chunk..][..chunk]);
+                        gf::mul_xor(
+                            self.coef(j, p),
+                            &data[r][p * chunk..(p + 1) * chunk],
+                            &mut out[j * chunk..][..chunk],
+                        );
                     }
                 }
                 out
@@ -165,7 +169,12 @@ impl Code {
 
     /// Rebuild lost ranks in memory from `shards[r] = Some((data, parity))` of the survivors;
     /// returns (data, parity) for each rank of `rec.lost`.
-    pub fn rebuild(&self, rec: &Recovery, shards: &[Option<(Vec<u8>, Vec<u8>)>], chunk: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+    pub fn rebuild(
+        &self,
+        rec: &Recovery,
+        shards: &[Option<(Vec<u8>, Vec<u8>)>],
+        chunk: usize,
+    ) -> Vec<(Vec<u8>, Vec<u8>)> {
         let piece = |r: usize, s: usize| -> &[u8] {
             let (d, p) = shards[r].as_ref().expect("a survivor");
             match self.shard_of(r, s) {
@@ -195,6 +204,7 @@ impl Code {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)] // matrix-style indexing reads best in these tests
 mod tests {
     use super::*;
     use crate::redundancy::gf::tests::slow_mul;
@@ -232,7 +242,10 @@ mod tests {
     }
 
     fn subsets(n: usize, max: usize) -> Vec<Vec<usize>> {
-        (1u32..(1 << n)).map(|b| (0..n).filter(|i| b & (1 << i) != 0).collect::<Vec<_>>()).filter(|v| v.len() <= max).collect()
+        (1u32..(1 << n))
+            .map(|b| (0..n).filter(|i| b & (1 << i) != 0).collect::<Vec<_>>())
+            .filter(|v| v.len() <= max)
+            .collect()
     }
 
     #[test]
@@ -259,14 +272,14 @@ mod tests {
         for (n, m) in [(2, 1), (3, 1), (4, 1), (5, 1), (4, 2), (5, 2), (6, 2), (6, 3), (7, 3), (8, 2)] {
             let code = Code::new(n, m).unwrap();
             let chunk = 37;
-            let data: Vec<Vec<u8>> = (0..n).map(|r| random_bytes((n * 100 + m * 10 + r) as u64, code.k() * chunk)).collect();
+            let data: Vec<Vec<u8>> =
+                (0..n).map(|r| random_bytes((n * 100 + m * 10 + r) as u64, code.k() * chunk)).collect();
             let parity = code.encode(&data, chunk);
             assert_eq!(parity, naive_parity(n, m, &data, chunk), "n={n} m={m}");
             for lost in subsets(n, m) {
                 let rec = code.recovery(&lost).unwrap();
-                let shards: Vec<Option<(Vec<u8>, Vec<u8>)>> = (0..n)
-                    .map(|r| (!lost.contains(&r)).then(|| (data[r].clone(), parity[r].clone())))
-                    .collect();
+                let shards: Vec<Option<(Vec<u8>, Vec<u8>)>> =
+                    (0..n).map(|r| (!lost.contains(&r)).then(|| (data[r].clone(), parity[r].clone()))).collect();
                 for (l, (d, p)) in code.rebuild(&rec, &shards, chunk).into_iter().enumerate() {
                     let r = rec.lost[l];
                     assert_eq!(d, data[r], "n={n} m={m} lost={lost:?}: data of {r}");

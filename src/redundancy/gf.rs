@@ -23,7 +23,8 @@ pub fn xor_into(out: &mut [u8], input: &[u8]) {
     let mut oc = out.chunks_exact_mut(8);
     let mut ic = input.chunks_exact(8);
     for (o, i) in (&mut oc).zip(&mut ic) {
-        let v = u64::from_ne_bytes(o[..].try_into().expect("8 bytes")) ^ u64::from_ne_bytes(i.try_into().expect("8 bytes"));
+        let v =
+            u64::from_ne_bytes(o[..].try_into().expect("8 bytes")) ^ u64::from_ne_bytes(i.try_into().expect("8 bytes"));
         o.copy_from_slice(&v.to_ne_bytes());
     }
     for (o, i) in oc.into_remainder().iter_mut().zip(ic.remainder()) {
@@ -71,6 +72,7 @@ pub fn invert(m: &Matrix) -> Option<Matrix> {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)] // matrix-style indexing reads best in these tests
 pub(crate) mod tests {
     use super::*;
 

@@ -132,7 +132,12 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<(
                     }
                 } else if let Some(f) = &file {
                     let j = t - k;
-                    fail.note(redfile::write_payload(f, &red.file, j as u64 * chunk + off, &acc[j * len..(j + 1) * len]));
+                    fail.note(redfile::write_payload(
+                        f,
+                        &red.file,
+                        j as u64 * chunk + off,
+                        &acc[j * len..(j + 1) * len],
+                    ));
                 }
                 comm.sendrecv(&acc[..m * len], rrank, &mut inc[..m * len], lrank);
                 std::mem::swap(&mut acc, &mut inc);
@@ -257,9 +262,9 @@ pub fn rebuild(comm: &Comm, me: Member<'_>, red: &RedInfo, lost: &[usize], total
                     }
                     let r = match code.shard_of(i, s) {
                         Shard::Data(p) => stream.read_at(p as u64 * chunk + off, &mut shard[..len]),
-                        Shard::Parity(j) => file
-                            .as_ref()
-                            .map_or(Ok(()), |f| redfile::read_payload(f, &red.file, j as u64 * chunk + off, &mut shard[..len])),
+                        Shard::Parity(j) => file.as_ref().map_or(Ok(()), |f| {
+                            redfile::read_payload(f, &red.file, j as u64 * chunk + off, &mut shard[..len])
+                        }),
                     };
                     if fail.note(r).is_none() {
                         shard[..len].fill(0);

@@ -51,12 +51,20 @@ pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<()> {
     if red.scheme == Scheme::Partner {
         for &l in &lost {
             let (r, left) = ((l + 1) % n, (l + n - 1) % n);
-            copy(totals[l], piece, &mut buf, |off, b| redfile::read_payload(&files[r], &members[r].red_file, off, b), |off, b| {
-                streams[l].write_at(off, b)
-            })?;
-            copy(totals[left], piece, &mut buf, |off, b| streams[left].read_at(off, b), |off, b| {
-                redfile::write_payload(&files[l], &members[l].red_file, off, b)
-            })?;
+            copy(
+                totals[l],
+                piece,
+                &mut buf,
+                |off, b| redfile::read_payload(&files[r], &members[r].red_file, off, b),
+                |off, b| streams[l].write_at(off, b),
+            )?;
+            copy(
+                totals[left],
+                piece,
+                &mut buf,
+                |off, b| streams[left].read_at(off, b),
+                |off, b| redfile::write_payload(&files[l], &members[l].red_file, off, b),
+            )?;
         }
     } else {
         let code = Code::new(n, red.failures).map_err(Error::Other)?;
@@ -83,9 +91,12 @@ pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<()> {
                     }
                     match code.shard_of(lr, s) {
                         Shard::Data(p) => streams[lr].write_at(p as u64 * chunk + off, &acc[..len])?,
-                        Shard::Parity(j) => {
-                            redfile::write_payload(&files[lr], &members[lr].red_file, j as u64 * chunk + off, &acc[..len])?
-                        }
+                        Shard::Parity(j) => redfile::write_payload(
+                            &files[lr],
+                            &members[lr].red_file,
+                            j as u64 * chunk + off,
+                            &acc[..len],
+                        )?,
                     }
                 }
             }
@@ -134,6 +145,7 @@ pub fn finish(red: &RedInfo, header: &Header) -> Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::needless_range_loop)] // matrix-style indexing reads best in these tests
 mod tests {
     use super::*;
     use crate::redundancy::codec::Code;
@@ -146,7 +158,13 @@ mod tests {
     /// produced by the in-memory codec, then every tolerated loss rebuilt from files.
     fn run(scheme: Scheme, n: usize, m: usize) {
         let dir = tempfile::tempdir().unwrap();
-        let sizes: Vec<Vec<u64>> = (0..n).map(|r| match r % 3 { 0 => vec![], 1 => vec![1000 + r as u64 * 7], _ => vec![0, 777] }).collect();
+        let sizes: Vec<Vec<u64>> = (0..n)
+            .map(|r| match r % 3 {
+                0 => vec![],
+                1 => vec![1000 + r as u64 * 7],
+                _ => vec![0, 777],
+            })
+            .collect();
         let members = |lost: &[usize]| -> Vec<Member> {
             (0..n)
                 .map(|r| Member {
@@ -191,10 +209,21 @@ mod tests {
         for r in 0..n {
             std::fs::write(dir.path().join(format!("r{r}/red")), &payloads[r]).unwrap();
         }
-        let red = RedInfo { scheme, set_id: 0, ranks: (0..n as i32).collect(), index: 0, failures: m, chunk, file: PathBuf::new() };
+        let red = RedInfo {
+            scheme,
+            set_id: 0,
+            ranks: (0..n as i32).collect(),
+            index: 0,
+            failures: m,
+            chunk,
+            file: PathBuf::new(),
+        };
         let patterns: Vec<Vec<usize>> = match scheme {
             Scheme::Partner => (0..n).map(|l| vec![l]).chain([vec![0, 2]]).collect(),
-            _ => (1u32..(1 << n)).map(|b| (0..n).filter(|i| b & (1 << i) != 0).collect::<Vec<_>>()).filter(|v| v.len() <= m).collect(),
+            _ => (1u32..(1 << n))
+                .map(|b| (0..n).filter(|i| b & (1 << i) != 0).collect::<Vec<_>>())
+                .filter(|v| v.len() <= m)
+                .collect(),
         };
         for lost in patterns {
             for &l in &lost {

@@ -226,7 +226,7 @@ impl Runtime {
         let plan = self.sets.get(rec.reddesc.index).and_then(Option::as_ref).filter(|_| !rec.reddesc.bypass);
         let applied = match plan {
             Some(p) if p.scheme != crate::desc::Scheme::Single => {
-                crate::redundancy::parallel::encode(p, rec, self.settings.file_buf_size)
+                crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size)
             }
             _ => Ok(()),
         };

@@ -36,7 +36,10 @@ impl Runtime {
                     continue;
                 }
                 if rank >= size {
-                    scr_warn!("{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored", path.display());
+                    scr_warn!(
+                        "{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored",
+                        path.display()
+                    );
                     continue;
                 }
                 match Filemap::load(&path) {
@@ -79,7 +82,11 @@ impl Runtime {
                     fm.datasets.remove(&id);
                     super::remove_part(&rec);
                     let path = self.layout.filemap(owner);
-                    let r = if fm.datasets.is_empty() { crate::paths::remove_file_if_exists(&path) } else { fm.save(&path).map_err(Into::into) };
+                    let r = if fm.datasets.is_empty() {
+                        crate::paths::remove_file_if_exists(&path)
+                    } else {
+                        fm.save(&path).map_err(Into::into)
+                    };
                     if let Err(e) = r {
                         scr_warn!("{e}");
                     }
@@ -129,7 +136,11 @@ impl Runtime {
             if len == MISSING {
                 continue;
             }
-            let out = path.parent().map_or(Ok(()), crate::paths::create_dirs).ok().and_then(|_| std::fs::File::create(&path).ok());
+            let out = path
+                .parent()
+                .map_or(Ok(()), crate::paths::create_dirs)
+                .ok()
+                .and_then(|_| std::fs::File::create(&path).ok());
             ok &= out.is_some();
             let mut off = 0u64;
             while off < len {
@@ -160,8 +171,12 @@ impl Runtime {
     pub(super) fn rebuild_or_drop(&mut self, id: u64, problem: Option<String>) -> bool {
         let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone());
         let red = self.filemap.datasets.get(&id).and_then(|r| r.red.clone());
-        let files: Vec<String> =
-            self.filemap.datasets.get(&id).map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect()).unwrap_or_default();
+        let files: Vec<String> = self
+            .filemap
+            .datasets
+            .get(&id)
+            .map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect())
+            .unwrap_or_default();
         let status = (problem.is_none(), red.clone(), name, files);
         let plan: Result<Vec<(usize, usize, bool)>, String> = match self.world.gather(0, &status) {
             Some(all) => plan_rebuild(id, &all, self.world.size() as usize),
@@ -187,11 +202,15 @@ impl Runtime {
         }
         let err = result.err();
         let ok = self.world.all_true(err.is_none());
-        let summary = if ok { String::new() } else { self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err) };
+        let summary =
+            if ok { String::new() } else { self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err) };
         if ok {
             if self.rank0() {
                 let n = plan.iter().filter(|p| p.2).count();
-                crate::log::emit("INFO", format_args!("rebuilt cached dataset {id} for {n} rank(s) from its redundancy data"));
+                crate::log::emit(
+                    "INFO",
+                    format_args!("rebuilt cached dataset {id} for {n} rank(s) from its redundancy data"),
+                );
             }
             true
         } else {
@@ -204,7 +223,14 @@ impl Runtime {
     }
 
     /// This rank's part in rebuilding its set.
-    fn rebuild_member(&mut self, id: u64, comm: &crate::comm::Comm, index: usize, lost: bool, lost_in_set: &[usize]) -> Result<(), String> {
+    fn rebuild_member(
+        &mut self,
+        id: u64,
+        comm: &crate::comm::Comm,
+        index: usize,
+        lost: bool,
+        lost_in_set: &[usize],
+    ) -> Result<(), String> {
         // No early return before the collectives below: every member must take part.
         let mut local_err = None;
         let header: Option<Header> = if lost {
@@ -229,7 +255,7 @@ impl Runtime {
             return Err("the surviving redundancy files do not list every member's files".into());
         };
         let totals: Vec<u64> = all.iter().map(|f| f.iter().map(|e| e.size).sum()).collect();
-        let piece = self.settings.file_buf_size;
+        let piece = self.settings.mpi_buf_size;
         if !lost {
             let rec = self.filemap.datasets.get(&id).expect("survivor").clone();
             let red = rec.red.clone().expect("survivor");
@@ -268,7 +294,11 @@ impl Runtime {
             if let Some(crc) = f.crc {
                 let got = crate::transfer::copy::file_crc(&f.path, piece).map_err(|e| e.to_string())?;
                 if got.crc != crc {
-                    return Err(format!("{}: rebuilt data has CRC32 {:#010x}, {crc:#010x} was recorded", f.path.display(), got.crc));
+                    return Err(format!(
+                        "{}: rebuilt data has CRC32 {:#010x}, {crc:#010x} was recorded",
+                        f.path.display(),
+                        got.crc
+                    ));
                 }
             }
         }
@@ -290,7 +320,13 @@ fn plan_rebuild(
     let lost_files: Vec<String> = lost
         .iter()
         .take(4)
-        .map(|&r| if all[r].3.is_empty() { format!("rank {r} (record lost)") } else { format!("rank {r} ({})", all[r].3.join(", ")) })
+        .map(|&r| {
+            if all[r].3.is_empty() {
+                format!("rank {r} (record lost)")
+            } else {
+                format!("rank {r} ({})", all[r].3.join(", "))
+            }
+        })
         .collect();
     let what = format!(
         "cached dataset {id} ({name}) is missing data of {} rank(s): {}{}",
@@ -322,14 +358,22 @@ fn plan_rebuild(
                 "{what}; set {sid} lost ranks {ranks:?} of {:?}, more than {} can rebuild (tolerates {})",
                 red.ranks,
                 red.scheme.name(),
-                if red.scheme == crate::desc::Scheme::Partner { "no two neighbours".to_string() } else { red.failures.to_string() }
+                if red.scheme == crate::desc::Scheme::Partner {
+                    "no two neighbours".to_string()
+                } else {
+                    red.failures.to_string()
+                }
             ));
         }
     }
-    Ok(plan.into_iter().enumerate().map(|(r, p)| {
-        let (s, x) = p.expect("checked");
-        (s, x, !all[r].0)
-    }).collect())
+    Ok(plan
+        .into_iter()
+        .enumerate()
+        .map(|(r, p)| {
+            let (s, x) = p.expect("checked");
+            (s, x, !all[r].0)
+        })
+        .collect())
 }
 
 fn plan_lost(plan: &[(usize, usize, bool)], set: usize, index: usize) -> bool {
@@ -353,7 +397,8 @@ fn filemaps_in(dir: &Path) -> Vec<(i32, PathBuf)> {
 
 /// Every file a record owns in cache: data files, then the redundancy file.
 fn record_paths(rec: &DatasetRecord) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = rec.files.iter().filter(|f| f.path.starts_with(&rec.dir)).map(|f| f.path.clone()).collect();
+    let mut v: Vec<PathBuf> =
+        rec.files.iter().filter(|f| f.path.starts_with(&rec.dir)).map(|f| f.path.clone()).collect();
     if let Some(red) = &rec.red {
         v.push(red.file.clone());
     }

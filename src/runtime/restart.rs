@@ -89,7 +89,9 @@ impl Runtime {
             }
             match result {
                 Ok((desc, files)) => {
-                    self.filemap.datasets.insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
+                    self.filemap
+                        .datasets
+                        .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
                     if let Err(e) = self.save_filemap() {
                         scr_error!("{e}");
                     }

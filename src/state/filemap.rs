@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 use super::dataset::DatasetDesc;
 use crate::desc::RedDesc;
-use crate::redundancy::RedInfo;
 use crate::persist::{self, MetaError};
+use crate::redundancy::RedInfo;
 
 const KIND: &str = "filemap";
 
