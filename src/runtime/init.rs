@@ -267,9 +267,6 @@ impl Runtime {
                 scr_debug!(2, "cached dataset {id} is intact on this rank");
                 continue;
             }
-            if let Some(e) = &err {
-                scr_warn!("cached dataset {id}: {e}");
-            }
             self.rebuild_or_drop(id, err);
         }
         // Datasets SCR owes the prefix (output never flushed, a flush cut short) go now.

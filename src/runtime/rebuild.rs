@@ -177,13 +177,13 @@ impl Runtime {
             .get(&id)
             .map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect())
             .unwrap_or_default();
-        let status = (problem.is_none(), red.clone(), name, files);
-        let plan: Result<Vec<(usize, usize, bool)>, String> = match self.world.gather(0, &status) {
+        let status = Status { intact: problem.is_none(), red, name, files, problem };
+        let plan = match self.world.gather(0, &status) {
             Some(all) => plan_rebuild(id, &all, self.world.size() as usize),
-            None => Ok(Vec::new()),
+            None => Ok((Vec::new(), String::new())),
         };
-        let plan: Result<Vec<(usize, usize, bool)>, String> = self.world.bcast(0, &plan);
-        let plan = match plan {
+        let plan: Result<(Vec<(usize, usize, bool)>, String), String> = self.world.bcast(0, &plan);
+        let (plan, what) = match plan {
             Ok(p) => p,
             Err(why) => {
                 if self.rank0() {
@@ -209,7 +209,7 @@ impl Runtime {
                 let n = plan.iter().filter(|p| p.2).count();
                 crate::log::emit(
                     "INFO",
-                    format_args!("rebuilt cached dataset {id} for {n} rank(s) from its redundancy data"),
+                    format_args!("{what}; rebuilt cached dataset {id} for {n} rank(s) from its redundancy data"),
                 );
             }
             true
@@ -307,25 +307,30 @@ impl Runtime {
     }
 }
 
+/// A rank's view of its part of a cached dataset, gathered by rank 0.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Status {
+    intact: bool,
+    red: Option<RedInfo>,
+    name: Option<String>,
+    /// The files it holds (names below the prefix), for the report.
+    files: Vec<String>,
+    /// What is wrong with its part.
+    problem: Option<String>,
+}
+
 /// Rank 0's plan: for every rank (set id, index in set, lost), or why the dataset cannot be
-/// rebuilt. `all[r]` = (intact, redundancy info, name, files) as rank r sees its part.
-#[allow(clippy::type_complexity)]
-fn plan_rebuild(
-    id: u64,
-    all: &[(bool, Option<RedInfo>, Option<String>, Vec<String>)],
-    size: usize,
-) -> Result<Vec<(usize, usize, bool)>, String> {
-    let name = all.iter().find_map(|s| s.2.clone()).unwrap_or_default();
-    let lost: Vec<usize> = (0..size).filter(|&r| !all[r].0).collect();
+/// rebuilt.
+fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<(Vec<(usize, usize, bool)>, String), String> {
+    let name = all.iter().find_map(|s| s.name.clone()).unwrap_or_default();
+    let lost: Vec<usize> = (0..size).filter(|&r| !all[r].intact).collect();
     let lost_files: Vec<String> = lost
         .iter()
         .take(4)
-        .map(|&r| {
-            if all[r].3.is_empty() {
-                format!("rank {r} (record lost)")
-            } else {
-                format!("rank {r} ({})", all[r].3.join(", "))
-            }
+        .map(|&r| match (&all[r].problem, all[r].files.is_empty()) {
+            (_, true) if all[r].name.is_none() => format!("rank {r} (its record is lost)"),
+            (Some(p), _) => format!("rank {r} ({p})"),
+            (None, _) => format!("rank {r} ({})", all[r].files.join(", ")),
         })
         .collect();
     let what = format!(
@@ -337,7 +342,7 @@ fn plan_rebuild(
     let mut plan: Vec<Option<(usize, usize)>> = vec![None; size];
     let mut sets: BTreeMap<usize, RedInfo> = BTreeMap::new();
     for s in all {
-        if let Some(red) = &s.1 {
+        if let Some(red) = &s.red {
             if red.ranks.iter().any(|&r| r < 0 || r as usize >= size) {
                 return Err(format!("{what}, and it was written by a run with other ranks"));
             }
@@ -351,7 +356,7 @@ fn plan_rebuild(
         return Err(format!("{what}; it has no redundancy data for every rank (SINGLE protection)"));
     }
     for (sid, red) in &sets {
-        let lost_here: Vec<usize> = (0..red.ranks.len()).filter(|&x| !all[red.ranks[x] as usize].0).collect();
+        let lost_here: Vec<usize> = (0..red.ranks.len()).filter(|&x| !all[red.ranks[x] as usize].intact).collect();
         if !red.tolerates(&lost_here) {
             let ranks: Vec<i32> = lost_here.iter().map(|&x| red.ranks[x]).collect();
             return Err(format!(
@@ -366,14 +371,15 @@ fn plan_rebuild(
             ));
         }
     }
-    Ok(plan
+    let plan = plan
         .into_iter()
         .enumerate()
         .map(|(r, p)| {
             let (s, x) = p.expect("checked");
-            (s, x, !all[r].0)
+            (s, x, !all[r].intact)
         })
-        .collect())
+        .collect();
+    Ok((plan, what))
 }
 
 fn plan_lost(plan: &[(usize, usize, bool)], set: usize, index: usize) -> bool {
