@@ -22,6 +22,9 @@ use crate::{scr_debug, scr_error, scr_warn};
 /// One redistribution move: dataset, owner rank, holder rank.
 type Move = (u64, i32, i32);
 
+/// Per rank: (set id, index in the set, lost), and the report of what is missing.
+type Plan = (Vec<(usize, usize, bool)>, String);
+
 const MISSING: u64 = u64::MAX;
 
 impl Runtime {
@@ -182,7 +185,7 @@ impl Runtime {
             Some(all) => plan_rebuild(id, &all, self.world.size() as usize),
             None => Ok((Vec::new(), String::new())),
         };
-        let plan: Result<(Vec<(usize, usize, bool)>, String), String> = self.world.bcast(0, &plan);
+        let plan: Result<Plan, String> = self.world.bcast(0, &plan);
         let (plan, what) = match plan {
             Ok(p) => p,
             Err(why) => {
@@ -321,7 +324,7 @@ struct Status {
 
 /// Rank 0's plan: for every rank (set id, index in set, lost), or why the dataset cannot be
 /// rebuilt.
-fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<(Vec<(usize, usize, bool)>, String), String> {
+fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
     let name = all.iter().find_map(|s| s.name.clone()).unwrap_or_default();
     let lost: Vec<usize> = (0..size).filter(|&r| !all[r].intact).collect();
     let lost_files: Vec<String> = lost
