@@ -86,12 +86,20 @@ impl Comm {
     /// returns the group communicator, the number of groups and this process's group index
     /// (groups numbered in sorted string order, so the result is the same on every run).
     pub fn split_by_string(&self, s: &str) -> (Comm, usize, usize) {
+        let (ids, groups) = self.group_ids(s);
+        let id = ids[self.rank as usize];
+        (self.split(id as i32, self.rank), groups, id)
+    }
+
+    /// Number processes by equal strings: every process's group index (in sorted string
+    /// order) and the number of groups, on every process.
+    pub fn group_ids(&self, s: &str) -> (Vec<usize>, usize) {
         let all: Vec<String> = self.allgather(&s.to_string());
         let mut uniq: Vec<&String> = all.iter().collect();
         uniq.sort();
         uniq.dedup();
-        let id = uniq.binary_search(&&s.to_string()).expect("own string is present");
-        (self.split(id as i32, self.rank), uniq.len(), id)
+        let ids = all.iter().map(|v| uniq.binary_search(&v).expect("every string is listed")).collect();
+        (ids, uniq.len())
     }
 
     /// Send bytes to `dest` (blocking; the receiver must know the length).

@@ -60,11 +60,6 @@ fn parts(rec: &DatasetRecord) -> Vec<Part> {
     rec.files.iter().map(|f| Part { path: f.path.clone(), size: f.size }).collect()
 }
 
-/// Parts for files known only by their entries (a lost rank recreating its files).
-pub fn parts_of(dir: &Path, files: &[FileEntry]) -> Vec<Part> {
-    files.iter().map(|f| Part { path: dir.join(&f.rel), size: f.size }).collect()
-}
-
 /// Where a dataset's redundancy file goes.
 pub fn red_path(dir: &Path, red: &RedInfo) -> PathBuf {
     dir.join(".scr").join(redfile::file_name(red))
@@ -166,14 +161,8 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<(
     }
     let mine: Vec<FileEntry> = rec.files.iter().map(FileEntry::of).collect();
     let all: Vec<Vec<FileEntry>> = comm.allgather(&mine);
-    let header = Header {
-        desc: rec.desc.clone(),
-        reddesc: rec.reddesc.clone(),
-        red: red.clone(),
-        files: (0..=plan.failures).map(|d| ((i + n - d) % n, all[(i + n - d) % n].clone())).collect(),
-    };
     if let Some(f) = &file {
-        fail.note(redfile::finish(f, &red.file, payload, &header));
+        fail.note(redfile::finish(f, &red.file, payload, &Header::new(rec, &red, &all)));
     }
     rec.red = Some(red);
     fail.into_result()
@@ -189,8 +178,17 @@ pub enum Member<'a> {
 }
 
 /// Rebuild the `lost` members (set indices) of a set. Collective over `comm`, whose ranks are
-/// the set members in set order. `totals[x]` is member x's data size.
-pub fn rebuild(comm: &Comm, me: Member<'_>, red: &RedInfo, lost: &[usize], totals: &[u64], piece: usize) -> Result<()> {
+/// the set members in set order. `all[x]` is member x's file list (from the survivors'
+/// headers). A lost member ends with its files and a complete redundancy file.
+pub fn rebuild(
+    comm: &Comm,
+    me: Member<'_>,
+    red: &RedInfo,
+    lost: &[usize],
+    all: &[Vec<FileEntry>],
+    piece: usize,
+) -> Result<()> {
+    let totals: Vec<u64> = all.iter().map(|f| f.iter().map(|e| e.size).sum()).collect();
     let mut fail = Failure::default();
     let (rec, is_lost) = match me {
         Member::Survivor(r) => (r, false),
@@ -301,6 +299,9 @@ pub fn rebuild(comm: &Comm, me: Member<'_>, red: &RedInfo, lost: &[usize], total
     }
     if is_lost {
         fail.note(stream.sync());
+        if let Some(f) = &file {
+            fail.note(redfile::finish(f, &red.file, red.payload(), &Header::new(rec, red, all)));
+        }
     }
     fail.into_result()
 }

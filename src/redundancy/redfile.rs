@@ -19,7 +19,7 @@ use super::RedInfo;
 use crate::desc::RedDesc;
 use crate::error::{Error, IoContext, Result};
 use crate::state::dataset::DatasetDesc;
-use crate::state::filemap::FileMeta;
+use crate::state::filemap::{DatasetRecord, FileMeta};
 
 const KIND: &str = "redundancy";
 
@@ -48,8 +48,17 @@ pub struct Header {
 }
 
 impl Header {
-    pub fn files_of(&self, index: usize) -> Option<&Vec<FileEntry>> {
-        self.files.iter().find(|(i, _)| *i == index).map(|(_, f)| f)
+    /// The header of set member `red.index` of `rec`'s dataset: its own files and those of
+    /// the `red.failures` members to its left. `all[x]` is member x's file list.
+    pub fn new(rec: &DatasetRecord, red: &RedInfo, all: &[Vec<FileEntry>]) -> Header {
+        let n = red.ranks.len();
+        let members = (0..=red.failures).map(|d| (red.index + n - d) % n);
+        Header {
+            desc: rec.desc.clone(),
+            reddesc: rec.reddesc.clone(),
+            red: red.clone(),
+            files: members.map(|x| (x, all[x].clone())).collect(),
+        }
     }
 }
 

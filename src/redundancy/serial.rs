@@ -1,12 +1,13 @@
 //! The serial rebuild: one process with every surviving member's files and redundancy file
 //! at hand (the scavenged copy of a dataset in the prefix) recreates the lost members' files
-//! and redundancy files, with the same codec as the parallel rebuild.
+//! and redundancy payloads, with the same codec as the parallel rebuild. The caller appends
+//! each rebuilt member's header ([`redfile::Header::new`], [`redfile::finish`]).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::PathBuf;
 
 use super::codec::{Code, Shard};
-use super::redfile::{self, FileEntry, Header};
+use super::redfile;
 use super::stream::{Part, Stream};
 use super::{gf, RedInfo};
 use crate::desc::Scheme;
@@ -124,24 +125,6 @@ fn copy(
         off += len as u64;
     }
     Ok(())
-}
-
-/// The header a member's redundancy file carries: its own files and those of the members to
-/// its left whose data its payload protects. `all[x]` is member x's file list.
-pub fn header_for(template: &Header, red: &RedInfo, all: &[Vec<FileEntry>]) -> Header {
-    let n = red.ranks.len();
-    Header {
-        desc: template.desc.clone(),
-        reddesc: template.reddesc.clone(),
-        red: red.clone(),
-        files: (0..=red.failures).map(|d| ((red.index + n - d) % n, all[(red.index + n - d) % n].clone())).collect(),
-    }
-}
-
-/// Append `header` to a rebuilt redundancy file.
-pub fn finish(red: &RedInfo, header: &Header) -> Result<()> {
-    let f = OpenOptions::new().write(true).open(&red.file).map_err(|e| Error::io("open", &red.file, e))?;
-    redfile::finish(&f, &red.file, red.payload(), header)
 }
 
 #[cfg(test)]

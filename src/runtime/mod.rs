@@ -353,12 +353,7 @@ impl Runtime {
 /// Remove this rank's part of a cached dataset (its files and redundancy file) and the
 /// directories left empty, without touching the parts of other ranks on the same node.
 fn remove_part(rec: &DatasetRecord) {
-    let mut files: Vec<&std::path::Path> =
-        rec.files.iter().filter(|f| f.path.starts_with(&rec.dir)).map(|f| f.path.as_path()).collect();
-    if let Some(red) = &rec.red {
-        files.push(&red.file);
-    }
-    for f in files {
+    for f in rec.cached_paths() {
         let _ = crate::paths::remove_file_if_exists(f);
         if let Some(parent) = f.parent() {
             crate::paths::prune_empty_dirs(parent, rec.dir.parent().unwrap_or(&rec.dir));
@@ -366,12 +361,8 @@ fn remove_part(rec: &DatasetRecord) {
     }
 }
 
-/// Remove the cached files of a record (bypass files in the prefix are left alone).
+/// Remove a whole cached dataset on this node: its directory holds every cached file of it
+/// (bypass files live in the prefix and are left alone).
 fn remove_cached_files(rec: &DatasetRecord) {
-    for f in &rec.files {
-        if f.path.starts_with(&rec.dir) {
-            let _ = crate::paths::remove_file_if_exists(&f.path);
-        }
-    }
     let _ = crate::paths::remove_tree_if_exists(&rec.dir);
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use super::Runtime;
 use crate::redundancy::parallel::{self, Member};
 use crate::redundancy::redfile::{self, FileEntry, Header};
-use crate::redundancy::{serial, RedInfo};
+use crate::redundancy::RedInfo;
 use crate::state::filemap::{DatasetRecord, FileMeta, Filemap};
 use crate::{scr_debug, scr_error, scr_warn};
 
@@ -105,8 +105,8 @@ impl Runtime {
         self.world.send_value(owner, rec);
         let buf_size = self.settings.file_buf_size;
         let mut buf = vec![0u8; buf_size];
-        for path in record_paths(rec) {
-            let file = std::fs::File::open(&path).and_then(|f| f.metadata().map(|m| (f, m.len())));
+        for path in rec.cached_paths() {
+            let file = std::fs::File::open(path).and_then(|f| f.metadata().map(|m| (f, m.len())));
             let Ok((file, len)) = file else {
                 self.world.send(owner, &MISSING.to_le_bytes());
                 continue;
@@ -132,7 +132,7 @@ impl Runtime {
         let rec: DatasetRecord = self.world.recv_value(holder);
         let mut ok = true;
         let mut buf = vec![0u8; self.settings.file_buf_size];
-        for path in record_paths(&rec) {
+        for path in rec.cached_paths() {
             let mut len = [0u8; 8];
             self.world.recv_into(holder, &mut len);
             let len = u64::from_le_bytes(len);
@@ -143,7 +143,7 @@ impl Runtime {
                 .parent()
                 .map_or(Ok(()), crate::paths::create_dirs)
                 .ok()
-                .and_then(|_| std::fs::File::create(&path).ok());
+                .and_then(|_| std::fs::File::create(path).ok());
             ok &= out.is_some();
             let mut off = 0u64;
             while off < len {
@@ -198,7 +198,8 @@ impl Runtime {
         };
         let (set_id, index, lost) = plan[self.world.rank() as usize];
         let comm = self.world.split(set_id as i32, index as i32);
-        let lost_in_set: Vec<usize> = (0..comm.size() as usize).filter(|&x| plan_lost(&plan, set_id, x)).collect();
+        let mut lost_in_set: Vec<usize> = plan.iter().filter(|p| p.0 == set_id && p.2).map(|p| p.1).collect();
+        lost_in_set.sort_unstable();
         let mut result: Result<(), String> = Ok(());
         if !lost_in_set.is_empty() {
             result = self.rebuild_member(id, &comm, index, lost, &lost_in_set);
@@ -257,12 +258,11 @@ impl Runtime {
         let Some(all) = all.into_iter().collect::<Option<Vec<_>>>() else {
             return Err("the surviving redundancy files do not list every member's files".into());
         };
-        let totals: Vec<u64> = all.iter().map(|f| f.iter().map(|e| e.size).sum()).collect();
         let piece = self.settings.mpi_buf_size;
         if !lost {
             let rec = self.filemap.datasets.get(&id).expect("survivor").clone();
             let red = rec.red.clone().expect("survivor");
-            let r = parallel::rebuild(comm, Member::Survivor(&rec), &red, lost_in_set, &totals, piece);
+            let r = parallel::rebuild(comm, Member::Survivor(&rec), &red, lost_in_set, &all, piece);
             return match local_err {
                 Some(e) => Err(e),
                 None => r.map_err(|e| e.to_string()),
@@ -271,7 +271,7 @@ impl Runtime {
         let dir = self.layout.cache_dataset_dir(&template.reddesc.store, id);
         let mut red = RedInfo { index, file: PathBuf::new(), ..template.red.clone() };
         if red.scheme == crate::desc::Scheme::Partner {
-            red.chunk = totals[(index + n - 1) % n];
+            red.chunk = all[(index + n - 1) % n].iter().map(|e| e.size).sum();
         }
         red.file = parallel::red_path(&dir, &red);
         let files: Vec<FileMeta> = all[index]
@@ -290,9 +290,7 @@ impl Runtime {
         if let Some(old) = self.filemap.datasets.remove(&id) {
             super::remove_part(&old);
         }
-        let r = parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &totals, piece);
-        r.map_err(|e| e.to_string())?;
-        serial::finish(&red, &serial::header_for(&template, &red, &all)).map_err(|e| e.to_string())?;
+        parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &all, piece).map_err(|e| e.to_string())?;
         for f in &rec.files {
             if let Some(crc) = f.crc {
                 let got = crate::transfer::copy::file_crc(&f.path, piece).map_err(|e| e.to_string())?;
@@ -385,10 +383,6 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
     Ok((plan, what))
 }
 
-fn plan_lost(plan: &[(usize, usize, bool)], set: usize, index: usize) -> bool {
-    plan.iter().any(|&(s, x, l)| s == set && x == index && l)
-}
-
 /// The filemaps in a control directory: (rank, path).
 fn filemaps_in(dir: &Path) -> Vec<(i32, PathBuf)> {
     let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
@@ -402,14 +396,4 @@ fn filemaps_in(dir: &Path) -> Vec<(i32, PathBuf)> {
         .collect();
     out.sort();
     out
-}
-
-/// Every file a record owns in cache: data files, then the redundancy file.
-fn record_paths(rec: &DatasetRecord) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        rec.files.iter().filter(|f| f.path.starts_with(&rec.dir)).map(|f| f.path.clone()).collect();
-    if let Some(red) = &rec.red {
-        v.push(red.file.clone());
-    }
-    v
 }

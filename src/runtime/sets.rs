@@ -22,12 +22,7 @@ impl Runtime {
             }
             let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
             let value = self.agree(&format!("SCR_Init: failure group {} of CKPT={}", d.group, d.index), value)?;
-            let all: Vec<String> = self.world.allgather(&value);
-            let mut names: Vec<&String> = all.iter().collect();
-            names.sort();
-            names.dedup();
-            let groups: Vec<usize> =
-                all.iter().map(|v| names.binary_search(&v).expect("every value is listed")).collect();
+            let (groups, ngroups) = self.world.group_ids(&value);
             let sets = form_sets(&groups, d.set_size);
             let me = self.world.rank() as usize;
             let (id, set) = sets.iter().enumerate().find(|(_, s)| s.contains(&me)).expect("every rank is in a set");
@@ -39,7 +34,7 @@ impl Runtime {
             };
             let comm = self.world.split(id as i32, index as i32);
             if self.rank0() {
-                self.report_sets(&d, &sets, names.len());
+                self.report_sets(&d, &sets, ngroups);
             }
             plans.push(Some(SetPlan {
                 id,

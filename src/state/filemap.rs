@@ -52,6 +52,13 @@ impl DatasetRecord {
         self.files.iter().map(|f| f.size).sum()
     }
 
+    /// Every file this rank's part keeps in cache: its data files (not bypass files in the
+    /// prefix), then its redundancy file.
+    pub fn cached_paths(&self) -> Vec<&Path> {
+        let data = self.files.iter().filter(|f| f.path.starts_with(&self.dir)).map(|f| f.path.as_path());
+        data.chain(self.red.as_ref().map(|r| r.file.as_path())).collect()
+    }
+
     /// The file routed as `rel`, if any.
     pub fn file(&self, rel: &Path) -> Option<&FileMeta> {
         self.files.iter().find(|f| f.rel == rel)
