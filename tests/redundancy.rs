@@ -149,3 +149,37 @@ fn a_corrupted_cached_byte_is_repaired_by_redundancy() {
     assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
     assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{}", r.dump());
 }
+
+#[test]
+fn custom_failure_groups_decide_the_sets() {
+    // Racks of two nodes: with GROUP=RACK each XOR set spans both racks, so losing a whole
+    // rack (two nodes, two ranks) costs each set one member and is rebuilt. (With the
+    // default GROUP=NODE all four ranks form one set, which cannot lose two.)
+    let mut job = job("XOR", &["n0", "n1", "n2", "n3"]);
+    let conf = job.root.join("racks.conf");
+    std::fs::write(
+        &conf,
+        "SCR_GROUP=RACK\nSCR_SET_SIZE=2\nGROUPS=n0 RACK=a\nGROUPS=n1 RACK=a\nGROUPS=n2 RACK=b\nGROUPS=n3 RACK=b\n\
+         GROUPS=n4 RACK=c\nGROUPS=n5 RACK=c\n",
+    )
+    .unwrap();
+    job.set("SCR_CONF_FILE", &conf.display().to_string());
+    checkpoint(&job, "1", &[]);
+    job.lose_node("n0");
+    job.lose_node("n1");
+    job.map(&["n4", "n5", "n2", "n3"]);
+    let r = restarted(&job, 1, &[]);
+    assert!(r.stderr.contains("rebuilt cached dataset 1 for 2 rank(s)"), "{}", r.dump());
+}
+
+#[test]
+fn distribute_off_ignores_the_cache() {
+    let mut job = job("XOR", &["n0", "n1", "n2", "n3"]);
+    checkpoint(&job, "1", &[]);
+    assert_eq!(job.node_files("n1", "rank_1.ckpt").len(), 1);
+    job.set("SCR_DISTRIBUTE", "0");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert!(r.has("NO_RESTART"), "{}", r.dump());
+    // The old checkpoint was deleted from cache; only the new run's ckpt.1 is there.
+    assert_eq!(job.node_files("n1", "scr.dataset.1").len(), 0, "{}", r.dump());
+}
