@@ -182,7 +182,10 @@ impl Runtime {
             return Err(self.phase_error(CALL, "after SCR_Start_output"));
         };
         self.phase = Phase::Idle;
-        let crc = self.settings.crc_on_copy;
+        let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
+        let encodes = self.encoder(index, bypass).is_some();
+        // A redundancy encoder reads every byte anyway and records the CRC32 then.
+        let crc = self.settings.crc_on_copy && !encodes;
         let buf = self.settings.file_buf_size;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let mut problems = Vec::new();
@@ -223,12 +226,10 @@ impl Runtime {
         rec.desc.size = total;
         rec.desc.files = files;
         rec.desc.complete = true;
-        let plan = self.sets.get(rec.reddesc.index).and_then(Option::as_ref).filter(|_| !rec.reddesc.bypass);
+        let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes);
         let applied = match plan {
-            Some(p) if p.scheme != crate::desc::Scheme::Single => {
-                crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size)
-            }
-            _ => Ok(()),
+            Some(p) => crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size),
+            None => Ok(()),
         };
         let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied);
         if let Err(e) = applied {
@@ -241,7 +242,7 @@ impl Runtime {
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.complete = true;
         let scheme = rec.red.as_ref().map_or(crate::desc::Scheme::Single, |r| r.scheme);
-        let (is_ckpt, is_output, bypass) = (rec.desc.checkpoint, rec.desc.output, rec.reddesc.bypass);
+        let (is_ckpt, is_output) = (rec.desc.checkpoint, rec.desc.output);
         if let Err(e) = self.agree(&format!("recording dataset {id} as complete"), self.save_filemap()) {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");

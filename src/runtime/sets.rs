@@ -49,6 +49,12 @@ impl Runtime {
         Ok(())
     }
 
+    /// The set that encodes datasets of descriptor `index`, if its scheme adds redundancy
+    /// (not SINGLE, not a one-member set, not bypass).
+    pub(super) fn encoder(&self, index: usize, bypass: bool) -> Option<&SetPlan> {
+        self.sets.get(index).and_then(Option::as_ref).filter(|p| p.scheme != Scheme::Single && !bypass)
+    }
+
     fn report_sets(&self, d: &crate::desc::RedDesc, sets: &[Vec<usize>], ngroups: usize) {
         let sizes: Vec<usize> = sets.iter().map(Vec::len).collect();
         let (min, max) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
