@@ -183,3 +183,21 @@ fn distribute_off_ignores_the_cache() {
     // The old checkpoint was deleted from cache; only the new run's ckpt.1 is there.
     assert_eq!(job.node_files("n1", "scr.dataset.1").len(), 0, "{}", r.dump());
 }
+
+#[test]
+fn a_damaged_redundancy_file_counts_as_a_lost_member() {
+    // n0's XOR file is cut short and n2 is lost: two members of the one set are gone, so the
+    // dataset is dropped cleanly (no crash, no wrong data) and the run starts over.
+    let mut job = job("XOR", &["n0", "n1", "n2", "n3"]);
+    checkpoint(&job, "1", &[]);
+    let xor = job.node_files("n0", ".xor");
+    assert_eq!(xor.len(), 1, "{xor:?}");
+    let len = std::fs::metadata(&xor[0]).unwrap().len();
+    std::fs::OpenOptions::new().write(true).open(&xor[0]).unwrap().set_len(len - 100).unwrap();
+    job.lose_node("n2");
+    job.map(&["n0", "n1", "n4", "n3"]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert!(r.has("NO_RESTART") && r.code == Some(0), "{}", r.dump());
+    assert!(r.stderr.contains("rank 0 (redundancy file:"), "{}", r.dump());
+    assert!(r.stderr.contains("deleting dataset 1 from cache"), "{}", r.dump());
+}
