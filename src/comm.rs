@@ -167,6 +167,13 @@ impl Comm {
         out
     }
 
+    /// Element-wise maximum of `v` over all ranks (one reduction for several values).
+    pub fn max_u64s(&self, v: &[u64]) -> Vec<u64> {
+        let mut out = vec![0u64; v.len()];
+        self.inner.all_reduce_into(v, &mut out[..], SystemOperation::max());
+        out
+    }
+
     pub fn max_f64(&self, v: f64) -> f64 {
         let mut out = 0f64;
         self.inner.all_reduce_into(&v, &mut out, SystemOperation::max());

@@ -10,7 +10,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate, the commands |
+//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate ([`hooks`], [`patterns`]), the commands |
 //! | runtime | [`runtime`]: one function per `SCR_*` call, the phase state machine, policies |
 //! | transfer | [`transfer`]: flush to and fetch from the prefix, verified copies |
 //! | redundancy | [`redundancy`]: the schemes applied to a cached dataset |
@@ -24,9 +24,11 @@ pub mod comm;
 pub mod config;
 pub mod desc;
 pub mod error;
+pub mod hooks;
 pub mod identity;
 pub mod log;
 pub mod paths;
+pub mod patterns;
 pub mod persist;
 pub mod redundancy;
 pub mod runtime;

@@ -217,6 +217,13 @@ pub const PARAMS: &[Param] = &[
     p("SCR_JOB_ID", Text, None, Implemented, "job id when no resource manager provides one"),
     p("SCR_JOB_NAME", Text, None, Implemented, "job name recorded with datasets"),
     p("SCR_USER_NAME", Text, None, Implemented, "user name (default: $USER, then the account database)"),
+    p(
+        "SCR_PRELOAD_PATTERNS",
+        Text,
+        None,
+        Implemented,
+        "transparent mode: comma-separated checkpoint patterns relative to the prefix (!pattern excludes)",
+    ),
     p("SCR_END_TIME", Count, None, Implemented, "allocation end time, seconds since the epoch (for SCR_HALT_SECONDS)"),
 ];
 
@@ -225,6 +232,7 @@ pub const MULTI: &[(&str, Option<&[&str]>)] = &[
     ("STORE", Some(&["GROUP", "COUNT", "ENABLED", "MKDIR", "FLUSH"])),
     ("CKPT", Some(&["INTERVAL", "GROUP", "STORE", "TYPE", "SET_SIZE", "SET_FAILURES", "BYPASS", "OUTPUT"])),
     ("GROUPS", None),
+    ("PRELOAD", Some(&["TYPE", "NAME", "RANKS"])),
 ];
 
 /// Look a parameter up by name.

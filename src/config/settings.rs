@@ -57,6 +57,8 @@ pub struct Settings {
     pub stores: Vec<StoreEntry>,
     pub ckpts: Vec<Entry>,
     pub groups: Vec<Entry>,
+    /// Transparent mode's checkpoint patterns (`PRELOAD=` entries, `SCR_PRELOAD_PATTERNS`).
+    pub preload: Vec<crate::patterns::PatternSpec>,
     /// The effective configuration with origins, for the `SCR_DEBUG` listing.
     pub listing: Vec<(String, String, String)>,
     /// Warnings found while reading the configuration (printed by rank 0).
@@ -192,6 +194,14 @@ impl Settings {
             stores,
             ckpts: r.entries("CKPT").into_iter().cloned().collect(),
             groups: r.entries("GROUPS").into_iter().cloned().collect(),
+            preload: crate::patterns::from_config(
+                &r.entries("PRELOAD"),
+                r.simple
+                    .get("SCR_PRELOAD_PATTERNS")
+                    .map(|v| (at(r, "SCR_PRELOAD_PATTERNS"), v.value.clone()))
+                    .as_ref()
+                    .map(|(a, v)| (a.as_str(), v.as_str())),
+            )?,
             listing,
             warnings,
         })

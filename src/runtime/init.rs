@@ -123,6 +123,12 @@ impl Runtime {
                     paths::ensure_private_dir(dir.parent().expect("store dir has a parent"))?;
                     paths::ensure_private_dir(&dir)?;
                 }
+                if !self.settings.preload.is_empty() {
+                    // what a transparent-mode run left pending never became a dataset
+                    let pending = self.pending_dir();
+                    paths::remove_tree_if_exists(&pending)?;
+                    paths::ensure_private_dir(&pending)?;
+                }
             }
             Ok(())
         })();

@@ -19,6 +19,9 @@ mod policy;
 mod rebuild;
 mod restart;
 mod sets;
+mod transparent;
+
+pub use transparent::{adopt_output, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup};
 
 use std::path::PathBuf;
 use std::sync::Mutex;

@@ -34,6 +34,58 @@ fn build_cdylib() {
     });
 }
 
+/// `libscr_preload.so`, built once per test process.
+pub fn preload_lib() -> PathBuf {
+    build_preload();
+    target_dir().join("libscr_preload.so")
+}
+
+fn build_preload() {
+    static DONE: OnceLock<()> = OnceLock::new();
+    DONE.get_or_init(|| {
+        let release = target_dir().ends_with("release");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "--quiet", "-p", "scr-preload"]).current_dir(repo());
+        if release {
+            cmd.arg("--release");
+        }
+        assert!(cmd.status().expect("cargo runs").success(), "building libscr_preload.so failed");
+    });
+}
+
+/// Compile an unmodified application `examples/preload/<file>` with the MPI compiler wrapper
+/// for its language (`mpicc`, `mpicxx`, `mpif90`) and `extra` flags, once per test process.
+pub fn app(file: &str, extra: &[&str]) -> PathBuf {
+    static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let map = BUILT.get_or_init(Default::default);
+    let mut map = map.lock().unwrap();
+    let key = format!("{file} {}", extra.join(" "));
+    if let Some(p) = map.get(&key) {
+        return p.clone();
+    }
+    let compiler = match file.rsplit('.').next() {
+        Some("c") => "mpicc",
+        Some("cpp") => "mpicxx",
+        Some("f90") => "mpif90",
+        other => panic!("no compiler for {other:?}"),
+    };
+    let out_dir = target_dir().join(format!("preload-examples-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out = out_dir.join(format!("{}-{}", file.replace('.', "_"), map.len()));
+    let status = Command::new(compiler)
+        .arg("-O2")
+        .arg(repo().join("examples/preload").join(file))
+        .args(extra)
+        .arg("-o")
+        .arg(&out)
+        .current_dir(&out_dir)
+        .status()
+        .unwrap_or_else(|e| panic!("{compiler} runs (scripts/setup.sh installs it): {e}"));
+    assert!(status.success(), "compiling {file} failed");
+    map.insert(key, out.clone());
+    out
+}
+
 /// Compile `examples/c/<name>.c` once per test process.
 pub fn program(name: &str) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
@@ -100,6 +152,8 @@ pub struct Job {
     env: Vec<(String, String)>,
     /// Simulated cluster: the node of each rank (see `scripts/sim-node.sh`).
     nodes: Option<Vec<String>>,
+    /// Run programs under `LD_PRELOAD=libscr_preload.so` (transparent mode).
+    preload: bool,
 }
 
 impl Job {
@@ -109,7 +163,7 @@ impl Job {
         let prefix = root.join("prefix");
         let cache = root.join("cache");
         std::fs::create_dir_all(&prefix).unwrap();
-        let mut job = Job { _dir: dir, root, prefix, cache, env: Vec::new(), nodes: None };
+        let mut job = Job { _dir: dir, root, prefix, cache, env: Vec::new(), nodes: None, preload: false };
         job.set("SCR_PREFIX", &job.prefix.display().to_string());
         job.set("SCR_CACHE_BASE", &job.cache.display().to_string());
         job.set("SCR_CNTL_BASE", &job.cache.display().to_string());
@@ -167,16 +221,29 @@ impl Job {
         self
     }
 
+    /// Run the next programs under the preload library (transparent mode).
+    pub fn preload(&mut self) -> &mut Job {
+        build_preload();
+        self.preload = true;
+        self
+    }
+
     /// Run `program` with `np` ranks from the prefix directory.
     pub fn run_np(&self, np: usize, program_name: &str, args: &[&str]) -> Run {
         let prog = program(program_name);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        self.run_exe(np, &[prog.display().to_string()], &args)
+    }
+
+    /// Run a command line (`exe` may be an interpreter and its script) with `np` ranks.
+    pub fn run_exe(&self, np: usize, exe: &[String], args: &[String]) -> Run {
         let mut cmd = Command::new("timeout");
         cmd.arg("180").arg("mpirun").arg("-np").arg(np.to_string());
         if let Some(nodes) = &self.nodes {
             assert_eq!(nodes.len(), np, "one node name per rank");
             cmd.arg(repo().join("scripts/sim-node.sh"));
         }
-        cmd.arg(&prog).args(args);
+        cmd.args(exe).args(args);
         cmd.current_dir(&self.prefix);
         for (k, _) in std::env::vars() {
             if k.starts_with("SCR_") || k.starts_with("SLURM_") {
@@ -198,6 +265,11 @@ impl Job {
         }
         if let Some(nodes) = &self.nodes {
             cmd.env("SIM_NODE_ROOT", &self.root).env("SIM_NODE_MAP", nodes.join(","));
+        }
+        if self.preload {
+            // mpirun, the launcher's helpers and sim-node.sh's shells load it too: they must
+            // not notice (they never initialise MPI)
+            cmd.env("LD_PRELOAD", preload_lib());
         }
         let out = cmd.output().expect("mpirun runs (install MPI: scripts/setup.sh)");
         Run {

@@ -1,0 +1,163 @@
+//! Transparent mode: unmodified MPI programs under `LD_PRELOAD=libscr_preload.so` and real
+//! `mpirun` with 4 ranks. Checkpoint bytes must go to cache (not the prefix), datasets must
+//! form at the documented boundaries, and a killed run must restart from the last complete
+//! checkpoint, every byte verified by the program itself.
+
+mod common;
+
+use common::{app, Job, Run};
+
+fn posix() -> String {
+    app("ckpt_posix.c", &[]).display().to_string()
+}
+
+fn run(job: &Job, args: &[&str]) -> Run {
+    let mut all = vec!["--dir".to_string(), job.prefix.display().to_string()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    job.run_exe(4, &[posix()], &all)
+}
+
+fn transparent() -> Job {
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "0");
+    job
+}
+
+/// Files under `dir` (recursively), relative, sorted.
+fn files_under(dir: &std::path::Path) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(base: &std::path::Path, d: &std::path::Path, out: &mut Vec<String>) {
+        if let Ok(rd) = std::fs::read_dir(d) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(base, &p, out);
+                } else {
+                    out.push(p.strip_prefix(base).unwrap().display().to_string());
+                }
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+fn ckpt_files_in_prefix(job: &Job) -> Vec<String> {
+    files_under(&job.prefix).into_iter().filter(|f| f.starts_with("ckpt")).collect()
+}
+
+#[test]
+fn checkpoints_go_to_cache_and_a_killed_run_restarts_from_the_last_one() {
+    let job = transparent();
+    let r = run(&job, &["--steps", "8", "--crash-at", "7"]);
+    assert_ne!(r.code, Some(0), "{}", r.dump());
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    // the bytes went to cache, never to the prefix
+    assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new(), "{}", r.dump());
+    let cached = job.cached_files("ckpt.6/rank_");
+    assert_eq!(cached.len(), 4, "{cached:?}\n{}", r.dump());
+    assert!(job.cached_files("scr.pending").is_empty(), "{:?}", job.cached_files(""));
+    // the application finds checkpoint 6 through its pointer file and reads it from cache
+    let r = run(&job, &["--steps", "10"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+    assert!(r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
+fn temporary_directory_renamed_into_place_with_uneven_files_and_rank0_metadata() {
+    let job = transparent();
+    let r = run(&job, &["--steps", "8", "--crash-at", "7", "--layout", "tmpdir", "--uneven", "--meta"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new());
+    // rank 0 renamed the directory: every rank's cached files follow, before and after restart
+    let r = run(&job, &["--steps", "8", "--layout", "tmpdir", "--uneven", "--meta"]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+    assert!(r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
+fn temporary_files_renamed_into_place_through_stdio() {
+    let job = transparent();
+    let r = run(&job, &["--steps", "6", "--crash-at", "5", "--layout", "tmpfile", "--stdio"]);
+    assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
+    assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new());
+    assert!(job.cached_files(".tmp").is_empty(), "{:?}", job.cached_files(".tmp"));
+    let r = run(&job, &["--steps", "6", "--layout", "tmpfile", "--stdio"]);
+    assert!(r.has("RESTARTED 4 verified"), "{}", r.dump());
+}
+
+#[test]
+fn flat_files_named_by_a_template_from_the_config_file() {
+    let mut job = transparent();
+    job.unset("SCR_PRELOAD_PATTERNS");
+    std::fs::write(job.prefix.join(".scrconf"), "PRELOAD=ckpt_*_*_*.dat NAME=ckpt.{1}\n").unwrap();
+    job.set("SCR_DEBUG", "1");
+    let r = run(&job, &["--steps", "4", "--crash-at", "4", "--layout", "flat"]);
+    assert!(r.stderr.contains("dataset 1 (ckpt.2, checkpoint) complete"), "{}", r.dump());
+    let r = run(&job, &["--steps", "4", "--layout", "flat"]);
+    assert!(r.has("RESTARTED 2 verified"), "{}", r.dump());
+}
+
+#[test]
+fn a_malformed_pattern_stops_mpi_init_naming_the_entry() {
+    let mut job = transparent();
+    job.unset("SCR_PRELOAD_PATTERNS");
+    std::fs::write(job.prefix.join(".scrconf"), "SCR_FLUSH=0\nPRELOAD=ckpt.[0-9/* TYPE=CHECKPOINT\n").unwrap();
+    let r = run(&job, &["--steps", "2"]);
+    assert_ne!(r.code, Some(0), "{}", r.dump());
+    assert!(r.stderr.contains(".scrconf:2") && r.stderr.contains("unclosed ["), "{}", r.dump());
+    assert!(!r.has("DONE"));
+}
+
+#[test]
+fn a_failed_write_makes_the_dataset_invalid_on_every_rank() {
+    let mut job = transparent();
+    job.set("SCR_CACHE_SIZE", "2");
+    let r = run(&job, &["--steps", "4", "--fail-write", "4"]);
+    assert!(r.stderr.contains("invalid on every rank"), "{}", r.dump());
+    assert!(job.cached_files("ckpt.4").is_empty(), "{:?}", job.cached_files("ckpt.4"));
+    assert_eq!(job.cached_files("ckpt.2/rank_").len(), 4);
+}
+
+#[test]
+fn flushed_checkpoints_are_indexed_and_restart_after_the_cache_is_lost() {
+    let mut job = transparent();
+    job.set("SCR_FLUSH", "2");
+    let r = run(&job, &["--steps", "8", "--crash-at", "5"]);
+    assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
+    let ix = job.index();
+    let names: Vec<String> =
+        ix["datasets"].as_object().unwrap().values().map(|d| d["desc"]["name"].as_str().unwrap().to_string()).collect();
+    assert!(names.contains(&"ckpt.4".to_string()), "{ix}");
+    assert_eq!(ckpt_files_in_prefix(&job).iter().filter(|f| f.starts_with("ckpt.4/")).count(), 4);
+    job.wipe_cache();
+    let r = run(&job, &["--steps", "6"]);
+    assert!(r.has("RESTARTED 4 verified"), "{}", r.dump());
+}
+
+#[test]
+fn exit_without_finalize_does_not_hang_and_keeps_complete_datasets() {
+    let job = transparent();
+    let r = run(&job, &["--steps", "4", "--no-finalize"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    let r = run(&job, &["--steps", "6"]);
+    assert!(r.has("RESTARTED 4 verified"), "{}", r.dump());
+}
+
+#[test]
+fn xor_restart_after_a_lost_node_rebuilds_the_files() {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "0").set("SCR_COPY_TYPE", "XOR");
+    let r = run(&job, &["--steps", "8", "--crash-at", "7", "--size", "100000"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert_eq!(job.node_files("n2", ".xor").len(), 1, "{:?}", job.node_files("n2", ""));
+    assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new());
+    job.lose_node("n2");
+    job.map(&["n0", "n1", "n4", "n3"]);
+    let r = run(&job, &["--steps", "8", "--size", "100000"]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+    assert!(r.stderr.contains("rebuilt"), "{}", r.dump());
+    assert_eq!(job.node_files("n4", "ckpt.8/rank_2.dat").len(), 1, "the next checkpoint is cached on the spare node");
+}
