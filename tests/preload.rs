@@ -161,3 +161,42 @@ fn xor_restart_after_a_lost_node_rebuilds_the_files() {
     assert!(r.stderr.contains("rebuilt"), "{}", r.dump());
     assert_eq!(job.node_files("n4", "ckpt.8/rank_2.dat").len(), 1, "the next checkpoint is cached on the spare node");
 }
+
+/// Run an application of another language (`exe` + its leading arguments) through a crash
+/// after checkpoint 4 and a restart, checking where the bytes were and what it read back.
+fn crash_and_restart(exe: Vec<String>, marker: &str) {
+    let job = transparent();
+    let with = |steps: &str, crash: Option<&str>| {
+        let mut args = vec![job.prefix.display().to_string(), steps.to_string()];
+        args.extend(crash.map(str::to_string));
+        job.run_exe(4, &exe, &args)
+    };
+    let r = with("6", Some("6"));
+    assert!(r.has("CHECKPOINT 4"), "{marker}: {}", r.dump());
+    assert!(!r.has("DONE"), "{marker}: {}", r.dump());
+    assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new(), "{marker}: bytes reached the prefix");
+    assert_eq!(job.cached_files("ckpt.4/rank_").len(), 4, "{marker}: {:?}", job.cached_files(""));
+    let r = with("8", None);
+    assert!(r.has("RESTARTED 4 verified"), "{marker}: {}", r.dump());
+    assert!(r.has("DONE"), "{marker}: {}", r.dump());
+}
+
+#[test]
+fn python_mpi4py_application() {
+    // Debian's python3-mpi4py: libmpi is loaded RTLD_LOCAL by the extension module, and
+    // mpi4py calls MPI_Init_thread(MULTIPLE) at import and MPI_Finalize at exit.
+    let script = common::repo().join("examples/preload/ckpt_mpi4py.py").display().to_string();
+    crash_and_restart(vec!["/usr/bin/python3".into(), script], "mpi4py");
+}
+
+#[test]
+fn fortran_application() {
+    // gfortran + Open MPI's `use mpi`: MPI_INIT reaches PMPI_Init, units close through close(),
+    // the directory comes from EXECUTE_COMMAND_LINE (a child process that stays inert).
+    crash_and_restart(vec![app("ckpt_fortran.f90", &[]).display().to_string()], "fortran");
+}
+
+#[test]
+fn cpp_fstream_and_filesystem_application() {
+    crash_and_restart(vec![app("ckpt_fstream.cpp", &["-std=c++17"]).display().to_string()], "c++");
+}
