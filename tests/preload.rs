@@ -200,3 +200,23 @@ fn fortran_application() {
 fn cpp_fstream_and_filesystem_application() {
     crash_and_restart(vec![app("ckpt_fstream.cpp", &["-std=c++17"]).display().to_string()], "c++");
 }
+
+#[test]
+fn hdf5_application_through_the_posix_driver() {
+    let h5 = app("ckpt_hdf5.c", &["-I/usr/include/hdf5/serial", "-L/usr/lib/x86_64-linux-gnu/hdf5/serial", "-lhdf5"]);
+    crash_and_restart(vec![h5.display().to_string()], "hdf5");
+}
+
+#[test]
+fn rust_std_application() {
+    // std::fs uses open64, statx (found with dlsym), rename; rsmpi initialises MPI itself.
+    let status = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--example", "preload_rust"])
+        .args(if common::target_dir().ends_with("release") { &["--release"][..] } else { &[][..] })
+        .current_dir(common::repo())
+        .status()
+        .unwrap();
+    assert!(status.success(), "building examples/preload_rust.rs failed");
+    let exe = common::target_dir().join("examples/preload_rust");
+    crash_and_restart(vec![exe.display().to_string()], "rust");
+}
