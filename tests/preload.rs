@@ -220,3 +220,50 @@ fn rust_std_application() {
     let exe = common::target_dir().join("examples/preload_rust");
     crash_and_restart(vec![exe.display().to_string()], "rust");
 }
+
+#[test]
+fn posix_semantics_errno_excl_dup_rename_unlink_fork_threads() {
+    let job = transparent();
+    let exe = app("semantics.c", &["-pthread"]).display().to_string();
+    let r = job.run_exe(4, &[exe], &[job.prefix.display().to_string()]);
+    assert!(r.has("SEMANTICS 0"), "{}", r.dump());
+    assert_eq!(r.stdout.lines().filter(|l| l.starts_with("OK ")).count(), 21, "{}", r.dump());
+    // the forked children wrote to the prefix directly; nothing else of ckpt.1 reached it
+    let prefix: Vec<String> = ckpt_files_in_prefix(&job);
+    assert_eq!(prefix, (0..4).map(|r| format!("ckpt.1/child.{r}")).collect::<Vec<_>>(), "{}", r.dump());
+    // at MPI_Finalize the files formed one dataset
+    assert!(!job.cached_files("ckpt.1/a.0").is_empty(), "{:?}", job.cached_files(""));
+}
+
+#[test]
+fn processes_that_never_initialise_mpi_are_unchanged() {
+    // bash, python3 and mpirun itself under a global LD_PRELOAD, with patterns configured
+    let job = transparent();
+    let lib = common::preload_lib();
+    let p = job.prefix.display().to_string();
+    let script = format!(
+        "mkdir -p {p}/ckpt.9 && echo x > {p}/ckpt.9/f && cat {p}/ckpt.9/f && mv {p}/ckpt.9/f {p}/ckpt.9/g && ls {p}/ckpt.9 && cat {p}/nothing 2>/dev/null; echo rc=$?"
+    );
+    let run = |cmd: &mut std::process::Command| {
+        cmd.env("SCR_PREFIX", &job.prefix).env("SCR_PRELOAD_PATTERNS", "ckpt.*/**").env("SCR_CACHE_BASE", &job.cache);
+        let plain = cmd.output().unwrap();
+        let pre = cmd.env("LD_PRELOAD", &lib).output().unwrap();
+        (plain, pre)
+    };
+    let (plain, pre) = run(std::process::Command::new("bash").arg("-c").arg(&script));
+    assert_eq!(String::from_utf8_lossy(&pre.stdout), "x\ng\nrc=1\n");
+    assert_eq!((plain.stdout, plain.stderr, plain.status.code()), (pre.stdout, pre.stderr, pre.status.code()));
+    assert!(job.prefix.join("ckpt.9/g").exists(), "the preloaded bash wrote to the prefix itself");
+    std::fs::remove_dir_all(job.prefix.join("ckpt.9")).unwrap();
+    let py = format!("import os; os.makedirs('{p}/ckpt.9', exist_ok=True); open('{p}/ckpt.9/h','w').write('y'); print(os.path.getsize('{p}/ckpt.9/h'))");
+    let (plain, pre) = run(std::process::Command::new("/usr/bin/python3").arg("-c").arg(&py));
+    assert_eq!((plain.stdout, plain.stderr, plain.status.code()), (pre.stdout.clone(), pre.stderr, pre.status.code()));
+    assert_eq!(String::from_utf8_lossy(&pre.stdout), "1\n");
+    let (plain, pre) = run(std::process::Command::new("mpirun")
+        .args(["-np", "2", "hostname"])
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env("OMPI_MCA_rmaps_base_oversubscribe", "1"));
+    assert_eq!((plain.stdout, plain.status.code()), (pre.stdout, pre.status.code()));
+    assert!(!job.cache.exists() || job.cached_files("ckpt").is_empty(), "{:?}", job.cached_files(""));
+}
