@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what building and testing scr-rs needs on Debian/Ubuntu: an MPI implementation
-# (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler and
-# pkg-config. As root it installs what is missing; otherwise it says exactly what to install.
+# (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler,
+# pkg-config, and the compilers and libraries of the transparent-mode examples. As root it
+# installs what is missing; otherwise it says exactly what to install.
 set -euo pipefail
 
 need=()
@@ -9,6 +10,11 @@ command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev openmpi-bin)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# transparent mode's example applications: C++, Fortran, mpi4py, HDF5
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v gfortran >/dev/null 2>&1 || need+=(gfortran)
+/usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1 || need+=(python3-mpi4py)
+[ -f /usr/include/hdf5/serial/hdf5.h ] || need+=(libhdf5-dev)
 if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ldconfig -p 2>/dev/null | grep -q libclang; then
   need+=(libclang-dev)
 fi

@@ -532,11 +532,29 @@ mod tests {
         let entries = r.entries("PRELOAD");
         let e = from_config(&entries, None).unwrap_err();
         assert!(e.at.contains("/p/.scrconf:2") && e.msg.contains("SOMETIMES"), "{e}");
-        let ok = from_config(&entries[..1], Some(("environment", "ckpt_*.dat, !ckpt_tmp.dat"))).unwrap();
+        let good: Vec<_> = entries.iter().copied().filter(|e| e.value.starts_with("ckpt")).collect();
+        let ok = from_config(&good, Some(("environment", "ckpt_*.dat, !ckpt_tmp.dat"))).unwrap();
         assert_eq!(ok.len(), 3);
         assert_eq!(ok[0].ranks, vec![(0, 1), (3, 3)]);
         assert_eq!(ok[2].kind, Kind::Exclude);
         let e = from_config(&[], Some(("environment", "a/**b"))).unwrap_err();
         assert!(e.at.contains("SCR_PRELOAD_PATTERNS"), "{e}");
+    }
+
+    #[test]
+    fn the_documented_example_parses_and_routes() {
+        let mut w = Vec::new();
+        let text = include_str!("../config/preload.conf.example");
+        let layer = crate::config::parse_file_text(text, std::path::Path::new("preload.conf"), true, &mut w).unwrap();
+        assert!(w.is_empty(), "{w:?}");
+        let r = crate::config::resolve_layers(vec![layer], vec![]);
+        let set = PatternSet::compile(&from_config(&r.entries("PRELOAD"), None).unwrap()).unwrap();
+        assert_eq!(set.route("ckpt.100/rank_3.dat", 3).unwrap().name, "ckpt.100");
+        assert_eq!(set.route("ckpt.100.tmp/rank_3.dat", 3).unwrap().name, "ckpt.100.tmp");
+        assert_eq!(set.route("ckpt.100/shared.h5", 0), None);
+        assert_eq!(set.route("restart_7_2.bin", 2).unwrap().name, "restart.7");
+        let viz = set.route("viz/frame_9.vtk", 0).unwrap();
+        assert_eq!((viz.name.as_str(), viz.flags), ("frame.9", FLAG_OUTPUT));
+        assert_eq!(set.route("viz/frame_9.vtk", 1), None);
     }
 }
