@@ -89,7 +89,7 @@ pub fn under_prefix(a: &Active, dirfd: c_int, path: *const c_char) -> bool {
 /// Normalise `path` (relative to `dirfd`) and make it relative to the prefix. `None` if it
 /// is not below the prefix, is the prefix itself, or lies in the prefix's `.scr` directory.
 pub fn resolve(a: &Active, dirfd: c_int, path: *const c_char) -> Option<Resolved> {
-    if !under_prefix(a, dirfd, path) {
+    if !under_prefix(a, dirfd, path) || !crate::state::is_owner(a) {
         return None;
     }
     // SAFETY: checked non-null in under_prefix.

@@ -48,18 +48,23 @@ pub fn active_any() -> Option<&'static Active> {
     ACTIVE.get()
 }
 
-/// The setup, if this process routes files now and the caller is not the library itself,
-/// not a forked child, and the application has not taken explicit control. This is the
-/// gate every path hook passes first.
+/// The setup, if this process routes files now and the caller is not the library itself
+/// and the application has not taken explicit control. This is the gate every path hook
+/// passes first; [`crate::path::resolve`] then checks that this is not a forked child
+/// (a system call, so only for paths under the prefix).
 #[inline]
 pub fn routing() -> Option<&'static Active> {
     if !LIVE.load(Ordering::Relaxed) || scr::hooks::inside() || scr::hooks::explicit() {
         return None;
     }
-    let a = ACTIVE.get()?;
+    ACTIVE.get()
+}
+
+/// Whether this is the process that activated (not a fork or vfork child).
+pub fn is_owner(a: &Active) -> bool {
     // SAFETY: getpid has no preconditions (and is not cached by glibc, so it is right in a
     // vfork child, which shares this memory).
-    (unsafe { libc::getpid() } == a.pid).then_some(a)
+    unsafe { libc::getpid() == a.pid }
 }
 
 /// The process that owns the tables (late hooks after finalize use this, not `routing`).
@@ -68,8 +73,7 @@ pub fn owner() -> Option<&'static Active> {
         return None;
     }
     let a = ACTIVE.get()?;
-    // SAFETY: as above.
-    (unsafe { libc::getpid() } == a.pid).then_some(a)
+    is_owner(a).then_some(a)
 }
 
 /// A file written since the last complete dataset.

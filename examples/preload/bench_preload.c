@@ -1,0 +1,59 @@
+/* Micro-benchmarks for transparent mode, run with and without the preload.
+ *   bench_preload open DIR N     N x open+close of DIR/bench.<rank> (created first)
+ *   bench_preload create DIR N   N x open(O_CREAT|O_TRUNC)+write 1 byte+close of DIR/bench.<rank>
+ *   bench_preload write DIR MIB  each rank writes MIB MiB to DIR/rank_<r>.dat, then a barrier
+ * Prints (rank 0) "RESULT <what> <value>": microseconds per call, or MiB/s over all ranks. */
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  const char *mode = argv[1], *dir = argv[2];
+  long n = atol(argv[3]);
+  char path[4096];
+  mkdir(dir, 0755);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (!strcmp(mode, "open") || !strcmp(mode, "create")) {
+    snprintf(path, sizeof path, "%s/bench.%d", dir, rank);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    close(fd);
+    int create = !strcmp(mode, "create");
+    double t0 = MPI_Wtime();
+    for (long i = 0; i < n; i++) {
+      fd = create ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : open(path, O_RDONLY);
+      if (fd < 0) {
+        perror(path);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      if (create && write(fd, "x", 1) != 1) MPI_Abort(MPI_COMM_WORLD, 1);
+      close(fd);
+    }
+    double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
+    MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("RESULT %s_us %.3f\n", mode, max);
+  } else {
+    long bytes = n << 20, chunk = 1 << 20;
+    char *buf = malloc(chunk);
+    memset(buf, rank + 1, chunk);
+    snprintf(path, sizeof path, "%s/rank_%d.dat", dir, rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t0 = MPI_Wtime();
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    for (long done = 0; done < bytes; done += chunk)
+      if (write(fd, buf, chunk) != chunk) MPI_Abort(MPI_COMM_WORLD, 1);
+    close(fd);
+    MPI_Barrier(MPI_COMM_WORLD); /* with the preload: the dataset completes here */
+    double s = MPI_Wtime() - t0;
+    if (rank == 0) printf("RESULT write_mib_s %.1f\n", (double)bytes * size / (1 << 20) / s);
+  }
+  MPI_Finalize();
+  return 0;
+}
