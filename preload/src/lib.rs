@@ -22,13 +22,13 @@
 
 pub use scr::capi;
 
-pub mod file_hooks;
-pub mod fileops;
-pub mod mpi_hooks;
-pub mod path;
-pub mod real;
-pub mod state;
-pub mod sync;
+mod file_hooks;
+mod fileops;
+mod mpi_hooks;
+mod path;
+mod real;
+mod state;
+mod sync;
 
 extern "C" fn destructor() {
     mpi_hooks::at_exit();

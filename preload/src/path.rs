@@ -29,7 +29,7 @@ fn suspicious(p: &[u8]) -> bool {
 }
 
 /// The base a relative path is taken against, into `buf`: the cwd or the directory of `dirfd`.
-fn base<'a>(dirfd: c_int, buf: &'a mut [u8; 4096]) -> Option<&'a [u8]> {
+fn base(dirfd: c_int, buf: &mut [u8; 4096]) -> Option<&[u8]> {
     if dirfd == libc::AT_FDCWD {
         // SAFETY: buf is writable for its length.
         let p = unsafe { libc::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };

@@ -94,9 +94,12 @@ fn share_renames(a: &Active, comm: &Comm) {
 
 type Renames = Vec<(PathBuf, PathBuf)>;
 
+/// This rank's files of one dataset: (entry id, prefix path, pending path, failed).
+type Group = (i32, u64, Vec<(u32, PathBuf, PathBuf, bool)>);
+
 fn complete(a: &Active, comm: &Comm) {
     // 1. closed pending files by dataset (name, flags, first epoch)
-    let mut groups: BTreeMap<String, (i32, u64, Vec<(u32, PathBuf, PathBuf, bool)>)> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     {
         let f = files();
         for (id, e) in f.entries.iter().filter(|(_, e)| !e.deleted && e.writers == 0) {
@@ -155,9 +158,4 @@ pub fn refresh_committed() {
 pub fn teardown() {
     let _inside = Inside::enter();
     *SYNC.lock().unwrap_or_else(|e| e.into_inner()) = None;
-}
-
-/// Whether a pending file is still unfinished (for the exit-path warning).
-pub fn pending_count() -> usize {
-    files().entries.values().filter(|e| !e.deleted).count()
 }
