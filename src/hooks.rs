@@ -42,6 +42,17 @@ pub fn inside() -> bool {
 }
 
 static AUTO_INIT: AtomicBool = AtomicBool::new(false);
+static DEFER_HALT: AtomicBool = AtomicBool::new(false);
+
+/// Transparent mode acts on `SCR_HALT_EXIT` itself, at the sync point after a checkpoint (so
+/// the application's own post-checkpoint steps, such as its pointer file, happen first).
+pub fn set_defer_halt_exit(v: bool) {
+    DEFER_HALT.store(v, Ordering::SeqCst);
+}
+
+pub fn defer_halt_exit() -> bool {
+    DEFER_HALT.load(Ordering::SeqCst)
+}
 static EXPLICIT: AtomicBool = AtomicBool::new(false);
 
 /// The preload ran `SCR_Init` inside `MPI_Init` (and will run `SCR_Finalize` in `MPI_Finalize`).

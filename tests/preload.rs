@@ -267,3 +267,21 @@ fn processes_that_never_initialise_mpi_are_unchanged() {
     assert_eq!((plain.stdout, plain.status.code()), (pre.stdout, pre.status.code()));
     assert!(!job.cache.exists() || job.cached_files("ckpt").is_empty(), "{:?}", job.cached_files(""));
 }
+
+#[test]
+fn halt_conditions_end_an_unmodified_run_after_its_checkpoint() {
+    // The application cannot call SCR_Should_exit: the preload defaults SCR_HALT_EXIT to 1.
+    // `scr_halt --checkpoints 1` was given: the run ends cleanly at the sync point after the
+    // first checkpoint (the application has written its pointer file by then), keeping it.
+    let job = transparent();
+    std::fs::create_dir_all(job.prefix.join(".scr")).unwrap();
+    scr::state::halt::Halt::update(&job.prefix.join(".scr/halt.scr"), |h| h.checkpoints_left = Some(1)).unwrap();
+    let r = run(&job, &["--steps", "8"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(r.has("CHECKPOINT 2") && !r.has("CHECKPOINT 4") && !r.has("DONE"), "{}", r.dump());
+    assert!(r.stderr.contains("halting the run"), "{}", r.dump());
+    assert_eq!(job.cached_files("ckpt.2/rank_").len(), 4);
+    scr::state::halt::Halt::update(&job.prefix.join(".scr/halt.scr"), |h| *h = Default::default()).unwrap();
+    let r = run(&job, &["--steps", "4"]);
+    assert!(r.has("RESTARTED 2 verified") && r.has("DONE"), "{}", r.dump());
+}

@@ -32,6 +32,7 @@ fn start() {
     if scr::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
         let _ = scr::config::scr_config("SCR_HALT_EXIT=1", false);
     }
+    hooks::set_defer_halt_exit(true);
     if let Err(e) = scr::runtime::init() {
         scr::scr_error!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
         scr::comm::abort(1);
@@ -81,6 +82,7 @@ fn start() {
         canonical,
         pending: setup.pending,
         patterns,
+        halt_exit: setup.halt_exit,
     });
 }
 
@@ -94,12 +96,32 @@ fn finish() {
             crate::sync::point(a, true);
         }
     }
+    shut_down();
+}
+
+/// `SCR_Finalize` and the end of routing (no MPI call of the library after this).
+fn shut_down() {
     state::set_finalized();
     crate::sync::teardown();
     hooks::set_auto_init(false);
     if let Err(e) = scr::runtime::finalize() {
         scr::scr_error!("transparent mode: SCR_Finalize: {e}");
     }
+}
+
+/// `SCR_HALT_EXIT`: a halt condition holds after a checkpoint; end the run as `MPI_Finalize`
+/// and `exit(0)` would (called at a sync point, on every rank).
+pub fn halt_exit(rank: u32) -> ! {
+    let _inside = Inside::enter();
+    if rank == 0 {
+        scr::log::emit("INFO", format_args!("halting the run after its checkpoint (SCR_HALT_EXIT=1)"));
+    }
+    shut_down();
+    if let Some(f) = real::PMPI_Finalize() {
+        // SAFETY: MPI is initialised and the library holds no communicator any more.
+        unsafe { f() };
+    }
+    std::process::exit(0);
 }
 
 /// After a successful collective on `comm`: a sync point if `comm` spans the world.

@@ -22,6 +22,8 @@ pub struct Active {
     pub canonical: PathBuf,
     pub pending: PathBuf,
     pub patterns: PatternSet,
+    /// End the run at the sync point after a checkpoint that meets a halt condition.
+    pub halt_exit: bool,
 }
 
 static ACTIVE: OnceLock<Active> = OnceLock::new();

@@ -32,6 +32,8 @@ use crate::state::{files, Active};
 
 struct Sync {
     comm: Comm,
+    /// A checkpoint completed at the previous sync point: check the halt conditions now.
+    halt_check: bool,
 }
 
 const OPEN: usize = 0;
@@ -42,7 +44,7 @@ static SYNC: Mutex<Option<Sync>> = Mutex::new(None);
 
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub fn setup() {
-    *SYNC.lock().unwrap_or_else(|e| e.into_inner()) = Some(Sync { comm: Comm::world_dup() });
+    *SYNC.lock().unwrap_or_else(|e| e.into_inner()) = Some(Sync { comm: Comm::world_dup(), halt_check: false });
 }
 
 /// A sync point (collective). `last`: the one in `MPI_Finalize`.
@@ -50,6 +52,10 @@ pub fn point(a: &Active, last: bool) {
     let _inside = Inside::enter();
     let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
     let Some(s) = g.as_mut() else { return };
+    if std::mem::take(&mut s.halt_check) && a.halt_exit && scr::runtime::should_exit().unwrap_or(false) {
+        drop(g);
+        crate::mpi_hooks::halt_exit(a.rank);
+    }
     let (open, closed, renames) = {
         let mut f = files();
         f.epoch += 1;
@@ -70,7 +76,7 @@ pub fn point(a: &Active, last: bool) {
     }
     let commit = agreed[CLOSED] > 0 && (agreed[OPEN] == 0 || last);
     if commit {
-        complete(a, &s.comm);
+        s.halt_check = complete(a, &s.comm);
     }
 }
 
@@ -97,7 +103,8 @@ type Renames = Vec<(PathBuf, PathBuf)>;
 /// This rank's files of one dataset: (entry id, prefix path, pending path, failed).
 type Group = (i32, u64, Vec<(u32, PathBuf, PathBuf, bool)>);
 
-fn complete(a: &Active, comm: &Comm) {
+/// Complete the pending datasets; whether a checkpoint completed.
+fn complete(a: &Active, comm: &Comm) -> bool {
     // 1. closed pending files by dataset (name, flags, first epoch)
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     {
@@ -123,6 +130,7 @@ fn complete(a: &Active, comm: &Comm) {
     let mut order: Vec<(u64, String, i32)> = names.into_iter().map(|(n, (fl, ep))| (ep, n, fl)).collect();
     order.sort();
     // 2. one output phase per dataset, oldest first
+    let mut checkpointed = false;
     for (_, name, flags) in order {
         let list = groups.remove(&name).map(|g| g.2).unwrap_or_default();
         let valid = !list.iter().any(|x| x.3);
@@ -137,12 +145,13 @@ fn complete(a: &Active, comm: &Comm) {
         }
         drop(f);
         match r {
-            Ok((true, _)) => {}
+            Ok((true, _)) => checkpointed |= flags & scr::runtime::FLAG_CHECKPOINT != 0,
             Ok((false, _)) => {}
             Err(e) => scr::scr_error!("transparent mode: dataset {name}: {e}"),
         }
     }
     refresh_committed();
+    checkpointed
 }
 
 /// Rebuild the table of cached dataset files (after a dataset completed or at restart).

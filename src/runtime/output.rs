@@ -312,7 +312,7 @@ impl Runtime {
                 scr_warn!("cannot update the halt file: {e}");
             }
         }
-        if self.settings.halt_exit {
+        if self.settings.halt_exit && !crate::hooks::defer_halt_exit() {
             if let Some(reason) = self.halt_reason() {
                 self.exit_requested = Some(reason);
             }

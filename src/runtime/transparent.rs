@@ -24,6 +24,8 @@ pub struct TransparentSetup {
     pub prefix: crate::paths::Prefix,
     pub pending: PathBuf,
     pub patterns: Vec<PatternSpec>,
+    /// `SCR_HALT_EXIT`
+    pub halt_exit: bool,
 }
 
 /// The routing setup of the running instance.
@@ -34,6 +36,7 @@ pub fn transparent_setup() -> Result<TransparentSetup> {
             prefix: rt.layout.prefix.clone(),
             pending: rt.pending_dir(),
             patterns: rt.settings.preload.clone(),
+            halt_exit: rt.settings.halt_exit,
         })
     })
 }
