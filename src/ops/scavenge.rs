@@ -345,9 +345,12 @@ pub fn scavenge(layout: &Layout, opts: &Options) -> OpResult<Outcome> {
     Ok(out)
 }
 
+/// A protocol line: a rank part that arrived (dataset, rank), or one that did not (and why).
+type CopyLine = Result<(u64, u32), (u64, u32, String)>;
+
 /// `SCR_COPY copied id=.. rank=..` → `Ok((id, rank))`; `... failed id=.. rank=.. why=..` →
 /// `Err((id, rank, why))`; other lines → `None`.
-fn parse_protocol(line: &str) -> Option<Result<(u64, u32), (u64, u32, String)>> {
+fn parse_protocol(line: &str) -> Option<CopyLine> {
     let rest = line.strip_prefix(PROTOCOL)?.trim_start();
     let (kind, rest) = rest.split_once(' ')?;
     let field = |k: &str| rest.split_whitespace().find_map(|w| w.strip_prefix(k)?.strip_prefix('='));

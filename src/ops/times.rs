@@ -78,7 +78,7 @@ fn iso(s: &str) -> Option<i64> {
     }
     let rest = rest.strip_prefix('T').or_else(|| rest.strip_prefix(' '))?;
     // Split off a zone designator.
-    let (clock_part, zone) = match rest.find(|c: char| c == 'Z' || c == 'z' || c == '+' || c == '-') {
+    let (clock_part, zone) = match rest.find(['Z', 'z', '+', '-']) {
         Some(i) => (&rest[..i], Some(&rest[i..])),
         None => (rest, None),
     };
