@@ -436,3 +436,98 @@ fn rebuild_set(
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::Prefix;
+    use crate::state::dataset::DatasetDesc;
+
+    fn setup() -> (tempfile::TempDir, Layout) {
+        let d = tempfile::tempdir().unwrap();
+        let l = Layout::prefix_only(Prefix::new(d.path()));
+        std::fs::create_dir_all(l.prefix_dataset_dir(1)).unwrap();
+        (d, l)
+    }
+
+    fn desc(ranks: u32) -> DatasetDesc {
+        DatasetDesc {
+            id: 1,
+            ckpt: Some(1),
+            name: "ckpt.1".into(),
+            checkpoint: true,
+            output: false,
+            created: 0,
+            user: "u".into(),
+            jobname: String::new(),
+            jobid: "j".into(),
+            ranks,
+            size: 0,
+            files: ranks as u64,
+            complete: true,
+        }
+    }
+
+    /// What scr_copy leaves for one rank without redundancy: its file and its filemap.
+    fn scavenged(l: &Layout, ranks: u32, rank: u32, data: &[u8]) {
+        let rel = PathBuf::from(format!("ckpt.1/rank_{rank}"));
+        let p = l.prefix.join(&rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, data).unwrap();
+        let crc = Some(crc32fast::hash(data));
+        let files = vec![RankFileEntry { rel, size: data.len() as u64, crc, complete: true }];
+        RankFile { rank, desc: desc(ranks), files, red: None }.save(&l.rank_filemap(1, rank)).unwrap();
+    }
+
+    #[test]
+    fn a_complete_dataset_is_published_and_indexed() {
+        let (_d, l) = setup();
+        scavenged(&l, 2, 0, b"zero");
+        scavenged(&l, 2, 1, b"one!");
+        let part = l.prefix.path.join("ckpt.1/.rank_1.scrpart");
+        std::fs::write(&part, b"half").unwrap();
+        let r = build(&l, 1, 4096).unwrap();
+        assert!(r.complete && r.rebuilt.is_empty() && r.missing.is_empty(), "{r:?}");
+        let r2f = Rank2File::load(&l.rank2file(1)).unwrap().unwrap();
+        assert_eq!(r2f.files[&1][0].crc, Some(crc32fast::hash(b"one!")));
+        assert_eq!(Summary::load(&l.summary(1)).unwrap().unwrap().scheme, "SINGLE");
+        let ix = Index::load(&l.index()).unwrap();
+        assert!(ix.datasets[&1].complete && ix.datasets[&1].flushed.is_some());
+        assert!(!part.exists(), "a temporary file of a cut-short flush is removed");
+    }
+
+    #[test]
+    fn missing_and_damaged_parts_are_named_and_the_dataset_indexed_incomplete() {
+        let (_d, l) = setup();
+        scavenged(&l, 3, 0, b"zero");
+        scavenged(&l, 3, 1, b"one!");
+        std::fs::write(l.prefix.path.join("ckpt.1/rank_1"), b"on").unwrap();
+        scavenged(&l, 3, 2, b"two!");
+        let fm2 = l.rank_filemap(1, 2);
+        let mut bytes = std::fs::read(&fm2).unwrap();
+        let n = bytes.len();
+        bytes[n - 5] ^= 0x02;
+        std::fs::write(&fm2, &bytes).unwrap();
+        let r = build(&l, 1, 4096).unwrap();
+        assert!(!r.complete, "{r:?}");
+        assert_eq!(r.missing.len(), 2, "{r:?}");
+        assert!(r.missing[0].starts_with("rank 1:") && r.missing[0].contains("2 bytes, 4 were written"), "{r:?}");
+        assert!(r.missing[1].starts_with("rank 2:") && r.missing[1].contains("unusable"), "{r:?}");
+        assert!(r.missing.iter().all(|m| m.contains("no redundancy data names this rank")), "{r:?}");
+        assert!(!l.summary(1).exists(), "no summary for an incomplete dataset");
+        let ix = Index::load(&l.index()).unwrap();
+        assert!(!ix.datasets[&1].complete && ix.datasets[&1].flushed.is_none());
+    }
+
+    #[test]
+    fn a_damaged_index_stops_the_build_before_anything_changes() {
+        let (_d, l) = setup();
+        scavenged(&l, 1, 0, b"zero");
+        std::fs::write(l.index(), b"not an index").unwrap();
+        let e = build(&l, 1, 4096).unwrap_err().to_string();
+        assert!(e.contains("index.scr") && e.contains("damaged"), "{e}");
+        assert!(!l.summary(1).exists() && !l.rank2file(1).exists());
+        let e = build(&l, 7, 4096).unwrap_err().to_string();
+        assert!(e.contains("scr.dataset.7: no such dataset directory"), "{e}");
+    }
+}

@@ -14,7 +14,8 @@
 //! | [`build`] | scanning a dataset directory, rebuilding lost files, publishing it (`scr_index --build`) |
 //! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
 //! | [`nodes`] | node lists: the allocation, `SCR_EXCLUDE_NODES`, host-list syntax |
-//! | [`run`] | the run wrapper: pre-run checks, launching, relaunch decisions, scavenge at the end |
+//! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
+//! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
 //!
 //! Every metadata file these read or write goes through [`crate::state`] (the index and halt
 //! file under the same lock the running library takes), so a running job and a command can
@@ -27,6 +28,7 @@ pub mod args;
 pub mod build;
 pub mod halt;
 pub mod index;
+pub mod launch;
 pub mod nodes;
 pub mod prefix;
 pub mod run;

@@ -7,20 +7,16 @@
 //! limits, `SCR_HALT_SECONDS` before the allocation's end); `SCR_RUNS` runs were made (`-1`:
 //! no limit); or fewer healthy nodes remain than the next run needs (`SCR_MIN_NODES`, else as
 //! many as the previous run used). Nodes named by `SCR_EXCLUDE_NODES` (read again before every
-//! run, so a node can be added to `<prefix>/.scrconf` while the job runs) are left out: `srun`
-//! gets `--exclude`, Open MPI's `mpirun` gets `--host` with the healthy nodes, and on the
-//! simulated cluster (`scripts/sim-node.sh` in the command line) each excluded node's ranks
-//! move to a spare node of `SIM_NODES`.
-//!
-//! With `--preload` the application runs in transparent mode: `LD_PRELOAD` names
-//! `libscr_preload.so` in the application's environment (through `-x` for `mpirun`,
-//! `--export` for `srun`).
+//! run, so a node can be added to `<prefix>/.scrconf` while the job runs) are left out, as
+//! [`super::launch`] tells each launcher (on the simulated cluster, their ranks move to spare
+//! nodes). With `--preload` the application runs in transparent mode
+//! (`LD_PRELOAD=libscr_preload.so`).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use super::halt::process_is;
+use super::launch::{default_preload, sibling, Launch, Prepared};
 use super::scavenge;
 use super::{nodes, OpError, OpResult};
 use crate::config::Resolved;
@@ -50,73 +46,6 @@ pub struct Options {
     pub node_cmd: Option<String>,
 }
 
-/// Which launcher, and how to tell it about nodes.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Srun,
-    OpenMpi,
-    Other,
-}
-
-fn kind_of(launcher: &str) -> Kind {
-    match Path::new(launcher).file_name().and_then(|n| n.to_str()).unwrap_or("") {
-        "srun" => Kind::Srun,
-        "mpirun" | "mpiexec" | "orterun" | "prterun" => Kind::OpenMpi,
-        _ => Kind::Other,
-    }
-}
-
-/// The simulated cluster: the path of `sim-node.sh` in the command line and the current
-/// rank-to-node map.
-#[derive(Debug, Clone)]
-struct Sim {
-    script: PathBuf,
-    map: Vec<String>,
-}
-
-impl Sim {
-    fn distinct(&self) -> Vec<String> {
-        let mut out: Vec<String> = Vec::new();
-        for n in &self.map {
-            if !out.contains(n) {
-                out.push(n.clone());
-            }
-        }
-        out
-    }
-
-    /// Move the ranks of excluded nodes to spare nodes (usable nodes the map does not use).
-    fn remap(&mut self, usable: &[String]) -> Result<(), String> {
-        let mut spares = usable.iter().filter(|n| !self.map.contains(n)).cloned().collect::<Vec<_>>().into_iter();
-        for old in self.distinct() {
-            if usable.contains(&old) {
-                continue;
-            }
-            let new = spares.next().ok_or(format!("node {old} is excluded and no spare node is left to replace it"))?;
-            for n in self.map.iter_mut().filter(|n| **n == old) {
-                *n = new.clone();
-            }
-        }
-        Ok(())
-    }
-}
-
-/// The `scr_copy` command installed beside the running one.
-pub fn sibling(name: &str) -> PathBuf {
-    std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
-}
-
-/// The default preload library: beside the command (a cargo build) or in `../lib` (an install).
-pub fn default_preload() -> PathBuf {
-    let exe = std::env::current_exe().unwrap_or_default();
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    let here = dir.join("libscr_preload.so");
-    if here.exists() {
-        return here;
-    }
-    dir.join("../lib/libscr_preload.so")
-}
-
 fn say(msg: impl AsRef<str>) {
     eprintln!("scr_run: {}", msg.as_ref());
 }
@@ -136,19 +65,14 @@ pub fn prerun(prefix: Option<&str>) -> OpResult<(Layout, crate::config::Settings
     let mut notes = vec![format!("prefix {}, job id {}", layout.prefix.path.display(), layout.jobid)];
     let halt = Halt::load(&layout.halt())?;
     Index::load(&layout.index())?;
-    if let Some(rec) = RunRecord::load(&layout.run_file())? {
-        if rec.ended.is_none()
-            && rec.host == crate::identity::host_name()
-            && process_is(rec.launcher_pid, rec.launcher_start)
-        {
-            return Err(OpError::failed(format!(
-                "another scr_run (process {}) is running this job in {} (launcher process {}); wait for it or \
-                 stop it with scr_halt --immediate",
-                rec.wrapper_pid,
-                layout.prefix.path.display(),
-                rec.launcher_pid
-            )));
-        }
+    if let Some(rec) = active_run(&layout)? {
+        return Err(OpError::failed(format!(
+            "another scr_run (process {}) is running this job in {} (launcher process {}); wait for it or \
+             stop it with scr_halt --immediate",
+            rec.wrapper_pid,
+            layout.prefix.path.display(),
+            rec.launcher_pid
+        )));
     }
     for w in &settings.warnings {
         notes.push(format!("configuration: {w}"));
@@ -157,6 +81,15 @@ pub fn prerun(prefix: Option<&str>) -> OpResult<(Layout, crate::config::Settings
         notes.push(format!("halt condition already satisfied: {why}"));
     }
     Ok((layout, settings, notes))
+}
+
+/// The run `scr_run` launched in this prefix from this host, if it is still going.
+pub fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
+    Ok(RunRecord::load(&layout.run_file())?.filter(|rec| {
+        rec.ended.is_none()
+            && rec.host == crate::identity::host_name()
+            && process_is(rec.launcher_pid, rec.launcher_start)
+    }))
 }
 
 /// Why the job must not run (again) now, if it must not. `skip_finalize`: `SCR_Finalize`'s
@@ -206,36 +139,6 @@ fn min_nodes(r: &Resolved, over: Option<usize>) -> OpResult<Option<usize>> {
     }
 }
 
-/// The `-N`/`--nodes` count of an `srun` command line.
-fn srun_nodes(args: &[String]) -> Option<usize> {
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let v = if a == "-N" || a == "--nodes" {
-            it.next().map(String::as_str)
-        } else if let Some(v) = a.strip_prefix("--nodes=") {
-            Some(v)
-        } else {
-            a.strip_prefix("-N")
-        };
-        if let Some(n) = v.and_then(|v| v.split('-').next()?.parse().ok()) {
-            return Some(n);
-        }
-    }
-    None
-}
-
-/// Find a program on `PATH` (or check a path).
-fn find_program(p: &str) -> Option<PathBuf> {
-    use std::os::unix::fs::PermissionsExt;
-    let ok =
-        |p: &Path| std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false);
-    if p.contains('/') {
-        let p = PathBuf::from(p);
-        return ok(&p).then_some(p);
-    }
-    std::env::var_os("PATH").map(|path| std::env::split_paths(&path).map(|d| d.join(p)).find(|c| ok(c))).unwrap_or(None)
-}
-
 /// Why the job stopped.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stop {
@@ -274,34 +177,7 @@ impl Outcome {
 
 /// Run the job: pre-run checks, runs, relaunches, scavenge.
 pub fn run(opts: &Options) -> OpResult<Outcome> {
-    let Some(launcher) = opts.launch.first() else {
-        return Err(OpError::usage("no launcher given: scr_run LAUNCHER [launcher options] PROG [args]"));
-    };
-    if find_program(launcher).is_none() {
-        return Err(OpError::failed(format!("launcher {launcher} not found (is it on PATH?)")));
-    }
-    let kind = kind_of(launcher);
-    let mut sim = match opts.launch.iter().find(|a| Path::new(a).file_name().is_some_and(|n| n == "sim-node.sh")) {
-        Some(script) => {
-            let map = std::env::var("SIM_NODE_MAP").unwrap_or_default();
-            let map: Vec<String> = map.split([',', ' ']).filter(|s| !s.is_empty()).map(str::to_string).collect();
-            if std::env::var_os("SIM_NODE_ROOT").is_none() || map.is_empty() {
-                return Err(OpError::usage(
-                    "the command line runs scripts/sim-node.sh but SIM_NODE_ROOT or SIM_NODE_MAP is not set",
-                ));
-            }
-            Some(Sim { script: crate::paths::normalize(Path::new(script), &crate::paths::cwd()), map })
-        }
-        None => None,
-    };
-    if let Some(p) = &opts.preload {
-        if !p.is_file() {
-            return Err(OpError::failed(format!(
-                "preload library {} not found (build it with cargo build -p scr-preload, or pass --preload=PATH)",
-                p.display()
-            )));
-        }
-    }
+    let mut launch = Launch::new(&opts.launch, opts.preload.clone())?;
     let (layout, settings, notes) = prerun(opts.prefix.as_deref())?;
     for n in &notes {
         say(n);
@@ -309,11 +185,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
     let alloc = nodes::allocation().map_err(OpError::failed)?;
     say(format!("allocation: {} node(s) from {}: {}", alloc.nodes.len(), alloc.source, alloc.nodes.join(",")));
     let previous = RunRecord::load(&layout.run_file()).ok().flatten().map(|r| r.nodes.len());
-    let mut needed_default = match (&sim, kind) {
-        (Some(s), _) => s.distinct().len(),
-        (None, Kind::Srun) => srun_nodes(&opts.launch).unwrap_or(previous.unwrap_or(alloc.nodes.len())),
-        _ => previous.unwrap_or(alloc.nodes.len()),
-    };
+    let mut needed_default = launch.nodes_needed(previous, alloc.nodes.len());
 
     let mut attempt: u32 = 0;
     let mut last_status: Option<i32> = None;
@@ -344,26 +216,23 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
                 }
             ));
         }
-        if let Some(s) = sim.as_mut() {
-            if let Err(why) = s.remap(&usable) {
-                break Stop::Nodes(why);
-            }
-        }
-        let (mut cmd, argv, run_nodes) = command(opts, kind, sim.as_ref(), &usable, &excluded);
+        let prepared = match launch.prepare(&usable, &excluded) {
+            Ok(p) => p,
+            Err(why) => break Stop::Nodes(why),
+        };
+        let Prepared { command: mut cmd, shown: argv, nodes: run_nodes, map } = prepared;
         attempt += 1;
         say(format!(
-            "run {attempt}{} on {}: {}",
+            "run {attempt}{} on nodes {}{}: {}",
             if runs > 0 { format!(" of {runs}") } else { String::new() },
-            match &sim {
-                Some(s) => format!("nodes {} (rank to node: {})", run_nodes.join(","), s.map.join(",")),
-                None => format!("nodes {}", run_nodes.join(",")),
-            },
+            run_nodes.join(","),
+            map.map(|m| format!(" (rank to node: {})", m.join(","))).unwrap_or_default(),
             argv.join(" ")
         ));
         if !excluded.is_empty() {
             say(format!("excluded nodes: {}", excluded.join(",")));
         }
-        let mut child = cmd.spawn().map_err(|e| OpError::failed(format!("cannot start {launcher}: {e}")))?;
+        let mut child = cmd.spawn().map_err(|e| OpError::failed(format!("cannot start {}: {e}", opts.launch[0])))?;
         let pid = child.id();
         let mut rec = RunRecord {
             host: crate::identity::host_name(),
@@ -380,7 +249,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         if let Err(e) = rec.save(&layout.run_file()) {
             say(format!("warning: {e} (scr_halt --immediate cannot find this run)"));
         }
-        let status = child.wait().map_err(|e| OpError::failed(format!("waiting for {launcher}: {e}")))?;
+        let status = child.wait().map_err(|e| OpError::failed(format!("waiting for {}: {e}", opts.launch[0])))?;
         rec.ended = Some(crate::identity::iso_time(crate::identity::now_secs()));
         rec.status = status.code();
         if let Err(e) = rec.save(&layout.run_file()) {
@@ -419,6 +288,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         Stop::Halted(why) if attempt == 0 => format!("not starting the job: halt condition: {why}"),
         Stop::Halted(why) => format!("not relaunching: halt condition: {why}"),
         Stop::RunsDone(n) => format!("not relaunching: SCR_RUNS={n} run(s) made"),
+        Stop::Nodes(why) if attempt == 0 => format!("not starting the job: {why}"),
         Stop::Nodes(why) => format!("not relaunching: {why}"),
     });
 
@@ -426,7 +296,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         let resolved = crate::config::resolve()?;
         let excluded = nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES")).map_err(OpError::failed)?;
         let nodes: Vec<String> = last_nodes.into_iter().filter(|n| !excluded.contains(n)).collect();
-        let node_cmd = opts.node_cmd.clone().or_else(|| default_node_cmd(sim.as_ref()));
+        let node_cmd = opts.node_cmd.clone().or_else(|| launch.node_cmd());
         let so = scavenge::Options {
             nodes,
             node_cmd,
@@ -451,88 +321,6 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         None
     };
     Ok(Outcome { runs: attempt, stop, last_status, scavenge: scavenged })
-}
-
-/// How to reach a node for the scavenge when not told: `sim-node.sh` on the simulated cluster,
-/// `srun` in a SLURM allocation, else this host only.
-fn default_node_cmd(sim: Option<&Sim>) -> Option<String> {
-    if let Some(s) = sim {
-        return Some(format!("env PMI_RANK=0 SIM_NODE_MAP={{node}} {}", shell_quote(&s.script.display().to_string())));
-    }
-    if std::env::var_os("SLURM_JOB_ID").is_some() {
-        return Some("srun -N1 -n1 -w {node}".to_string());
-    }
-    None
-}
-
-fn shell_quote(s: &str) -> String {
-    if s.bytes().all(|b| b.is_ascii_alphanumeric() || b"/._-+=:,".contains(&b)) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "'\\''"))
-    }
-}
-
-/// The command for one run: the launcher's command line with the node exclusions and the
-/// preload added, and the nodes the run is given.
-fn command(
-    opts: &Options,
-    kind: Kind,
-    sim: Option<&Sim>,
-    usable: &[String],
-    excluded: &[String],
-) -> (Command, Vec<String>, Vec<String>) {
-    let mut argv = opts.launch.clone();
-    let mut env: Vec<(String, String)> = Vec::new();
-    let mut insert: Vec<String> = Vec::new();
-    let run_nodes = match sim {
-        Some(s) => {
-            env.push(("SIM_NODE_MAP".into(), s.map.join(",")));
-            s.distinct()
-        }
-        None => usable.to_vec(),
-    };
-    if !excluded.is_empty() && sim.is_none() {
-        match kind {
-            Kind::Srun => insert.push(format!("--exclude={}", excluded.join(","))),
-            Kind::OpenMpi => {
-                let has_hosts = argv.iter().any(|a| {
-                    ["--host", "-H", "-host", "--hostfile", "-hostfile", "--machinefile", "-machinefile"]
-                        .iter()
-                        .any(|o| a == o || a.starts_with(&format!("{o}=")))
-                });
-                if has_hosts {
-                    say("warning: the command line names its hosts; the excluded nodes cannot be left out for it");
-                } else {
-                    insert.push("--host".into());
-                    insert.push(usable.join(","));
-                }
-            }
-            Kind::Other => {
-                say(format!("warning: {} cannot be told to leave out nodes; excluded: {}", argv[0], excluded.join(",")))
-            }
-        }
-    }
-    if let Some(p) = &opts.preload {
-        let v = format!("LD_PRELOAD={}", p.display());
-        match kind {
-            Kind::OpenMpi => {
-                insert.push("-x".into());
-                insert.push(v);
-            }
-            Kind::Srun => insert.push(format!("--export=ALL,{v}")),
-            Kind::Other => env.push(("LD_PRELOAD".into(), p.display().to_string())),
-        }
-    }
-    argv.splice(1..1, insert);
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
-    for (k, v) in &env {
-        cmd.env(k, v);
-    }
-    let mut shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    shown.extend(argv);
-    (cmd, shown, run_nodes)
 }
 
 /// The command line of `scr_run [OPTIONS] LAUNCHER ...`; `launcher` is given by the aliases
@@ -619,42 +407,6 @@ pub fn prerun_cli(argv: &[String]) -> OpResult<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
-    }
-
-    #[test]
-    fn excluded_nodes_move_to_spares() {
-        let mut sim = Sim { script: PathBuf::from("/x/sim-node.sh"), map: s(&["n0", "n0", "n1", "n2"]) };
-        sim.remap(&s(&["n1", "n2", "n3", "n4"])).unwrap();
-        assert_eq!(sim.map, s(&["n3", "n3", "n1", "n2"]));
-        let e = sim.remap(&s(&["n3", "n1"])).unwrap_err();
-        assert!(e.contains("node n2 is excluded"), "{e}");
-    }
-
-    #[test]
-    fn launcher_arguments() {
-        let opts = Options {
-            launch: s(&["srun", "-n4", "./app"]),
-            preload: Some(PathBuf::from("/l/libscr_preload.so")),
-            ..Default::default()
-        };
-        let (_, argv, nodes) = command(&opts, Kind::Srun, None, &s(&["a", "c"]), &s(&["b"]));
-        assert_eq!(argv, s(&["srun", "--exclude=b", "--export=ALL,LD_PRELOAD=/l/libscr_preload.so", "-n4", "./app"]));
-        assert_eq!(nodes, s(&["a", "c"]));
-        let opts = Options { launch: s(&["mpirun", "-np", "4", "./app"]), ..opts };
-        let (_, argv, _) = command(&opts, Kind::OpenMpi, None, &s(&["a", "c"]), &s(&["b"]));
-        assert_eq!(argv, s(&["mpirun", "--host", "a,c", "-x", "LD_PRELOAD=/l/libscr_preload.so", "-np", "4", "./app"]));
-        let sim = Sim { script: PathBuf::from("/x/sim-node.sh"), map: s(&["n0", "n1"]) };
-        let (_, argv, nodes) = command(&opts, Kind::OpenMpi, Some(&sim), &s(&["n0", "n1"]), &s(&["n2"]));
-        assert_eq!(argv[0], "SIM_NODE_MAP=n0,n1");
-        assert_eq!(nodes, s(&["n0", "n1"]));
-        assert_eq!(srun_nodes(&s(&["srun", "-N", "64", "x"])), Some(64));
-        assert_eq!(srun_nodes(&s(&["srun", "--nodes=3-5", "x"])), Some(3));
-        assert_eq!(srun_nodes(&s(&["srun", "-N8", "x"])), Some(8));
-        assert_eq!(srun_nodes(&s(&["srun", "-n8", "x"])), None);
-    }
 
     #[test]
     fn runs_limit_accepts_minus_one_and_names_bad_values() {

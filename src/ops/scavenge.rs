@@ -412,6 +412,12 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
     }
     let ids = p.values("id").into_iter().map(|v| parse_count("id", v)).collect::<OpResult<Vec<u64>>>()?;
     let (layout, settings) = job_context(p.value("prefix"))?;
+    if let Some(rec) = super::run::active_run(&layout)? {
+        return Err(OpError::failed(format!(
+            "the job is still running (scr_run's launcher, process {}): scavenge after its last run ends",
+            rec.launcher_pid
+        )));
+    }
     let resolved = crate::config::resolve()?;
     let nodes = match p.value("nodes") {
         Some(list) => super::nodes::expand(list).map_err(|e| OpError::usage(format!("--nodes: {e}")))?,
@@ -429,7 +435,7 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
     let opts = Options {
         nodes,
         node_cmd,
-        copy_exe: super::run::sibling("scr_copy"),
+        copy_exe: super::launch::sibling("scr_copy"),
         ids,
         piece: settings.mpi_buf_size.max(4096),
     };
