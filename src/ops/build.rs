@@ -235,7 +235,8 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
     }
     let now = crate::identity::iso_time(crate::identity::now_secs());
     Index::update(&layout.index(), |ix| {
-        let fetches = ix.datasets.get(&id).map(|e| e.fetches.clone()).unwrap_or_default();
+        // A failed restart stays on record: the build checks sizes, not the data.
+        let (fetches, failed) = ix.datasets.get(&id).map(|e| (e.fetches.clone(), e.failed)).unwrap_or_default();
         ix.datasets.insert(
             id,
             IndexEntry {
@@ -243,7 +244,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
                 complete,
                 flushed: complete.then_some(now),
                 flushing: false,
-                failed: false,
+                failed,
                 fetches,
             },
         );
@@ -269,7 +270,7 @@ fn build_flushed(layout: &Layout, id: u64) -> OpResult<Report> {
         e.complete = complete;
         if let Some(old) = ix.datasets.get(&id) {
             e.fetches = old.fetches.clone();
-            e.failed = old.failed && complete;
+            e.failed = old.failed;
         }
         ix.datasets.insert(id, e);
     })?;

@@ -192,6 +192,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
     let mut last_nodes: Vec<String> = Vec::new();
     let stop = loop {
         let resolved = crate::config::resolve()?;
+        let settings = crate::config::Settings::from_resolved(&resolved, crate::paths::cwd())?;
         let runs = runs_limit(&resolved, opts.runs)?;
         if runs > 0 && attempt as i64 >= runs {
             break Stop::RunsDone(runs);
