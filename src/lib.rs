@@ -10,7 +10,7 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate ([`hooks`], [`patterns`]), the commands |
+//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate ([`hooks`], [`patterns`]), the commands (`src/bin/`, through [`ops`]) |
 //! | runtime | [`runtime`]: one function per `SCR_*` call, the phase state machine, policies |
 //! | transfer | [`transfer`]: flush to and fetch from the prefix, verified copies |
 //! | redundancy | [`redundancy`]: the schemes applied to a cached dataset |
@@ -27,6 +27,7 @@ pub mod error;
 pub mod hooks;
 pub mod identity;
 pub mod log;
+pub mod ops;
 pub mod paths;
 pub mod patterns;
 pub mod persist;

@@ -189,6 +189,27 @@ where
     Ok(r)
 }
 
+/// Like [`update`], but `f` may refuse: on `Err` nothing is written (a missing file stays
+/// missing), so a command that validates inside the lock changes no file when it says no.
+pub fn try_update<T, R, E>(
+    path: &Path,
+    kind: &str,
+    f: impl FnOnce(&mut T) -> Result<R, E>,
+) -> Result<Result<R, E>, MetaError>
+where
+    T: Serialize + DeserializeOwned + Default,
+{
+    let _lock = Lock::acquire(path)?;
+    let mut value = read::<T>(path, kind)?.unwrap_or_default();
+    match f(&mut value) {
+        Ok(r) => {
+            write_atomic(path, kind, &value)?;
+            Ok(Ok(r))
+        }
+        Err(e) => Ok(Err(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,5 +257,19 @@ mod tests {
             update::<u64, _>(&p, "counter", |v| *v += 1).unwrap();
         }
         assert_eq!(read::<u64>(&p, "counter").unwrap(), Some(20));
+    }
+
+    #[test]
+    fn a_refused_update_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("counter.scr");
+        let r = try_update::<u64, (), &str>(&p, "counter", |v| {
+            *v = 5;
+            Err("no")
+        });
+        assert_eq!(r.unwrap(), Err("no"));
+        assert!(!p.exists());
+        assert_eq!(try_update::<u64, u64, ()>(&p, "counter", |v| Ok(*v + 1)).unwrap(), Ok(1));
+        assert_eq!(read::<u64>(&p, "counter").unwrap(), Some(0));
     }
 }

@@ -5,9 +5,16 @@
  * and on restart reads it back and verifies every byte.
  *
  *   test_api [--size BYTES] [--steps N] [--flags ckpt|output|both]
- *            [--crash-after K] [--crash-during K] [--invalid-rank R] [--uneven] [--quiet]
+ *            [--crash-after K] [--crash-after-count K] [--crash-rank R] [--crash-during K]
+ *            [--pause-before K DIR] [--invalid-rank R] [--uneven] [--quiet]
  *
  * --crash-after K   every rank calls _exit(9) right after checkpoint K completes (a failure)
+ * --crash-after-count K  the same after the K-th checkpoint this run wrote (every run fails)
+ * --crash-rank R    only rank R crashes for --crash-after/--crash-after-count (the launcher
+ *                   then ends the others)
+ * --pause-before K DIR  in a run that did not restart, before step K rank 0 creates
+ *                   DIR/paused.K and waits until DIR/resume.K exists; if that file says
+ *                   "crash", every rank calls _exit(9) (a test changes things meanwhile)
  * --crash-during K  rank 0 dies half-way through writing checkpoint K
  * --invalid-rank R  rank R reports valid=0 for every checkpoint
  * --uneven          rank r writes r % 3 files (rank_<r>_<k>.ckpt; the second one empty) of
@@ -30,6 +37,38 @@
 static int rank, ranks;
 static int quiet = 0;
 static int uneven = 0;
+
+/* Rank 0 announces it reached the gate before `step` and waits to be let through. */
+static void pause_gate(const char* dir, int step)
+{
+  int crash = 0;
+  if (rank == 0) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/paused.%d", dir, step);
+    FILE* f = fopen(path, "w");
+    if (f) fclose(f);
+    printf("PAUSED before step %d\n", step);
+    fflush(stdout);
+    snprintf(path, sizeof path, "%s/resume.%d", dir, step);
+    for (;;) {
+      FILE* r = fopen(path, "r");
+      if (r) {
+        char buf[16] = {0};
+        size_t n = fread(buf, 1, sizeof buf - 1, r);
+        crash = n >= 5 && !strncmp(buf, "crash", 5);
+        fclose(r);
+        break;
+      }
+      usleep(20000);
+    }
+  }
+  MPI_Bcast(&crash, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (crash) {
+    if (rank == 0) printf("CRASH at the pause before step %d\n", step);
+    fflush(stdout);
+    _exit(9);
+  }
+}
 
 /* Files per rank: one, or with --uneven rank % 3 of them (none, one, or two of which the
  * second is empty), with sizes that differ per rank and are not multiples of anything. */
@@ -123,12 +162,20 @@ int main(int argc, char** argv)
 {
   size_t size = 1 << 20;
   int steps = 3, crash_after = -1, crash_during = -1, invalid_rank = -1;
+  int crash_count = -1, crash_rank = -1, pause_before = -1, taken = 0;
+  const char* gate = NULL;
   int flags = SCR_FLAG_CHECKPOINT;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--crash-after") && i + 1 < argc) crash_after = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--crash-during") && i + 1 < argc) crash_during = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-after-count") && i + 1 < argc) crash_count = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-rank") && i + 1 < argc) crash_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--pause-before") && i + 2 < argc) {
+      pause_before = atoi(argv[++i]);
+      gate = argv[++i];
+    }
     else if (!strcmp(argv[i], "--invalid-rank") && i + 1 < argc) invalid_rank = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quiet")) quiet = 1;
     else if (!strcmp(argv[i], "--uneven")) uneven = 1;
@@ -174,6 +221,7 @@ int main(int argc, char** argv)
   if (start == 0 && rank == 0) printf("NO_RESTART\n");
 
   for (int step = start + 1; step <= start + steps; step++) {
+    if (step == pause_before && start == 0) pause_gate(gate, step);
     int need = 0;
     SCR_Need_checkpoint(&need);
     if (!need) continue;
@@ -190,11 +238,16 @@ int main(int argc, char** argv)
     int rc = SCR_Complete_output(valid);
     if (rank == 0) printf("CHECKPOINT %s ok=%d\n", ckname, rc == SCR_SUCCESS);
     fflush(stdout);
-    if (step == crash_after) {
+    if (rc == SCR_SUCCESS) taken++;
+    if (step == crash_after || taken == crash_count) {
       if (rank == 0) printf("CRASH after %s\n", ckname);
       fflush(stdout);
       MPI_Barrier(MPI_COMM_WORLD);
-      _exit(9);
+      if (crash_rank < 0 || rank == crash_rank) _exit(9);
+      if (crash_rank >= 0) {
+        /* the others wait for the launcher to end them */
+        MPI_Barrier(MPI_COMM_WORLD);
+      }
     }
     int exit_now = 0;
     SCR_Should_exit(&exit_now);

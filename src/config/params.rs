@@ -170,7 +170,9 @@ pub const PARAMS: &[Param] = &[
         Implemented,
         "flush cached checkpoints in SCR_Init and restart from the prefix",
     ),
-    p("SCR_RUNS", Count, Some("1"), Wrapper, "runs the wrapper script attempts"),
+    // Text, not Count: the guide documents -1 (unlimited), which a Count would refuse and fail
+    // SCR_Init in every job that sets it; scr_run checks the value itself.
+    p("SCR_RUNS", Text, Some("1"), Wrapper, "runs the wrapper script attempts (-1: unlimited)"),
     p("SCR_MIN_NODES", Count, None, Wrapper, "minimum nodes needed to run"),
     p("SCR_EXCLUDE_NODES", Text, None, Wrapper, "nodes to exclude from runs"),
     p("SCR_LOG_ENABLE", Bool, Some("0"), Later(LOGGING), "log SCR events"),

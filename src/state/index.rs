@@ -56,6 +56,14 @@ impl Index {
         persist::update(path, KIND, f)
     }
 
+    /// Locked read-modify-write that writes only if `f` succeeds (see [`persist::try_update`]).
+    pub fn try_update<R, E>(
+        path: &Path,
+        f: impl FnOnce(&mut Index) -> Result<R, E>,
+    ) -> Result<Result<R, E>, MetaError> {
+        persist::try_update(path, KIND, f)
+    }
+
     /// The newest entry with this name.
     pub fn by_name(&self, name: &str) -> Option<&IndexEntry> {
         self.datasets.values().rev().find(|e| e.desc.name == name)

@@ -23,6 +23,12 @@ impl Layout {
         Layout { prefix, user: user.to_string(), jobid: jobid.to_string(), cntl_dir }
     }
 
+    /// The prefix side only, for commands that never touch node-local storage (`scr_halt`,
+    /// `scr_index`): the control directory is left empty.
+    pub fn prefix_only(prefix: Prefix) -> Layout {
+        Layout { prefix, user: String::new(), jobid: String::new(), cntl_dir: PathBuf::new() }
+    }
+
     /// `<prefix>/.scr`
     pub fn scr_dir(&self) -> PathBuf {
         self.prefix.path.join(".scr")
@@ -65,5 +71,15 @@ impl Layout {
 
     pub fn rank2file(&self, id: u64) -> PathBuf {
         self.prefix_dataset_dir(id).join("rank2file.scr")
+    }
+
+    /// A rank's scavenged filemap: `<prefix>/.scr/scr.dataset.<id>/<rank>.scrfilemap`.
+    pub fn rank_filemap(&self, id: u64, rank: u32) -> PathBuf {
+        self.prefix_dataset_dir(id).join(super::rankfile::file_name(rank))
+    }
+
+    /// The run record `scr_run` keeps: `<prefix>/.scr/run.scr`.
+    pub fn run_file(&self) -> PathBuf {
+        self.scr_dir().join("run.scr")
     }
 }

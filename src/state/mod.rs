@@ -7,7 +7,9 @@
 //! | `flush.scr` | control dir | node leader | location of each cached dataset: CACHE, FLUSHING, PFS |
 //! | `index.scr` | `<prefix>/.scr` | rank 0, `scr_index` | datasets in the prefix: complete, flushed time, failed, fetch attempts, current marker |
 //! | `halt.scr` | `<prefix>/.scr` | rank 0, `scr_halt` | halt conditions and exit reason |
-//! | `summary.scr`, `rank2file.scr` | `<prefix>/.scr/scr.dataset.<id>` | rank 0 at flush | dataset descriptor; each rank's files with size and CRC |
+//! | `summary.scr`, `rank2file.scr` | `<prefix>/.scr/scr.dataset.<id>` | rank 0 at flush, `scr_index --build` | dataset descriptor; each rank's files with size and CRC |
+//! | `<rank>.scrfilemap` | `<prefix>/.scr/scr.dataset.<id>` | `scr_copy` (scavenge), `scr_index --build` | one rank's scavenged files and its redundancy file |
+//! | `run.scr` | `<prefix>/.scr` | `scr_run` | the run it launched: host, process, nodes, outcome |
 
 pub mod dataset;
 pub mod filemap;
@@ -15,4 +17,6 @@ pub mod flushfile;
 pub mod halt;
 pub mod index;
 pub mod layout;
+pub mod rankfile;
+pub mod run;
 pub mod summary;

@@ -244,9 +244,27 @@ impl Job {
             cmd.arg(repo().join("scripts/sim-node.sh"));
         }
         cmd.args(exe).args(args);
+        self.apply_env(&mut cmd);
+        if self.preload {
+            // mpirun, the launcher's helpers and sim-node.sh's shells load it too: they must
+            // not notice (they never initialise MPI)
+            cmd.env("LD_PRELOAD", preload_lib());
+        }
+        let out = cmd.output().expect("mpirun runs (install MPI: scripts/setup.sh)");
+        Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Give `cmd` this job's environment (its `SCR_*` settings instead of the caller's, the
+    /// Open MPI settings for an oversubscribed machine, the simulated cluster's variables) and
+    /// run it from the prefix directory.
+    pub fn apply_env(&self, cmd: &mut Command) {
         cmd.current_dir(&self.prefix);
         for (k, _) in std::env::vars() {
-            if k.starts_with("SCR_") || k.starts_with("SLURM_") {
+            if k.starts_with("SCR_") || k.starts_with("SLURM_") || k.starts_with("SIM_NODE") {
                 cmd.env_remove(k);
             }
         }
@@ -266,17 +284,13 @@ impl Job {
         if let Some(nodes) = &self.nodes {
             cmd.env("SIM_NODE_ROOT", &self.root).env("SIM_NODE_MAP", nodes.join(","));
         }
-        if self.preload {
-            // mpirun, the launcher's helpers and sim-node.sh's shells load it too: they must
-            // not notice (they never initialise MPI)
-            cmd.env("LD_PRELOAD", preload_lib());
-        }
-        let out = cmd.output().expect("mpirun runs (install MPI: scripts/setup.sh)");
-        Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
+    }
+
+    /// A command (a program of this package, or any other) with this job's environment.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new(program);
+        self.apply_env(&mut cmd);
+        cmd
     }
 
     pub fn run(&self, program_name: &str, args: &[&str]) -> Run {

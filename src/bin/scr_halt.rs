@@ -1,0 +1,158 @@
+//! `scr_halt`: set, list, change or remove the halt conditions of an SCR job (user guide 2.9).
+//! The work is done by [`scr::ops::halt`].
+
+use scr::ops::args::{self, flag, valued, Opt};
+use scr::ops::{halt, prefix, times, OpError, OpResult};
+
+const HELP: &str = "\
+NAME
+    scr_halt - tell a running SCR job to stop, or change when it will
+
+SYNOPSIS
+    scr_halt [OPTIONS] [PREFIX ...]
+
+DESCRIPTION
+    Writes halt conditions to PREFIX/.scr/halt.scr (PREFIX defaults to the current directory),
+    the file the SCR library reads in SCR_Init, after every checkpoint and in
+    SCR_Should_exit. The file is changed under the same lock the running job takes, so the job
+    sees the change at its next check and an update made by the job at the same moment (the
+    checkpoint countdown, its exit reason) is not lost.
+
+    Without options, the job halts after its next successful checkpoint: an exit reason
+    (JOB_HALTED) is recorded, which also keeps scr_run from launching the job again. With
+    conditions, the job halts when the first of them holds. A condition set again replaces the
+    old value; --unset-* options remove one. A job stopped by a condition is not relaunched;
+    remove or unset the condition (or --remove the file) to run it again.
+
+    When the job runs with SCR_HALT_EXIT=1 the library ends the run itself right after the
+    checkpoint at which a condition holds (or in SCR_Init); otherwise the application stops when
+    SCR_Should_exit says so.
+
+OPTIONS
+    -c, --checkpoints N
+        Halt after N more successful checkpoints. If the last of them fails, the job goes on
+        until one succeeds.
+    -b, --before TIME
+        Halt before TIME: once fewer than the halt seconds (--seconds, else SCR_HALT_SECONDS)
+        remain before it. Without halt seconds this condition has no effect.
+    -a, --after TIME
+        Halt at the first successful checkpoint after TIME.
+    -s, --seconds N
+        Set the halt seconds of the running job (replaces SCR_HALT_SECONDS; also used with the
+        allocation's end time, SCR_END_TIME or SLURM_JOB_END_TIME).
+    -i, --immediate
+        Record the exit reason, then stop the current run now. scr_run records the run it
+        launched in PREFIX/.scr/run.scr; the launcher is sent SIGTERM (SIGKILL after 30 s) when
+        scr_halt runs on the same host as scr_run. Elsewhere, stop the job step with the
+        resource manager (e.g. scancel JOBID.STEP, not the allocation); the halt file already
+        prevents a relaunch.
+    -l, --list
+        List the halt conditions (after applying the other options).
+    --unset-checkpoints, --unset-before, --unset-after, --unset-seconds, --unset-reason
+        Remove that condition (--unset-reason removes the exit reason, e.g. JOB_HALTED or
+        SCR_FINALIZE_CALLED).
+    -r, --remove
+        Delete the halt file: no condition remains. Combine only with --list.
+    --create
+        Create PREFIX/.scr if it does not exist yet, to set conditions before a job's first run.
+        Without it a directory without .scr is refused (a mistyped path would otherwise get a
+        halt file no job reads).
+    -h, --help
+        Print this text.
+
+TIME
+    YYYY-MM-DDTHH:MM:SS as in the user guide ('2023-07-04T21:00:00', local time; a space may
+    replace the T, seconds may be left out, Z or +HH:MM gives a zone), YYYY-MM-DD (midnight),
+    HH:MM[:SS] (today), @SECONDS (since the epoch), now, +N or now+N with a unit s, m, h or d
+    (e.g. +30m), now-N.
+
+EXIT STATUS
+    0 on success; 1 if a prefix is not an SCR prefix, the halt file is damaged (it is left as
+    it is) or a run cannot be stopped; 2 for bad usage (unknown option, malformed time,
+    contradicting options). Nothing is changed unless the whole command line is valid.
+
+EXAMPLES
+    scr_halt                                    halt after the next checkpoint
+    scr_halt /p/lscratch/user1/sim123           the same, for another prefix
+    scr_halt --checkpoints 10 --before '2023-07-04T21:00:00' --seconds 1800
+    scr_halt --unset-before
+    scr_halt --list
+    scr_halt --remove                           run again in this allocation
+
+FILES
+    PREFIX/.scr/halt.scr, PREFIX/.scr/halt.scr.lock, PREFIX/.scr/run.scr
+
+SEE ALSO
+    scr_run(1), scr_index(1), SCR user guide section 2.9
+";
+
+const OPTS: &[Opt] = &[
+    valued("checkpoints", Some('c'), "N"),
+    valued("before", Some('b'), "TIME"),
+    valued("after", Some('a'), "TIME"),
+    valued("seconds", Some('s'), "N"),
+    flag("immediate", Some('i')),
+    flag("list", Some('l')),
+    flag("unset-checkpoints", None),
+    flag("unset-before", None),
+    flag("unset-after", None),
+    flag("unset-seconds", None),
+    flag("unset-reason", None),
+    flag("remove", Some('r')),
+    flag("create", None),
+];
+
+fn time(p: &args::Parsed, name: &str, now: i64) -> OpResult<Option<i64>> {
+    p.value(name).map(|v| times::parse(v, now).map_err(|e| OpError::usage(format!("--{name}: {e}")))).transpose()
+}
+
+fn body(argv: Vec<String>) -> OpResult<i32> {
+    let p = args::parse(OPTS, &argv, false)?;
+    let now = scr::identity::now_secs();
+    let req = halt::Request {
+        checkpoints: p.count("checkpoints")?,
+        before: time(&p, "before", now)?,
+        after: time(&p, "after", now)?,
+        seconds: p.count("seconds")?,
+        immediate: p.has("immediate"),
+        list: p.has("list"),
+        unset_checkpoints: p.has("unset-checkpoints"),
+        unset_before: p.has("unset-before"),
+        unset_after: p.has("unset-after"),
+        unset_seconds: p.has("unset-seconds"),
+        unset_reason: p.has("unset-reason"),
+        remove: p.has("remove"),
+    };
+    req.check()?;
+    let dirs: Vec<Option<&str>> =
+        if p.positional.is_empty() { vec![None] } else { p.positional.iter().map(|s| Some(s.as_str())).collect() };
+    // Every prefix is checked before any is changed.
+    let layouts =
+        dirs.into_iter().map(|d| prefix::open(&prefix::choose(d), p.has("create"))).collect::<OpResult<Vec<_>>>()?;
+    let mut code = 0;
+    for layout in layouts {
+        println!("Updating halt file for {}", layout.prefix.path.display());
+        match halt::apply(&layout, &req) {
+            Ok(out) => {
+                for n in &out.notes {
+                    println!("  {n}");
+                }
+                if !req.remove || req.list {
+                    let h = if req.remove { None } else { out.after.as_ref() };
+                    for line in halt::describe(&layout.halt(), h, now, scr::identity::end_time()) {
+                        println!("{line}");
+                    }
+                }
+            }
+            Err(e) => {
+                eprintln!("scr_halt: error: {}: {e}", layout.prefix.path.display());
+                code = e.code().max(code);
+            }
+        }
+    }
+    Ok(code)
+}
+
+fn main() {
+    std::process::exit(scr::ops::main("scr_halt", HELP, false, body));
+}

@@ -1,0 +1,349 @@
+//! `scr_halt`: set, change, list and remove the halt conditions of a job (user guide 2.9)
+//! in `<prefix>/.scr/halt.scr`, through [`Halt::update`], the locked read-modify-write the
+//! running library uses, so a change made while the job runs is seen at its next check and
+//! neither side loses the other's update.
+//!
+//! What each condition does in a running job (see `src/runtime/policy.rs`): the library reads
+//! the file in `SCR_Init`, after every completed checkpoint (counting `checkpoints_left` down),
+//! in `SCR_Need_checkpoint` (a satisfied condition asks for a checkpoint now) and in
+//! `SCR_Should_exit`; with `SCR_HALT_EXIT=1` it ends the run itself right after the checkpoint.
+//! An exit reason stops the job at its next check and tells `scr_run` not to relaunch it.
+
+use std::path::Path;
+
+use super::{OpError, OpResult};
+use crate::state::halt::{Halt, FINALIZE_REASON};
+use crate::state::layout::Layout;
+use crate::state::run::RunRecord;
+
+/// The exit reason `scr_halt` records when asked to halt without a condition (and with
+/// `--immediate`), as SCR's `scr_halt` does.
+pub const HALTED_REASON: &str = "JOB_HALTED";
+
+/// The changes one `scr_halt` command asks for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Request {
+    pub checkpoints: Option<u64>,
+    pub before: Option<i64>,
+    pub after: Option<i64>,
+    pub seconds: Option<u64>,
+    pub immediate: bool,
+    pub list: bool,
+    pub unset_checkpoints: bool,
+    pub unset_before: bool,
+    pub unset_after: bool,
+    pub unset_seconds: bool,
+    pub unset_reason: bool,
+    pub remove: bool,
+}
+
+impl Request {
+    /// Refuse contradictory requests before anything is changed.
+    pub fn check(&self) -> OpResult<()> {
+        let clash = |set: bool, unset: bool, name: &str| {
+            if set && unset {
+                Err(OpError::usage(format!("--{name} and --unset-{name} contradict each other")))
+            } else {
+                Ok(())
+            }
+        };
+        clash(self.checkpoints.is_some(), self.unset_checkpoints, "checkpoints")?;
+        clash(self.before.is_some(), self.unset_before, "before")?;
+        clash(self.after.is_some(), self.unset_after, "after")?;
+        clash(self.seconds.is_some(), self.unset_seconds, "seconds")?;
+        if self.immediate && self.unset_reason {
+            return Err(OpError::usage("--immediate and --unset-reason contradict each other"));
+        }
+        if self.remove && self.changes_something() {
+            return Err(OpError::usage(
+                "--remove deletes the halt file; it cannot be combined with options that set or unset conditions",
+            ));
+        }
+        Ok(())
+    }
+
+    fn changes_something(&self) -> bool {
+        self.checkpoints.is_some()
+            || self.before.is_some()
+            || self.after.is_some()
+            || self.seconds.is_some()
+            || self.immediate
+            || self.unset_checkpoints
+            || self.unset_before
+            || self.unset_after
+            || self.unset_seconds
+            || self.unset_reason
+    }
+
+    /// With no condition at all (only a prefix, or nothing), `scr_halt` halts the job after its
+    /// next checkpoint by recording an exit reason; so does `--immediate`.
+    pub fn sets_reason(&self) -> bool {
+        self.immediate || (!self.changes_something() && !self.list && !self.remove)
+    }
+
+    /// Apply to the halt file's content.
+    pub fn apply(&self, h: &mut Halt) {
+        if let Some(n) = self.checkpoints {
+            h.checkpoints_left = Some(n);
+        }
+        if let Some(t) = self.before {
+            h.exit_before = Some(t);
+        }
+        if let Some(t) = self.after {
+            h.exit_after = Some(t);
+        }
+        if let Some(s) = self.seconds {
+            h.halt_seconds = Some(s);
+        }
+        if self.unset_checkpoints {
+            h.checkpoints_left = None;
+        }
+        if self.unset_before {
+            h.exit_before = None;
+        }
+        if self.unset_after {
+            h.exit_after = None;
+        }
+        if self.unset_seconds {
+            h.halt_seconds = None;
+        }
+        if self.unset_reason {
+            h.exit_reason = None;
+        }
+        if self.sets_reason() {
+            h.exit_reason = Some(HALTED_REASON.to_string());
+        }
+    }
+}
+
+/// What happened to one prefix.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// The halt file's content afterwards (`None`: there is none).
+    pub after: Option<Halt>,
+    /// Messages for the user.
+    pub notes: Vec<String>,
+}
+
+/// Carry out `req` on one prefix. The halt file is read (a damaged one is an error and stays
+/// untouched), changed under its lock, and listed if asked.
+pub fn apply(layout: &Layout, req: &Request) -> OpResult<Outcome> {
+    let path = layout.halt();
+    let mut out = Outcome::default();
+    if req.remove {
+        // Under the lock, so a job updating the file at this moment does not resurrect it with
+        // stale content; the lock file stays (deleting it would let two writers in at once).
+        let _lock = crate::persist::Lock::acquire(&path)?;
+        match std::fs::remove_file(&path) {
+            Ok(()) => out.notes.push(format!("removed {}", path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                out.notes.push(format!("{} does not exist; nothing to remove", path.display()))
+            }
+            Err(e) => return Err(OpError::failed(format!("cannot remove {}: {e}", path.display()))),
+        }
+        return Ok(out);
+    }
+    if req.changes_something() || req.sets_reason() {
+        let h = Halt::update(&path, |h| {
+            req.apply(h);
+            h.clone()
+        })?;
+        out.after = Some(h);
+    } else {
+        let exists = path.exists();
+        let h = Halt::load(&path)?;
+        out.after = exists.then_some(h);
+    }
+    if req.immediate {
+        out.notes.extend(stop_current_run(layout)?);
+    }
+    Ok(out)
+}
+
+/// Lines describing the halt conditions (for `--list` and after a change). `halt_seconds`
+/// stands for `SCR_HALT_SECONDS` when the file sets none; `end` is the allocation's end time.
+pub fn describe(path: &Path, h: Option<&Halt>, now: i64, end: Option<i64>) -> Vec<String> {
+    let Some(h) = h else {
+        return vec![format!("no halt file ({}): no halt conditions are set", path.display())];
+    };
+    let mut out = vec![format!("halt conditions in {}:", path.display())];
+    let mut any = false;
+    if let Some(r) = &h.exit_reason {
+        any = true;
+        let what = if r == FINALIZE_REASON {
+            "the application called SCR_Finalize; the next SCR_Init clears it"
+        } else {
+            "the job stops at its next check and is not relaunched"
+        };
+        out.push(format!("  exit reason:      {r} ({what})"));
+    }
+    if let Some(n) = h.checkpoints_left {
+        any = true;
+        out.push(format!("  checkpoints left: {n}"));
+    }
+    let secs = h.halt_seconds.unwrap_or(0);
+    if let Some(t) = h.exit_before {
+        any = true;
+        let how = if secs > 0 {
+            format!("halts once fewer than {secs} s remain before it")
+        } else {
+            "needs --seconds or SCR_HALT_SECONDS to take effect".to_string()
+        };
+        out.push(format!("  exit before:      {} ({how})", super::times::format_local(t)));
+    }
+    if let Some(t) = h.exit_after {
+        any = true;
+        out.push(format!(
+            "  exit after:       {} (halts at the first checkpoint after it)",
+            super::times::format_local(t)
+        ));
+    }
+    if let Some(s) = h.halt_seconds {
+        any = true;
+        out.push(format!("  halt seconds:     {s}"));
+    }
+    if !any {
+        out.push("  (none)".to_string());
+    }
+    match h.check(now, end) {
+        Some(why) => out.push(format!("  satisfied now: {why}")),
+        None => out.push("  satisfied now: no".to_string()),
+    }
+    out
+}
+
+/// `--immediate`: end the current run `scr_run` launched (the halt file already says not to
+/// relaunch). Only possible from the host `scr_run` runs on; elsewhere the message says what
+/// to do.
+fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
+    let path = layout.run_file();
+    let Some(rec) = RunRecord::load(&path)? else {
+        return Ok(vec![format!(
+            "no run record ({}): scr_run did not launch this job, so there is no run to stop here; \
+             stop the job step with your resource manager (e.g. scancel JOBID.STEP) -- the halt file \
+             already prevents a relaunch",
+            path.display()
+        )]);
+    };
+    if rec.ended.is_some() || !process_is(rec.launcher_pid, rec.launcher_start) {
+        return Ok(vec![format!("run {} of this job is not running; nothing to stop", rec.attempt)]);
+    }
+    let here = crate::identity::host_name();
+    if rec.host != here {
+        return Err(OpError::failed(format!(
+            "the current run was launched by scr_run on {} (process {}), not on this host ({here}); \
+             run scr_halt --immediate there, or stop the job step with your resource manager \
+             (e.g. scancel JOBID.STEP); the halt file already prevents a relaunch",
+            rec.host, rec.launcher_pid
+        )));
+    }
+    let mut notes = vec![format!(
+        "stopping run {} (launcher process {}: {})",
+        rec.attempt,
+        rec.launcher_pid,
+        rec.command.join(" ")
+    )];
+    signal(rec.launcher_pid, libc::SIGTERM)?;
+    // The launcher passes SIGTERM on to the ranks and exits; if it lingers, it is killed.
+    for _ in 0..300 {
+        if !process_is(rec.launcher_pid, rec.launcher_start) {
+            notes.push("the run has stopped".to_string());
+            return Ok(notes);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    signal(rec.launcher_pid, libc::SIGKILL)?;
+    notes.push("the launcher did not stop within 30 s of SIGTERM and was killed".to_string());
+    Ok(notes)
+}
+
+fn signal(pid: u32, sig: i32) -> OpResult<()> {
+    // SAFETY: kill has no memory effects; the pid was checked to be the recorded launcher.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ESRCH) {
+            return Err(OpError::failed(format!("cannot signal process {pid}: {e}")));
+        }
+    }
+    Ok(())
+}
+
+/// The start time of a process in clock ticks since boot (`/proc/<pid>/stat` field 22).
+pub fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after its closing parenthesis are plain.
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // fields[0] is field 3 (state); field 22 is fields[19].
+    if fields.first() == Some(&"Z") {
+        return None; // exited, not yet reaped
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Whether process `pid` is alive and is the one that started at `start`.
+pub fn process_is(pid: u32, start: u64) -> bool {
+    process_start(pid) == Some(start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_condition_halts_after_the_next_checkpoint() {
+        let r = Request::default();
+        assert!(r.sets_reason());
+        let mut h = Halt::default();
+        r.apply(&mut h);
+        assert_eq!(h.exit_reason.as_deref(), Some(HALTED_REASON));
+        assert!(h.check(0, None).is_some());
+        // Listing only, or setting a condition, records no reason.
+        for r in [Request { list: true, ..Default::default() }, Request { checkpoints: Some(3), ..Default::default() }]
+        {
+            let mut h = Halt::default();
+            r.apply(&mut h);
+            assert_eq!(h.exit_reason, None, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn set_change_and_unset_keep_other_fields() {
+        let mut h = Halt { exit_reason: Some("X".into()), halt_seconds: Some(60), ..Default::default() };
+        Request { checkpoints: Some(10), before: Some(5000), ..Default::default() }.apply(&mut h);
+        assert_eq!((h.checkpoints_left, h.exit_before, h.halt_seconds), (Some(10), Some(5000), Some(60)));
+        assert_eq!(h.exit_reason.as_deref(), Some("X"));
+        Request { unset_before: true, unset_reason: true, seconds: Some(30), ..Default::default() }.apply(&mut h);
+        assert_eq!((h.exit_before, h.exit_reason.as_deref(), h.halt_seconds), (None, None, Some(30)));
+        assert_eq!(h.checkpoints_left, Some(10));
+    }
+
+    #[test]
+    fn contradictions_are_refused() {
+        let r = Request { checkpoints: Some(1), unset_checkpoints: true, ..Default::default() };
+        assert!(r.check().unwrap_err().to_string().contains("--checkpoints and --unset-checkpoints"));
+        let r = Request { remove: true, seconds: Some(3), ..Default::default() };
+        assert!(r.check().is_err());
+        assert!(Request { remove: true, list: true, ..Default::default() }.check().is_ok());
+    }
+
+    #[test]
+    fn listing_says_what_holds() {
+        let p = Path::new("/p/.scr/halt.scr");
+        let lines = describe(p, None, 0, None);
+        assert!(lines[0].contains("no halt conditions"));
+        let h = Halt { checkpoints_left: Some(0), exit_before: Some(1000), ..Default::default() };
+        let text = describe(p, Some(&h), 10, None).join("\n");
+        assert!(text.contains("checkpoints left: 0") && text.contains("needs --seconds"), "{text}");
+        assert!(text.contains("satisfied now: no checkpoints left"), "{text}");
+    }
+
+    #[test]
+    fn own_process_is_recognised() {
+        let me = std::process::id();
+        let start = process_start(me).expect("this process has a start time");
+        assert!(process_is(me, start));
+        assert!(!process_is(me, start + 1));
+    }
+}

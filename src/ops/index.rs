@@ -1,0 +1,324 @@
+//! `scr_index`: list the datasets of a prefix and edit the index (user guide 2.10):
+//! `--current` (where the next restart starts), `--drop` (forget an entry, keep the files),
+//! `--add` (index a dataset whose metadata is in its `scr.dataset.<id>` directory). Every
+//! change is a locked read-modify-write of `index.scr`; a damaged index is reported and left
+//! as it is. `--build` lives in [`super::build`].
+
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::{OpError, OpResult};
+use crate::state::index::{Index, IndexEntry};
+use crate::state::layout::Layout;
+use crate::state::summary::{Rank2File, Summary};
+
+/// One row of the listing (also the `--json` form).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Row {
+    pub id: u64,
+    pub name: String,
+    /// Complete and never failed: a restart may use it.
+    pub valid: bool,
+    pub complete: bool,
+    pub failed: bool,
+    /// A flush was started and never finished.
+    pub flushing: bool,
+    pub flushed: Option<String>,
+    pub current: bool,
+    pub checkpoint: bool,
+    pub output: bool,
+    pub ranks: u32,
+    pub files: u64,
+    pub bytes: u64,
+}
+
+/// The listing of a prefix, newest dataset first.
+#[derive(Debug, Clone, Serialize)]
+pub struct Listing {
+    pub prefix: String,
+    pub current: Option<String>,
+    pub datasets: Vec<Row>,
+}
+
+/// Read the index (a missing one lists nothing; a damaged one is an error).
+pub fn list(layout: &Layout) -> OpResult<Listing> {
+    let ix = Index::load(&layout.index())?;
+    let datasets = ix
+        .datasets
+        .values()
+        .rev()
+        .map(|e| Row {
+            id: e.desc.id,
+            name: e.desc.name.clone(),
+            valid: e.complete && !e.failed,
+            complete: e.complete,
+            failed: e.failed,
+            flushing: e.flushing,
+            flushed: e.flushed.clone(),
+            current: ix.current.as_deref() == Some(e.desc.name.as_str()),
+            checkpoint: e.desc.checkpoint,
+            output: e.desc.output,
+            ranks: e.desc.ranks,
+            files: e.desc.files,
+            bytes: e.desc.size,
+        })
+        .collect();
+    Ok(Listing { prefix: layout.prefix.path.display().to_string(), current: ix.current, datasets })
+}
+
+/// The table of user guide 2.10 (with the dataset id, which `--build` takes, in front).
+pub fn table(l: &Listing) -> String {
+    let mut out = format!("{:>6} {:<5} {:<19} {:<3} {}\n", "DSET", "VALID", "FLUSHED", "CUR", "NAME");
+    for r in &l.datasets {
+        let note = match (r.complete, r.failed, r.flushing) {
+            (_, true, _) => "  (a restart from it failed)",
+            (false, _, true) => "  (flush or scavenge did not finish)",
+            (false, _, false) => "  (incomplete)",
+            _ => "",
+        };
+        out += &format!(
+            "{:>6} {:<5} {:<19} {:<3} {}{note}\n",
+            r.id,
+            if r.valid { "YES" } else { "NO" },
+            r.flushed.as_deref().unwrap_or("-"),
+            if r.current { "*" } else { "" },
+            r.name
+        );
+    }
+    if l.datasets.is_empty() {
+        out += "(no datasets in the index)\n";
+    }
+    out
+}
+
+/// `--current NAME`: restart from this checkpoint next (it must be a valid checkpoint).
+pub fn set_current(layout: &Layout, name: &str) -> OpResult<u64> {
+    Index::try_update(&layout.index(), |ix| -> OpResult<u64> {
+        let e = ix.by_name(name).ok_or_else(|| not_found(name))?;
+        if !e.desc.checkpoint {
+            return Err(OpError::failed(format!(
+                "{name} is an output dataset, not a checkpoint; a restart cannot use it"
+            )));
+        }
+        if e.failed {
+            return Err(OpError::failed(format!(
+                "{name} (dataset {}) is marked failed (a restart from it failed); a restart never uses it",
+                e.desc.id
+            )));
+        }
+        if !e.complete {
+            return Err(OpError::failed(format!(
+                "{name} (dataset {}) is incomplete in the prefix; a restart never uses it (scr_index --build {} may \
+                 complete it)",
+                e.desc.id, e.desc.id
+            )));
+        }
+        let id = e.desc.id;
+        ix.current = Some(name.to_string());
+        Ok(id)
+    })?
+}
+
+/// `--drop NAME`: forget the newest entry called `NAME` (its files stay).
+pub fn drop(layout: &Layout, name: &str) -> OpResult<u64> {
+    Index::try_update(&layout.index(), |ix| -> OpResult<u64> {
+        let id = ix.by_name(name).map(|e| e.desc.id).ok_or_else(|| not_found(name))?;
+        ix.datasets.remove(&id);
+        if ix.current.as_deref() == Some(name) {
+            ix.current = None;
+        }
+        Ok(id)
+    })?
+}
+
+/// `--add NAME`: index a dataset whose `summary.scr` and `rank2file.scr` are in its dataset
+/// directory and whose files are all in place (sizes checked; fetch checks CRC32s).
+pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
+    let ix = Index::load(&layout.index())?;
+    let scr = layout.scr_dir();
+    let mut found: Option<(u64, Summary)> = None;
+    let mut scavenged: Option<u64> = None;
+    for id in dataset_ids(&scr)? {
+        match Summary::load(&layout.summary(id)) {
+            Ok(Some(s)) if s.desc.name == name => {
+                if found.as_ref().is_none_or(|(fid, _)| id > *fid) {
+                    found = Some((id, s));
+                }
+            }
+            Ok(Some(_)) => {}
+            Ok(None) => {
+                if super::build::scanned_name(layout, id).as_deref() == Some(name) {
+                    scavenged = Some(id);
+                }
+            }
+            Err(e) => eprintln!("scr_index: warning: {e}"),
+        }
+    }
+    let Some((id, summary)) = found else {
+        return Err(match scavenged {
+            Some(id) => OpError::failed(format!(
+                "{name} (dataset {id}) was scavenged but never built: its summary is missing; run scr_index --build {id}"
+            )),
+            None => OpError::failed(format!(
+                "no dataset named {name} in {}: no scr.dataset.<id>/summary.scr names it",
+                scr.display()
+            )),
+        });
+    };
+    if let Some(e) = ix.datasets.get(&id) {
+        if e.complete {
+            return Err(OpError::failed(format!("{name} (dataset {id}) is already in the index")));
+        }
+    }
+    let r2f_path = layout.rank2file(id);
+    let r2f = Rank2File::load(&r2f_path)?
+        .ok_or_else(|| OpError::failed(format!("{} is missing; run scr_index --build {id}", r2f_path.display())))?;
+    let missing = missing_files(layout, &r2f);
+    if !missing.is_empty() {
+        return Err(OpError::failed(format!(
+            "{name} (dataset {id}) is not complete in the prefix: {}; run scr_index --build {id} to rebuild what \
+             redundancy data allows",
+            missing.join("; ")
+        )));
+    }
+    let flushed = std::fs::metadata(layout.summary(id))
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| crate::identity::iso_time(d.as_secs() as i64));
+    Index::update(&layout.index(), |ix| {
+        ix.datasets.insert(id, complete_entry(summary.desc.clone(), flushed));
+    })?;
+    Ok(id)
+}
+
+/// An index entry for a dataset that is complete in the prefix.
+pub fn complete_entry(desc: crate::state::dataset::DatasetDesc, flushed: Option<String>) -> IndexEntry {
+    IndexEntry { desc, complete: true, flushed, flushing: false, failed: false, fetches: Vec::new() }
+}
+
+/// Files of `r2f` missing from the prefix or of the wrong size, described.
+pub fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
+    let mut out = Vec::new();
+    for (rank, files) in &r2f.files {
+        for f in files {
+            let p = layout.prefix.join(&f.rel);
+            match std::fs::metadata(&p) {
+                Err(e) => out.push(format!("rank {rank}: {}: {e}", p.display())),
+                Ok(m) if m.len() != f.size => {
+                    out.push(format!("rank {rank}: {}: {} bytes, {} expected", p.display(), m.len(), f.size))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    for r in 0..r2f.ranks {
+        if !r2f.files.contains_key(&r) {
+            out.push(format!("rank {r}: no files recorded"));
+        }
+    }
+    out
+}
+
+/// The ids of the `scr.dataset.<id>` directories in `.scr`, ascending.
+pub fn dataset_ids(scr: &Path) -> OpResult<Vec<u64>> {
+    let rd = std::fs::read_dir(scr).map_err(|e| OpError::failed(format!("cannot read {}: {e}", scr.display())))?;
+    let mut ids: Vec<u64> =
+        rd.flatten().filter_map(|e| e.file_name().to_str()?.strip_prefix("scr.dataset.")?.parse().ok()).collect();
+    ids.sort_unstable();
+    Ok(ids)
+}
+
+fn not_found(name: &str) -> OpError {
+    OpError::failed(format!("no dataset named {name} in the index (scr_index lists them)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::Prefix;
+    use crate::state::dataset::DatasetDesc;
+
+    fn desc(id: u64, name: &str) -> DatasetDesc {
+        DatasetDesc {
+            id,
+            ckpt: Some(id),
+            name: name.into(),
+            checkpoint: true,
+            output: false,
+            created: 0,
+            user: "u".into(),
+            jobname: String::new(),
+            jobid: "j".into(),
+            ranks: 2,
+            size: 10,
+            files: 2,
+            complete: true,
+        }
+    }
+
+    fn layout() -> (tempfile::TempDir, Layout) {
+        let d = tempfile::tempdir().unwrap();
+        let l = Layout::prefix_only(Prefix::new(d.path()));
+        std::fs::create_dir_all(l.scr_dir()).unwrap();
+        (d, l)
+    }
+
+    #[test]
+    fn list_current_drop() {
+        let (_d, l) = layout();
+        Index::update(&l.index(), |ix| {
+            ix.datasets.insert(1, complete_entry(desc(1, "ckpt.1"), Some("2024-01-01T00:00:00".into())));
+            let mut bad = complete_entry(desc(2, "ckpt.2"), None);
+            bad.complete = false;
+            ix.datasets.insert(2, bad);
+            let mut failed = complete_entry(desc(3, "ckpt.3"), Some("2024-01-01T01:00:00".into()));
+            failed.failed = true;
+            ix.datasets.insert(3, failed);
+        })
+        .unwrap();
+        assert_eq!(set_current(&l, "ckpt.1").unwrap(), 1);
+        let e = set_current(&l, "ckpt.2").unwrap_err().to_string();
+        assert!(e.contains("incomplete"), "{e}");
+        assert!(set_current(&l, "ckpt.3").unwrap_err().to_string().contains("failed"));
+        assert!(set_current(&l, "nope").unwrap_err().to_string().contains("no dataset named nope"));
+        let listing = list(&l).unwrap();
+        assert_eq!(listing.datasets.iter().map(|r| r.id).collect::<Vec<_>>(), vec![3, 2, 1]);
+        assert_eq!(listing.current.as_deref(), Some("ckpt.1"));
+        let t = table(&listing);
+        assert!(t.lines().any(|l| l.contains("ckpt.1") && l.contains("YES") && l.contains('*')), "{t}");
+        assert!(t.lines().any(|l| l.contains("ckpt.3") && l.contains("NO") && l.contains("failed")), "{t}");
+        assert_eq!(drop(&l, "ckpt.1").unwrap(), 1);
+        let listing = list(&l).unwrap();
+        assert_eq!(listing.current, None);
+        assert_eq!(listing.datasets.len(), 2);
+    }
+
+    #[test]
+    fn a_damaged_index_is_an_error_and_stays_as_it_is() {
+        let (_d, l) = layout();
+        Index::update(&l.index(), |ix| {
+            ix.datasets.insert(1, complete_entry(desc(1, "ckpt.1"), None));
+        })
+        .unwrap();
+        let mut bytes = std::fs::read(l.index()).unwrap();
+        let n = bytes.len();
+        bytes[n - 3] ^= 0x20;
+        std::fs::write(l.index(), &bytes).unwrap();
+        for e in
+            [list(&l).map(|_| 0).unwrap_err(), drop(&l, "ckpt.1").unwrap_err(), set_current(&l, "ckpt.1").unwrap_err()]
+        {
+            assert!(e.to_string().contains("index.scr") && e.to_string().contains("damaged"), "{e}");
+        }
+        assert_eq!(std::fs::read(l.index()).unwrap(), bytes);
+    }
+
+    #[test]
+    fn refusals_change_no_file() {
+        let (_d, l) = layout();
+        assert!(drop(&l, "ckpt.1").is_err());
+        assert!(set_current(&l, "ckpt.1").is_err());
+        assert!(!l.index().exists(), "a refused change does not create the index");
+    }
+}

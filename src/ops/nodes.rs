@@ -1,0 +1,164 @@
+//! Node lists for the wrappers: the nodes of the allocation (from the resource manager, or the
+//! simulated cluster of `scripts/sim-node.sh`, or this host alone), the nodes to leave out
+//! (`SCR_EXCLUDE_NODES`, user guide table 2: SLURM host-list syntax, nodes outside the
+//! allocation silently ignored), and that syntax itself (`n[1-3,7],gpu[01-02]`).
+
+use std::collections::BTreeSet;
+
+/// Expand a host list: comma-separated items, each a name with bracketed ranges
+/// (`node[1-3,5]`, zero padding kept as in `n[01-10]`); spaces also separate items.
+pub fn expand(list: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut item = String::new();
+    let mut items = Vec::new();
+    for c in list.chars() {
+        match c {
+            '[' => depth += 1,
+            ']' if depth == 0 => return Err(format!("{list:?}: ']' without '['")),
+            ']' => depth -= 1,
+            _ => {}
+        }
+        if depth == 0 && (c == ',' || c.is_whitespace()) {
+            items.push(std::mem::take(&mut item));
+        } else {
+            item.push(c);
+        }
+    }
+    if depth != 0 {
+        return Err(format!("{list:?}: '[' without ']'"));
+    }
+    items.push(item);
+    for it in items.into_iter().filter(|s| !s.is_empty()) {
+        expand_item(&it, list, &mut out)?;
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|n| seen.insert(n.clone()));
+    Ok(out)
+}
+
+fn expand_item(item: &str, list: &str, out: &mut Vec<String>) -> Result<(), String> {
+    let Some(open) = item.find('[') else {
+        out.push(item.to_string());
+        return Ok(());
+    };
+    let close = open + item[open..].find(']').ok_or_else(|| format!("{list:?}: '[' without ']'"))?;
+    let (head, ranges, tail) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
+    let bad = || format!("{list:?}: bad range [{ranges}] (expected numbers like [1-4,7] or [01-12])");
+    for r in ranges.split(',') {
+        let (a, b) = r.split_once('-').unwrap_or((r, r));
+        let (a, b) = (a.trim(), b.trim());
+        if a.is_empty() || !a.bytes().all(|c| c.is_ascii_digit()) || !b.bytes().all(|c| c.is_ascii_digit()) {
+            return Err(bad());
+        }
+        let (lo, hi): (u64, u64) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+        if hi < lo || hi - lo > 100_000 {
+            return Err(bad());
+        }
+        let width = a.len();
+        for n in lo..=hi {
+            expand_item(&format!("{head}{n:0width$}{tail}"), list, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Where the allocation's nodes come from and what they are.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Allocation {
+    pub nodes: Vec<String>,
+    pub source: String,
+}
+
+/// The nodes of this allocation: the simulated cluster (`SIM_NODE_ROOT` with `SIM_NODES`, or
+/// the nodes of `SIM_NODE_MAP`), SLURM (`SLURM_JOB_NODELIST`), LSF (`LSB_HOSTS`), PBS
+/// (`PBS_NODEFILE`), else this host alone.
+pub fn allocation() -> Result<Allocation, String> {
+    allocation_from(&|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+}
+
+fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, String> {
+    if get("SIM_NODE_ROOT").is_some() {
+        if let Some(v) = get("SIM_NODES") {
+            return Ok(Allocation { nodes: expand(&v)?, source: "simulated cluster (SIM_NODES)".into() });
+        }
+        if let Some(v) = get("SIM_NODE_MAP") {
+            return Ok(Allocation { nodes: expand(&v)?, source: "simulated cluster (SIM_NODE_MAP)".into() });
+        }
+    }
+    for var in ["SLURM_JOB_NODELIST", "SLURM_NODELIST"] {
+        if let Some(v) = get(var) {
+            return Ok(Allocation { nodes: expand(&v)?, source: var.into() });
+        }
+    }
+    if let Some(v) = get("LSB_HOSTS") {
+        let mut seen = BTreeSet::new();
+        let nodes = v.split_whitespace().filter(|h| seen.insert(h.to_string())).map(str::to_string).collect();
+        return Ok(Allocation { nodes, source: "LSB_HOSTS".into() });
+    }
+    if let Some(f) = get("PBS_NODEFILE") {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("PBS_NODEFILE {f}: {e}"))?;
+        let mut seen = BTreeSet::new();
+        let nodes = text
+            .lines()
+            .map(str::trim)
+            .filter(|h| !h.is_empty() && seen.insert(h.to_string()))
+            .map(str::to_string)
+            .collect();
+        return Ok(Allocation { nodes, source: "PBS_NODEFILE".into() });
+    }
+    Ok(Allocation { nodes: vec![crate::identity::host_name()], source: "this host (no resource manager)".into() })
+}
+
+/// The nodes of `alloc` that `exclude` (a host list, e.g. `SCR_EXCLUDE_NODES`) names.
+pub fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, String> {
+    let Some(list) = exclude.filter(|s| !s.trim().is_empty()) else { return Ok(Vec::new()) };
+    let named = expand(list).map_err(|e| format!("SCR_EXCLUDE_NODES: {e}"))?;
+    Ok(alloc.iter().filter(|n| named.contains(n)).cloned().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn host_lists() {
+        assert_eq!(expand("n[1-3,7],m").unwrap(), s(&["n1", "n2", "n3", "n7", "m"]));
+        assert_eq!(expand("gpu[08-10]x").unwrap(), s(&["gpu08x", "gpu09x", "gpu10x"]));
+        assert_eq!(expand("r[1-2]n[1-2]").unwrap(), s(&["r1n1", "r1n2", "r2n1", "r2n2"]));
+        assert_eq!(expand(" a b,a ").unwrap(), s(&["a", "b"]));
+        for bad in ["n[1-", "n]", "n[a-b]", "n[3-1]", "n[]"] {
+            assert!(expand(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn allocation_sources() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        let a = allocation_from(&env(&[("SLURM_JOB_NODELIST", "c[1-2]")])).unwrap();
+        assert_eq!(a.nodes, s(&["c1", "c2"]));
+        let a =
+            allocation_from(&env(&[("SIM_NODE_ROOT", "/x"), ("SIM_NODE_MAP", "n0,n0,n1"), ("SLURM_NODELIST", "z")]))
+                .unwrap();
+        assert_eq!(a.nodes, s(&["n0", "n1"]));
+        let a = allocation_from(&env(&[("SIM_NODE_ROOT", "/x"), ("SIM_NODES", "n[0-4]")])).unwrap();
+        assert_eq!(a.nodes.len(), 5);
+        let a = allocation_from(&env(&[("LSB_HOSTS", "h1 h1 h2")])).unwrap();
+        assert_eq!(a.nodes, s(&["h1", "h2"]));
+        assert_eq!(allocation_from(&env(&[])).unwrap().nodes.len(), 1);
+    }
+
+    #[test]
+    fn exclusion_ignores_nodes_outside_the_allocation() {
+        let alloc = s(&["n0", "n1", "n2"]);
+        assert_eq!(excluded(&alloc, Some("n[1-9],x")).unwrap(), s(&["n1", "n2"]));
+        assert!(excluded(&alloc, None).unwrap().is_empty());
+        assert!(excluded(&alloc, Some("n[1")).unwrap_err().contains("SCR_EXCLUDE_NODES"));
+    }
+}
