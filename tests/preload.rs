@@ -139,9 +139,12 @@ fn flushed_checkpoints_are_indexed_and_restart_after_the_cache_is_lost() {
 
 #[test]
 fn exit_without_finalize_does_not_hang_and_keeps_complete_datasets() {
+    // Open MPI calls a process leaving without MPI_Finalize an abnormal termination and may
+    // kill the others: the run must end (not hang) and the completed checkpoint must survive.
     let job = transparent();
     let r = run(&job, &["--steps", "4", "--no-finalize"]);
-    assert!(r.has("DONE"), "{}", r.dump());
+    assert!(r.has("CHECKPOINT 4") || r.stderr.contains("exiting improperly"), "{}", r.dump());
+    assert_ne!(r.code, Some(124), "the run hung: {}", r.dump());
     let r = run(&job, &["--steps", "6"]);
     assert!(r.has("RESTARTED 4 verified"), "{}", r.dump());
 }

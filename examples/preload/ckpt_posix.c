@@ -232,9 +232,13 @@ int main(int argc, char **argv) {
     MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (step % every == 0) checkpoint(step, step == fail_write && rank == 1);
   }
+  if (no_finalize) {
+    /* every rank is past the last checkpoint's completion before any leaves */
+    MPI_Barrier(MPI_COMM_WORLD);
+    exit(0);
+  }
   if (rank == 0) printf("DONE\n");
   fflush(stdout);
-  if (no_finalize) exit(0);
   MPI_Finalize();
   return 0;
 }
