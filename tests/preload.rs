@@ -26,19 +26,7 @@ fn transparent() -> Job {
 /// Files under `dir` (recursively), relative, sorted.
 fn files_under(dir: &std::path::Path) -> Vec<String> {
     let mut out = Vec::new();
-    fn walk(base: &std::path::Path, d: &std::path::Path, out: &mut Vec<String>) {
-        if let Ok(rd) = std::fs::read_dir(d) {
-            for e in rd.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(base, &p, out);
-                } else {
-                    out.push(p.strip_prefix(base).unwrap().display().to_string());
-                }
-            }
-        }
-    }
-    walk(dir, dir, &mut out);
+    common::walk(dir, &mut |p| out.push(p.strip_prefix(dir).unwrap().display().to_string()));
     out.sort();
     out
 }

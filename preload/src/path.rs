@@ -92,15 +92,7 @@ pub fn resolve(a: &Active, dirfd: c_int, path: *const c_char) -> Option<Resolved
     if !under_prefix(a, dirfd, path) || !crate::state::is_owner(a) {
         return None;
     }
-    // SAFETY: checked non-null in under_prefix.
-    let p = Path::new(OsStr::from_bytes(unsafe { CStr::from_ptr(path) }.to_bytes()));
-    let abs = if p.is_absolute() {
-        scr::paths::normalize(p, Path::new("/"))
-    } else {
-        let mut buf = [0u8; 4096];
-        let b = base(dirfd, &mut buf)?;
-        scr::paths::normalize(p, Path::new(OsStr::from_bytes(b)))
-    };
+    let abs = absolute(dirfd, path)?;
     for form in [&a.prefix, &a.canonical] {
         if let Ok(rel) = abs.strip_prefix(form) {
             let rel = rel.to_str()?;

@@ -452,21 +452,7 @@ mod tests {
     }
 
     fn desc(ranks: u32) -> DatasetDesc {
-        DatasetDesc {
-            id: 1,
-            ckpt: Some(1),
-            name: "ckpt.1".into(),
-            checkpoint: true,
-            output: false,
-            created: 0,
-            user: "u".into(),
-            jobname: String::new(),
-            jobid: "j".into(),
-            ranks,
-            size: 0,
-            files: ranks as u64,
-            complete: true,
-        }
+        DatasetDesc { files: ranks as u64, ..DatasetDesc::sample(1, "ckpt.1", ranks) }
     }
 
     /// What scr_copy leaves for one rank without redundancy: its file and its filemap.

@@ -241,21 +241,7 @@ mod tests {
     use crate::state::dataset::DatasetDesc;
 
     fn desc(id: u64, name: &str) -> DatasetDesc {
-        DatasetDesc {
-            id,
-            ckpt: Some(id),
-            name: name.into(),
-            checkpoint: true,
-            output: false,
-            created: 0,
-            user: "u".into(),
-            jobname: String::new(),
-            jobid: "j".into(),
-            ranks: 2,
-            size: 10,
-            files: 2,
-            complete: true,
-        }
+        DatasetDesc { size: 10, files: 2, ..DatasetDesc::sample(id, name, 2) }
     }
 
     fn layout() -> (tempfile::TempDir, Layout) {

@@ -92,7 +92,8 @@ pub fn copy_node(layout: &Layout, buf: usize, ids: Option<&[u64]>) -> OpResult<N
         Index::default()
     });
     let mut filemaps: Vec<(u32, Filemap)> = Vec::new();
-    for (rank, path) in filemaps_in(&layout.cntl_dir) {
+    for (rank, path) in layout.filemaps() {
+        let rank = rank as u32;
         match Filemap::load(&path) {
             Ok(fm) => filemaps.push((rank, fm)),
             Err(e) => out.notes.push(format!("{e}; rank {rank}'s cached data cannot be scavenged from this node")),
@@ -205,21 +206,6 @@ fn copy_rank(
     let fm = RankFile { rank, desc: rec.desc.clone(), files, red };
     fm.save(&layout.rank_filemap(id, rank)).map_err(|e| e.to_string())?;
     Ok((rec.files.len(), bytes, note))
-}
-
-/// The filemaps in a control directory: (rank, path), by rank.
-fn filemaps_in(dir: &Path) -> Vec<(u32, PathBuf)> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut out: Vec<(u32, PathBuf)> = rd
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let rank = name.strip_prefix("filemap_")?.strip_suffix(".scrinfo")?.parse().ok()?;
-            Some((rank, e.path()))
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// How to scavenge.

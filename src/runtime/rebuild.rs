@@ -10,7 +10,7 @@
 //! on its node and acknowledges; only then the holder deletes its copy.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::Runtime;
 use crate::redundancy::parallel::{self, Member};
@@ -34,7 +34,7 @@ impl Runtime {
         let on_node: Vec<i32> = self.node.allgather(&self.world.rank());
         let mut foreign: BTreeMap<i32, Filemap> = BTreeMap::new();
         if self.node.rank() == 0 {
-            for (rank, path) in filemaps_in(&self.layout.cntl_dir) {
+            for (rank, path) in self.layout.filemaps() {
                 if on_node.contains(&rank) {
                     continue;
                 }
@@ -381,19 +381,4 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
         })
         .collect();
     Ok((plan, what))
-}
-
-/// The filemaps in a control directory: (rank, path).
-fn filemaps_in(dir: &Path) -> Vec<(i32, PathBuf)> {
-    let Ok(rd) = std::fs::read_dir(dir) else { return Vec::new() };
-    let mut out: Vec<(i32, PathBuf)> = rd
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let rank = name.strip_prefix("filemap_")?.strip_suffix(".scrinfo")?.parse().ok()?;
-            Some((rank, e.path()))
-        })
-        .collect();
-    out.sort();
-    out
 }

@@ -40,3 +40,25 @@ impl DatasetDesc {
         }
     }
 }
+
+#[cfg(test)]
+impl DatasetDesc {
+    /// A complete checkpoint descriptor for unit tests.
+    pub fn sample(id: u64, name: &str, ranks: u32) -> DatasetDesc {
+        DatasetDesc {
+            id,
+            ckpt: Some(id),
+            name: name.into(),
+            checkpoint: true,
+            output: false,
+            created: 0,
+            user: "u".into(),
+            jobname: String::new(),
+            jobid: "j".into(),
+            ranks,
+            size: 0,
+            files: 0,
+            complete: true,
+        }
+    }
+}

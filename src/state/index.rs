@@ -98,21 +98,7 @@ mod tests {
 
     fn entry(id: u64, name: &str, complete: bool, failed: bool) -> IndexEntry {
         IndexEntry {
-            desc: DatasetDesc {
-                id,
-                ckpt: Some(id),
-                name: name.into(),
-                checkpoint: true,
-                output: false,
-                created: 0,
-                user: "u".into(),
-                jobname: String::new(),
-                jobid: "j".into(),
-                ranks: 4,
-                size: 0,
-                files: 0,
-                complete,
-            },
+            desc: DatasetDesc { complete, ..DatasetDesc::sample(id, name, 4) },
             complete,
             flushed: None,
             flushing: false,

@@ -48,6 +48,21 @@ impl Layout {
         self.cntl_dir.join(format!("filemap_{rank}.scrinfo"))
     }
 
+    /// The rank filemaps present in the control directory: (rank, path), by rank.
+    pub fn filemaps(&self) -> Vec<(i32, PathBuf)> {
+        let Ok(rd) = std::fs::read_dir(&self.cntl_dir) else { return Vec::new() };
+        let mut out: Vec<(i32, PathBuf)> = rd
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let rank = name.strip_prefix("filemap_")?.strip_suffix(".scrinfo")?.parse().ok()?;
+                Some((rank, e.path()))
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
     pub fn flush_file(&self) -> PathBuf {
         self.cntl_dir.join("flush.scr")
     }

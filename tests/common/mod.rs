@@ -326,7 +326,8 @@ impl Job {
     }
 }
 
-fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) {
+/// Call `f` on every file below `dir`.
+pub fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) {
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
             let p = e.path();
