@@ -212,18 +212,41 @@ fn rust_std_application() {
     crash_and_restart(vec![exe.display().to_string()], "rust");
 }
 
-#[test]
-fn posix_semantics_errno_excl_dup_rename_unlink_fork_threads() {
+fn posix_semantics(flags: &[&str]) {
     let job = transparent();
-    let exe = app("semantics.c", &["-pthread"]).display().to_string();
-    let r = job.run_exe(4, &[exe], &[job.prefix.display().to_string()]);
+    let exe = app("semantics.c", flags);
+    let r = job.run_exe(4, &[exe.display().to_string()], &[job.prefix.display().to_string()]);
     assert!(r.has("SEMANTICS 0"), "{}", r.dump());
-    assert_eq!(r.stdout.lines().filter(|l| l.starts_with("OK ")).count(), 21, "{}", r.dump());
-    // the forked children wrote to the prefix directly; nothing else of ckpt.1 reached it
+    assert_eq!(r.stdout.lines().filter(|l| l.starts_with("OK ")).count(), 24, "{}", r.dump());
+    // the forked and spawned children wrote to the prefix directly; nothing else of ckpt.1
+    // reached it
     let prefix: Vec<String> = ckpt_files_in_prefix(&job);
-    assert_eq!(prefix, (0..4).map(|r| format!("ckpt.1/child.{r}")).collect::<Vec<_>>(), "{}", r.dump());
+    let mut want: Vec<String> =
+        (0..4).flat_map(|r| [format!("ckpt.1/child.{r}"), format!("ckpt.1/spawned.{r}")]).collect();
+    want.sort();
+    assert_eq!(prefix, want, "{}", r.dump());
     // at MPI_Finalize the files formed one dataset
     assert!(!job.cached_files("ckpt.1/a.0").is_empty(), "{:?}", job.cached_files(""));
+}
+
+#[test]
+fn posix_semantics_errno_excl_dup_rename_unlink_fork_threads() {
+    posix_semantics(&["-pthread"]);
+}
+
+#[test]
+fn posix_semantics_through_the_large_file_and_fortified_entry_points() {
+    let flags = ["-pthread", "-D_FILE_OFFSET_BITS=64", "-D_FORTIFY_SOURCE=2"];
+    // the binary really calls the *64 and fortified symbols the preload must catch
+    let nm = std::process::Command::new("nm").arg("-uD").arg(app("semantics.c", &flags)).output().unwrap();
+    let undefined = String::from_utf8_lossy(&nm.stdout).into_owned();
+    for sym in [" open64", " __open64_2", " fopen64", " stat64", " fstat64"] {
+        assert!(
+            undefined.lines().any(|l| l.trim_end().ends_with(sym) || l.contains(&format!("{sym}@"))),
+            "{sym} not used:\n{undefined}"
+        );
+    }
+    posix_semantics(&flags);
 }
 
 #[test]

@@ -1,18 +1,23 @@
 /* POSIX semantics a program must keep under transparent mode, checked on every rank on
  * files that match the checkpoint pattern "ckpt.*" directories (the program knows nothing of SCR).
  * Prints "OK <name>" or "FAIL <name>: why" per check (rank 0 for the world), then
- * "SEMANTICS <failures>". Usage: semantics DIR */
+ * "SEMANTICS <failures>". Usage: semantics DIR
+ * Build it also with -D_FILE_OFFSET_BITS=64 -D_FORTIFY_SOURCE=2 to reach the *64 and
+ * fortified entry points. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <pthread.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static int rank, failures;
 static char dir[2048];
@@ -82,6 +87,11 @@ int main(int argc, char **argv) {
   /* update in place keeps untouched bytes */
   fd = open(p, O_WRONLY);
   CHECK("update-in-place", fd >= 0 && pwrite(fd, "J", 1, 0) == 1 && close(fd) == 0);
+  /* flags the compiler cannot see: with _FORTIFY_SOURCE this is __open_2 / __open64_2 */
+  int ro = argc > 100 ? O_RDWR : O_RDONLY;
+  fd = open(p, ro);
+  char one = 0;
+  CHECK("open-nonconstant-flags", fd >= 0 && read(fd, &one, 1) == 1 && one == 'J' && close(fd) == 0);
   FILE *f = fopen(p, "r");
   char buf[16] = {0};
   CHECK("read-back", f && fread(buf, 1, 5, f) == 5 && !strcmp(buf, "Jello") && fclose(f) == 0);
@@ -118,6 +128,17 @@ int main(int argc, char **argv) {
   int status = 0;
   waitpid(child, &status, 0);
   CHECK("fork-child", WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* a posix_spawn child (glibc spawns with vfork semantics) runs a shell that is inert */
+  snprintf(q, sizeof q, "echo s > %s/ckpt.1/spawned.%d", dir, rank);
+  char *sh[] = {"/bin/sh", "-c", q, NULL};
+  pid_t sp;
+  CHECK("posix-spawn-child", posix_spawn(&sp, "/bin/sh", NULL, NULL, sh, environ) == 0 && waitpid(sp, &status, 0) == sp &&
+                                 WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  /* O_TMPFILE names a directory: never redirected, and the mode argument arrives intact */
+  snprintf(q, sizeof q, "%s/ckpt.1", dir);
+  fd = open(q, O_TMPFILE | O_RDWR, 0600);
+  CHECK("o-tmpfile-mode", (fd >= 0 && fstat(fd, &s1) == 0 && (s1.st_mode & 0777) == 0600 && close(fd) == 0) ||
+                              (fd < 0 && errno == EOPNOTSUPP));
   /* threads */
   pthread_t th[8];
   for (long t = 0; t < 8; t++) pthread_create(&th[t], NULL, thread_main, (void *)t);
