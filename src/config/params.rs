@@ -48,8 +48,6 @@ const fn p(name: &'static str, kind: Kind, default: Option<&'static str>, status
 use Kind::*;
 use Status::*;
 
-const LOGGING: &str = "event logging arrives with the logging issue; no events are logged";
-const WATCHDOG: &str = "hang detection arrives with the logging/watchdog issue; no watchdog runs";
 const MYSQL: &str = "logging to MySQL is not supported";
 
 /// Every parameter of the SCR 3 user guide (section 2.7.4) plus the ones SCR 3 reads from its
@@ -144,8 +142,15 @@ pub const PARAMS: &[Param] = &[
         "SCR_FLUSH_ASYNC",
         Bool,
         Some("0"),
-        Later("asynchronous flush arrives with its own issue; flushes run synchronously"),
-        "flush in the background",
+        Implemented,
+        "1: flushes run in a background thread while the application computes (SCR_FLUSH_TYPE=PTHREAD)",
+    ),
+    p(
+        "SCR_FLUSH_ASYNC_BW",
+        Size,
+        Some("0"),
+        Implemented,
+        "bytes per second each process may write to the prefix in a background flush (0: no limit)",
     ),
     p(
         "SCR_FLUSH_POSTSTAGE",
@@ -159,7 +164,7 @@ pub const PARAMS: &[Param] = &[
         Choice(&["SYNC", "PTHREAD", "BBAPI", "DATAWARP"]),
         Some("SYNC"),
         Implemented,
-        "flush transfer method (SYNC here; others fall back to SYNC with a warning)",
+        "flush transfer method: SYNC, or PTHREAD (implied by SCR_FLUSH_ASYNC=1); BBAPI and DATAWARP fall back to PTHREAD",
     ),
     p("SCR_FLUSH_WIDTH", Count, Some("256"), Implemented, "processes writing to the prefix at once"),
     p("SCR_FLUSH_ON_RESTART", Bool, Some("0"), Implemented, "flush the restarted checkpoint to the prefix in SCR_Init"),
@@ -175,9 +180,19 @@ pub const PARAMS: &[Param] = &[
     p("SCR_RUNS", Text, Some("1"), Wrapper, "runs the wrapper script attempts (-1: unlimited)"),
     p("SCR_MIN_NODES", Count, None, Wrapper, "minimum nodes needed to run"),
     p("SCR_EXCLUDE_NODES", Text, None, Wrapper, "nodes to exclude from runs"),
-    p("SCR_LOG_ENABLE", Bool, Some("0"), Later(LOGGING), "log SCR events"),
-    p("SCR_LOG_TXT_ENABLE", Bool, Some("1"), Later(LOGGING), "log events to $SCR_PREFIX/.scr/log"),
-    p("SCR_LOG_SYSLOG_ENABLE", Bool, Some("1"), Later(LOGGING), "log events to syslog"),
+    p("SCR_LOG_ENABLE", Bool, Some("0"), Implemented, "log SCR events (text file and syslog)"),
+    p("SCR_LOG_TXT_ENABLE", Bool, Some("1"), Implemented, "log events to $SCR_PREFIX/.scr/log"),
+    p("SCR_LOG_SYSLOG_ENABLE", Bool, Some("1"), Implemented, "log events to syslog"),
+    p("SCR_LOG_SYSLOG_FACILITY", Text, Some("LOG_LOCAL7"), Implemented, "syslog facility (see man openlog)"),
+    p("SCR_LOG_SYSLOG_LEVEL", Text, Some("LOG_INFO"), Implemented, "syslog level of event messages"),
+    p("SCR_LOG_SYSLOG_PREFIX", Text, Some("SCR"), Implemented, "tag prepended to syslog messages"),
+    p(
+        "SCR_LOG_SYSLOG_SOCKET",
+        Text,
+        Some("/dev/log"),
+        Implemented,
+        "datagram socket of the local syslog daemon (containers may place it elsewhere)",
+    ),
     p("SCR_LOG_DB_ENABLE", Bool, Some("0"), Unsupported(MYSQL), "log events to MySQL"),
     p("SCR_LOG_DB_DEBUG", Bool, Some("0"), Unsupported(MYSQL), "print MySQL statements"),
     p("SCR_LOG_DB_HOST", Text, None, Unsupported(MYSQL), "MySQL host"),
@@ -192,8 +207,20 @@ pub const PARAMS: &[Param] = &[
         "piece size of redundancy encoding and rebuild (SCR 3: 128 KiB; 1 MiB measured faster here)",
     ),
     p("SCR_FILE_BUF_SIZE", Size, Some("1048576"), Implemented, "buffer size for copies between cache and prefix"),
-    p("SCR_WATCHDOG_TIMEOUT", Count, None, Later(WATCHDOG), "expected seconds between checkpoints to cache"),
-    p("SCR_WATCHDOG_TIMEOUT_PFS", Count, None, Later(WATCHDOG), "expected seconds between checkpoints to the prefix"),
+    p(
+        "SCR_WATCHDOG_TIMEOUT",
+        Count,
+        None,
+        Implemented,
+        "seconds allowed between output phases writing to cache before the run is killed as hung",
+    ),
+    p(
+        "SCR_WATCHDOG_TIMEOUT_PFS",
+        Count,
+        None,
+        Implemented,
+        "seconds allowed between output phases when the last one wrote to the prefix",
+    ),
     p(
         "SCR_CRC_ON_COPY",
         Bool,

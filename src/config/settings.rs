@@ -45,7 +45,13 @@ pub struct Settings {
     pub fetch_bypass: bool,
     pub fetch_width: usize,
     pub flush: u64,
+    /// `SYNC` or `PTHREAD` (vendor types fall back to `PTHREAD`; `SCR_FLUSH_ASYNC=1` alone
+    /// means `PTHREAD`). A store's `FLUSH=SYNC` keeps its datasets' flushes synchronous.
     pub flush_type: String,
+    /// Flushes run in a background thread (`SCR_FLUSH_ASYNC=1`).
+    pub flush_async: bool,
+    /// Bytes per second each process may write in a background flush (0: unlimited).
+    pub flush_async_bw: u64,
     pub flush_width: usize,
     pub flush_on_restart: bool,
     pub global_restart: bool,
@@ -54,6 +60,17 @@ pub struct Settings {
     pub mpi_buf_size: usize,
     pub crc_on_copy: bool,
     pub crc_on_flush: bool,
+    /// `SCR_LOG_ENABLE` and its text and syslog switches.
+    pub log_enable: bool,
+    pub log_txt: bool,
+    pub log_syslog: bool,
+    pub syslog_facility: String,
+    pub syslog_level: String,
+    pub syslog_prefix: String,
+    pub syslog_socket: PathBuf,
+    /// Seconds allowed between output phases (0: no watchdog).
+    pub watchdog_timeout: u64,
+    pub watchdog_timeout_pfs: u64,
     pub stores: Vec<StoreEntry>,
     pub ckpts: Vec<Entry>,
     pub groups: Vec<Entry>,
@@ -118,7 +135,21 @@ impl Settings {
                     .into(),
             });
         }
-        let flush_type = text(r, "SCR_FLUSH_TYPE").unwrap_or_else(|| "SYNC".into()).to_ascii_uppercase();
+        let flush_async = boolean(r, "SCR_FLUSH_ASYNC")?;
+        let flush_type = match text(r, "SCR_FLUSH_TYPE").unwrap_or_else(|| "SYNC".into()).to_ascii_uppercase().as_str()
+        {
+            "SYNC" if flush_async => "PTHREAD".to_string(),
+            "SYNC" => "SYNC".to_string(),
+            other => {
+                if other != "PTHREAD" {
+                    warnings.push(format!(
+                        "{}: SCR_FLUSH_TYPE={other} needs a vendor burst-buffer service absent here; PTHREAD is used",
+                        at(r, "SCR_FLUSH_TYPE")
+                    ));
+                }
+                "PTHREAD".to_string()
+            }
+        };
         let mut stores = Vec::new();
         for e in r.entries("STORE") {
             let here = |k: &str| format!("{} (STORE={} {k})", e.origin, e.value);
@@ -184,6 +215,8 @@ impl Settings {
             fetch_width: num::<usize>(r, "SCR_FETCH_WIDTH")?.max(1),
             flush: num(r, "SCR_FLUSH")?,
             flush_type,
+            flush_async,
+            flush_async_bw: size("SCR_FLUSH_ASYNC_BW")? as u64,
             flush_width: num::<usize>(r, "SCR_FLUSH_WIDTH")?.max(1),
             flush_on_restart: boolean(r, "SCR_FLUSH_ON_RESTART")?,
             global_restart: boolean(r, "SCR_GLOBAL_RESTART")?,
@@ -191,6 +224,15 @@ impl Settings {
             mpi_buf_size: size("SCR_MPI_BUF_SIZE")?.max(4096),
             crc_on_copy: boolean(r, "SCR_CRC_ON_COPY")?,
             crc_on_flush: boolean(r, "SCR_CRC_ON_FLUSH")?,
+            log_enable: boolean(r, "SCR_LOG_ENABLE")?,
+            log_txt: boolean(r, "SCR_LOG_TXT_ENABLE")?,
+            log_syslog: boolean(r, "SCR_LOG_SYSLOG_ENABLE")?,
+            syslog_facility: text(r, "SCR_LOG_SYSLOG_FACILITY").unwrap_or_else(|| "LOG_LOCAL7".into()),
+            syslog_level: text(r, "SCR_LOG_SYSLOG_LEVEL").unwrap_or_else(|| "LOG_INFO".into()),
+            syslog_prefix: text(r, "SCR_LOG_SYSLOG_PREFIX").unwrap_or_else(|| "SCR".into()),
+            syslog_socket: PathBuf::from(text(r, "SCR_LOG_SYSLOG_SOCKET").unwrap_or_else(|| "/dev/log".into())),
+            watchdog_timeout: num(r, "SCR_WATCHDOG_TIMEOUT")?,
+            watchdog_timeout_pfs: num(r, "SCR_WATCHDOG_TIMEOUT_PFS")?,
             stores,
             ckpts: r.entries("CKPT").into_iter().cloned().collect(),
             groups: r.entries("GROUPS").into_iter().cloned().collect(),

@@ -50,12 +50,6 @@ impl Runtime {
                 world.size(),
                 settings.describe()
             );
-            if settings.flush_type != "SYNC" {
-                scr_warn!(
-                    "SCR_FLUSH_TYPE={} is not available in this build; flushes run synchronously",
-                    settings.flush_type
-                );
-            }
         }
 
         let prefix = Prefix::new(&settings.prefix);
