@@ -12,8 +12,9 @@
 //!
 //! **Locking.** Files written by two parties (the halt file by `scr_halt` and the job, the
 //! index by the job and `scr_index`) are read-modified-written under [`Lock`], a POSIX record
-//! lock on a separate `<file>.lock` (record locks work on NFS and Lustre mounted with locking,
-//! and never block readers of the data file itself).
+//! lock (open-file-description flavour, so threads of one process exclude each other too) on
+//! a separate `<file>.lock` (record locks work on NFS and Lustre mounted with locking, and
+//! never block readers of the data file itself).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -85,8 +86,12 @@ pub fn decode<T: DeserializeOwned>(kind: &str, bytes: &[u8], path: &Path) -> Res
 pub fn write_atomic<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<(), MetaError> {
     let bytes = encode(kind, value);
     let dir = path.parent().unwrap_or(Path::new("."));
+    // Unique per process and call: threads of one process (the background flush and the
+    // application's calls) may write at once.
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = dir.join(format!(
-        ".{}.tmp.{}",
+        ".{}.tmp.{}.{seq}",
         path.file_name().map(|s| s.to_string_lossy()).unwrap_or_default(),
         std::process::id()
     ));
@@ -126,6 +131,7 @@ pub fn read<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Option<T>, M
 /// An exclusive lock on `<path>.lock`, released when dropped.
 pub struct Lock {
     file: File,
+    cmd_unlock: libc::c_int,
 }
 
 impl Lock {
@@ -145,15 +151,24 @@ impl Lock {
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = libc::F_WRLCK as _;
         fl.l_whence = libc::SEEK_SET as _;
+        // Open-file-description locks exclude threads of one process too (the background
+        // flush and the application's calls); classic process-owned locks are the fallback on
+        // kernels and file systems without them.
+        let mut cmd = libc::F_OFD_SETLKW;
         loop {
-            // SAFETY: see above; F_SETLKW only reads `fl`.
-            let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLKW, &fl) };
+            // SAFETY: see above; F_OFD_SETLKW/F_SETLKW only read `fl` (l_pid must be 0 for OFD).
+            let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) };
             if rc == 0 {
-                return Ok(Lock { file });
+                return Ok(Lock {
+                    file,
+                    cmd_unlock: if cmd == libc::F_OFD_SETLKW { libc::F_OFD_SETLK } else { libc::F_SETLK },
+                });
             }
             let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(MetaError::Io { op: "lock", path: lock_path, source: e });
+            match e.raw_os_error() {
+                Some(libc::EINTR) => {}
+                Some(libc::EINVAL) if cmd == libc::F_OFD_SETLKW => cmd = libc::F_SETLKW,
+                _ => return Err(MetaError::Io { op: "lock", path: lock_path, source: e }),
             }
         }
     }
@@ -165,7 +180,7 @@ impl Drop for Lock {
         let mut fl: libc::flock = unsafe { std::mem::zeroed() };
         fl.l_type = libc::F_UNLCK as _;
         fl.l_whence = libc::SEEK_SET as _;
-        unsafe { libc::fcntl(self.file.as_raw_fd(), libc::F_SETLK, &fl) };
+        unsafe { libc::fcntl(self.file.as_raw_fd(), self.cmd_unlock, &fl) };
     }
 }
 

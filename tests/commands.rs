@@ -341,12 +341,17 @@ fn concurrent_halt_writers_lose_nothing() {
     let lock = scr::persist::Lock::acquire(&path).unwrap();
     let mut child =
         job.command(bin("scr_halt")).args(["--after", "@4000000000"]).stdout(Stdio::piped()).spawn().unwrap();
-    let pid = child.id();
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(scr::persist::lock_path(&path)).unwrap().ino()
+    };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        // A blocked lock request shows in /proc/locks as "->" with the waiting process id.
+        // A blocked lock request shows in /proc/locks as a "->" line naming the lock file's
+        // inode (open-file-description locks show no process id).
         let locks = std::fs::read_to_string("/proc/locks").unwrap();
-        if locks.lines().any(|l| l.contains("->") && l.split_whitespace().any(|w| w == pid.to_string())) {
+        let on_file = |l: &str| l.split_whitespace().any(|w| w.ends_with(&format!(":{ino}")));
+        if locks.lines().any(|l| l.contains("->") && on_file(l)) {
             break;
         }
         if let Some(st) = child.try_wait().unwrap() {

@@ -6,6 +6,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, IoContext, Result};
 
@@ -22,6 +23,38 @@ pub fn part_name(dst: &Path) -> PathBuf {
     dst.with_file_name(format!(".{name}.scrpart"))
 }
 
+/// A bandwidth limit for background copies (`SCR_FLUSH_ASYNC_BW`): after each chunk the
+/// copy sleeps until it is no further ahead than `bytes_per_sec` allows since it started.
+#[derive(Debug)]
+pub struct Pace {
+    bytes_per_sec: u64,
+    start: Instant,
+    sent: u64,
+}
+
+impl Pace {
+    /// `0` means no limit.
+    pub fn new(bytes_per_sec: u64) -> Pace {
+        Pace { bytes_per_sec, start: Instant::now(), sent: 0 }
+    }
+
+    fn unlimited() -> Pace {
+        Pace::new(0)
+    }
+
+    /// Account for `n` more bytes, sleeping if they came too fast.
+    fn after(&mut self, n: usize) {
+        if self.bytes_per_sec == 0 {
+            return;
+        }
+        self.sent += n as u64;
+        let due = Duration::from_secs_f64(self.sent as f64 / self.bytes_per_sec as f64);
+        if let Some(ahead) = due.checked_sub(self.start.elapsed()) {
+            std::thread::sleep(ahead);
+        }
+    }
+}
+
 /// Copy `src` to `dst` through a temporary name, checking `expect_size` and `expect_crc`
 /// when given. `private`: create missing parent directories with mode 0700 (cache) rather
 /// than by the umask (prefix).
@@ -33,6 +66,19 @@ pub fn copy_verified(
     buf_size: usize,
     private: bool,
 ) -> Result<Copied> {
+    copy_verified_paced(src, dst, expect_size, expect_crc, buf_size, private, &mut Pace::unlimited())
+}
+
+/// [`copy_verified`] at most as fast as `pace` allows.
+pub fn copy_verified_paced(
+    src: &Path,
+    dst: &Path,
+    expect_size: Option<u64>,
+    expect_crc: Option<u32>,
+    buf_size: usize,
+    private: bool,
+    pace: &mut Pace,
+) -> Result<Copied> {
     if let Some(parent) = dst.parent() {
         if private {
             crate::paths::create_dirs(parent)?;
@@ -41,7 +87,7 @@ pub fn copy_verified(
         }
     }
     let tmp = part_name(dst);
-    let result = copy_to(src, &tmp, buf_size).and_then(|c| {
+    let result = copy_to(src, &tmp, buf_size, pace).and_then(|c| {
         if let Some(s) = expect_size {
             if c.size != s {
                 return Err(Error::Integrity {
@@ -67,9 +113,13 @@ pub fn copy_verified(
     result
 }
 
-fn copy_to(src: &Path, dst: &Path, buf_size: usize) -> Result<Copied> {
+fn copy_to(src: &Path, dst: &Path, buf_size: usize, pace: &mut Pace) -> Result<Copied> {
     let mut out = OpenOptions::new().write(true).create(true).truncate(true).open(dst).ctx("create", dst)?;
-    let c = stream(src, buf_size, |chunk| out.write_all(chunk).ctx("write", dst))?;
+    let c = stream(src, buf_size, |chunk| {
+        out.write_all(chunk).ctx("write", dst)?;
+        pace.after(chunk.len());
+        Ok(())
+    })?;
     out.sync_all().ctx("fsync", dst)?;
     Ok(c)
 }
@@ -112,6 +162,19 @@ mod tests {
         let dst = d.path().join("a/b/d");
         assert_eq!(copy_verified(&src, &dst, Some(100_000), Some(c.crc), 4096, false).unwrap(), c);
         assert_eq!(fs::read(&dst).unwrap().len(), 100_000);
+    }
+
+    #[test]
+    fn pace_limits_bandwidth() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s");
+        fs::write(&src, vec![1u8; 64 * 1024]).unwrap();
+        let t = Instant::now();
+        let mut pace = Pace::new(256 * 1024);
+        copy_verified_paced(&src, &d.path().join("d"), Some(64 * 1024), None, 4096, false, &mut pace).unwrap();
+        // 64 KiB at 256 KiB/s cannot finish in less than a quarter second (a lower bound
+        // only: the copy may always be slower).
+        assert!(t.elapsed() >= Duration::from_millis(240), "{:?}", t.elapsed());
     }
 
     #[test]

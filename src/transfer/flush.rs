@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use super::copy::copy_verified;
+use super::copy::{copy_verified_paced, Pace};
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::identity;
@@ -30,39 +30,19 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     let rank = ctx.world.rank();
     let t0 = Instant::now();
 
-    let mark = (rank == 0)
-        .then(|| {
-            Index::update(&ctx.layout.index(), |ix| {
-                ix.datasets.insert(
-                    id,
-                    IndexEntry {
-                        desc: rec.desc.clone(),
-                        complete: false,
-                        flushed: None,
-                        flushing: true,
-                        failed: false,
-                        fetches: vec![],
-                    },
-                );
-            })
-            .err()
-            .map(|e| e.to_string())
-        })
-        .flatten();
+    let mark = (rank == 0).then(|| mark_flushing(ctx.layout, rec).err().map(|e| e.to_string())).flatten();
     if let Some(e) = ctx.world.bcast(0, &mark) {
         return Err(Error::Collective(format!("{what}: cannot record it in the index: {e}")));
     }
 
-    let local = ctx.in_waves(ctx.settings.flush_width, || copy_files(ctx, rec));
+    let local = ctx.in_waves(ctx.settings.flush_width, || {
+        copy_files(ctx.layout, rec, ctx.settings.file_buf_size, ctx.settings.crc_on_flush, &mut Pace::new(0))
+    });
     let local_err = local.as_ref().err().map(|e| e.to_string());
     if !ctx.world.all_true(local_err.is_none()) {
         let summary = ctx.summarize_failures(&what, local_err);
         if rank == 0 {
-            let _ = Index::update(&ctx.layout.index(), |ix| {
-                if let Some(e) = ix.datasets.get_mut(&id) {
-                    e.flushing = false;
-                }
-            });
+            unmark_flushing(ctx.layout, id);
         }
         return Err(Error::Collective(summary));
     }
@@ -74,7 +54,7 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     }
 
     let all = ctx.world.gather(0, &files);
-    let publish_err = all.and_then(|all| publish(ctx, rec, all).err().map(|e| e.to_string()));
+    let publish_err = all.and_then(|all| publish(ctx.layout, rec, all).err().map(|e| e.to_string()));
     if let Some(e) = ctx.world.bcast(0, &publish_err) {
         return Err(Error::Collective(format!("{what}: {e}")));
     }
@@ -94,11 +74,46 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     Ok(())
 }
 
-/// This rank's part of a flush: copy (or, for bypass datasets, check) each file.
-fn copy_files(ctx: &Ctx, rec: &DatasetRecord) -> Result<Vec<PrefixFile>> {
+/// Step 1: record the dataset in the index as being flushed (not complete), replacing any
+/// entry of an earlier attempt.
+pub(super) fn mark_flushing(layout: &Layout, rec: &DatasetRecord) -> Result<()> {
+    Index::update(&layout.index(), |ix| {
+        ix.datasets.insert(
+            rec.desc.id,
+            IndexEntry {
+                desc: rec.desc.clone(),
+                complete: false,
+                flushed: None,
+                flushing: true,
+                failed: false,
+                fetches: vec![],
+            },
+        );
+    })?;
+    Ok(())
+}
+
+/// A flush failed: the index entry stays incomplete and no longer claims a flush is running.
+pub(super) fn unmark_flushing(layout: &Layout, id: u64) {
+    let _ = Index::update(&layout.index(), |ix| {
+        if let Some(e) = ix.datasets.get_mut(&id) {
+            e.flushing = false;
+        }
+    });
+}
+
+/// This rank's part of a flush: copy (or, for bypass datasets, check) each file. No MPI: the
+/// background flush runs it in its own thread.
+pub(super) fn copy_files(
+    layout: &Layout,
+    rec: &DatasetRecord,
+    buf: usize,
+    crc_on_flush: bool,
+    pace: &mut Pace,
+) -> Result<Vec<PrefixFile>> {
     let mut out = Vec::with_capacity(rec.files.len());
     for f in &rec.files {
-        let dst = ctx.layout.prefix.join(&f.rel);
+        let dst = layout.prefix.join(&f.rel);
         if f.path == dst {
             let size = std::fs::metadata(&dst).map_err(|e| Error::io("stat", &dst, e))?.len();
             if size != f.size {
@@ -109,7 +124,7 @@ fn copy_files(ctx: &Ctx, rec: &DatasetRecord) -> Result<Vec<PrefixFile>> {
             }
             out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc });
         } else {
-            let c = copy_verified(&f.path, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, false)?;
+            let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, false, pace)?;
             scr_debug!(
                 2,
                 "flushed {} -> {} ({} bytes, crc32 {:#010x})",
@@ -118,25 +133,26 @@ fn copy_files(ctx: &Ctx, rec: &DatasetRecord) -> Result<Vec<PrefixFile>> {
                 c.size,
                 c.crc
             );
-            let crc = if ctx.settings.crc_on_flush { Some(c.crc) } else { f.crc };
+            let crc = if crc_on_flush { Some(c.crc) } else { f.crc };
             out.push(PrefixFile { rel: f.rel.clone(), size: c.size, crc });
         }
     }
     Ok(out)
 }
 
-/// Rank 0: write the dataset's summary and rank-to-file map, then mark it complete.
-fn publish(ctx: &Ctx, rec: &DatasetRecord, all: Vec<Vec<PrefixFile>>) -> Result<()> {
+/// Write the dataset's summary and rank-to-file map, then mark it complete in the index
+/// (rank 0 of a synchronous flush; the last rank to finish a background flush).
+pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixFile>>) -> Result<()> {
     let id = rec.desc.id;
-    let dir = ctx.layout.prefix_dataset_dir(id);
+    let dir = layout.prefix_dataset_dir(id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
     let r2f = Rank2File {
         ranks: all.len() as u32,
         files: all.into_iter().enumerate().map(|(r, f)| (r as u32, f)).collect::<BTreeMap<_, _>>(),
     };
-    r2f.save(&ctx.layout.rank2file(id))?;
-    Summary { desc: rec.desc.clone(), scheme: rec.reddesc.scheme.name().to_string() }.save(&ctx.layout.summary(id))?;
-    Index::update(&ctx.layout.index(), |ix| {
+    r2f.save(&layout.rank2file(id))?;
+    Summary { desc: rec.desc.clone(), scheme: rec.reddesc.scheme.name().to_string() }.save(&layout.summary(id))?;
+    Index::update(&layout.index(), |ix| {
         let e = ix.datasets.entry(id).or_insert_with(|| IndexEntry {
             desc: rec.desc.clone(),
             complete: false,

@@ -7,6 +7,7 @@
 //! The number of ranks touching the prefix at once is bounded by `SCR_FLUSH_WIDTH` /
 //! `SCR_FETCH_WIDTH`.
 
+pub mod background;
 pub mod copy;
 pub mod fetch;
 pub mod flush;
