@@ -6,9 +6,8 @@
 //! every outcome is decided by the order of events, never by timing.
 
 mod common;
-use common::Job;
+use common::{Job, Spawned};
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,22 +26,7 @@ fn bin(name: &str) -> PathBuf {
     }
 }
 
-/// The outcome of a command.
-#[derive(Debug)]
-struct Out {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn all(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
-    fn dump(&self) -> String {
-        format!("exit {:?}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
-    }
-}
+use common::Run as Out;
 
 /// Run one of the commands with the job's environment.
 fn cmd(job: &Job, name: &str, args: &[&str]) -> Out {
@@ -66,83 +50,11 @@ fn launch(job: &Job, sim: bool, args: &[&str]) -> Vec<String> {
     v
 }
 
-/// `scr_run` running in the background, in its own process group (killed if the test fails).
-struct Bg {
-    child: Option<Child>,
-    out: Option<std::thread::JoinHandle<String>>,
-    err: Option<std::thread::JoinHandle<String>>,
-}
-
-impl Bg {
-    fn start(job: &Job, args: &[String]) -> Bg {
-        use std::os::unix::process::CommandExt;
-        let mut c = job.command(bin("scr_run"));
-        c.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
-        let mut child = c.spawn().unwrap();
-        let drain = |mut r: Box<dyn Read + Send>| {
-            std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = r.read_to_string(&mut s);
-                s
-            })
-        };
-        let out = drain(Box::new(child.stdout.take().unwrap()));
-        let err = drain(Box::new(child.stderr.take().unwrap()));
-        Bg { child: Some(child), out: Some(out), err: Some(err) }
-    }
-
-    /// Wait until `path` exists (the job reached a gate); fails if the job ends first.
-    fn wait_for(&mut self, path: &Path) {
-        let deadline = Instant::now() + Duration::from_secs(240);
-        while !path.exists() {
-            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
-                panic!("scr_run ended ({st}) before {} appeared:\n{}", path.display(), self.finish_output());
-            }
-            assert!(Instant::now() < deadline, "the job never reached {} (hung?)", path.display());
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn finish_output(&mut self) -> String {
-        let out = self.out.take().map(|h| h.join().unwrap()).unwrap_or_default();
-        let err = self.err.take().map(|h| h.join().unwrap()).unwrap_or_default();
-        format!("{out}{err}")
-    }
-
-    /// Wait for scr_run to end.
-    fn finish(mut self) -> Out {
-        let mut child = self.child.take().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(400);
-        let status = loop {
-            if let Some(st) = child.try_wait().unwrap() {
-                break st;
-            }
-            if Instant::now() > deadline {
-                kill_group(&child);
-                panic!("scr_run did not end");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        };
-        Out {
-            code: status.code(),
-            stdout: self.out.take().unwrap().join().unwrap(),
-            stderr: self.err.take().unwrap().join().unwrap(),
-        }
-    }
-}
-
-fn kill_group(child: &Child) {
-    // SAFETY: signalling the process group this test created for the child.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-}
-
-impl Drop for Bg {
-    fn drop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            kill_group(&c);
-            let _ = c.wait();
-        }
-    }
+/// `scr_run` with `args`, in the background.
+fn bg(job: &Job, args: &[String]) -> Spawned {
+    let mut c = job.command(bin("scr_run"));
+    c.args(args);
+    Spawned::start(c)
 }
 
 /// A gate directory for test_api's `--pause-before`.
@@ -175,7 +87,7 @@ fn halted_run(job: &Job, steps: u32, pause: u32, f: impl FnOnce(&Path)) -> Out {
         false,
         &["--size", "100000", "--steps", &steps.to_string(), "--pause-before", &pause.to_string(), &gs],
     ));
-    let mut bg = Bg::start(job, &args);
+    let mut bg = bg(job, &args);
     bg.wait_for(&g.join(format!("paused.{pause}")));
     f(&g);
     resume(&g, pause, "go");
@@ -315,7 +227,7 @@ fn halt_immediate_stops_the_current_run() {
     let gs = g.display().to_string();
     let mut args: Vec<String> = vec!["--delay".into(), "0".into()];
     args.extend(launch(&job, false, &["--size", "100000", "--steps", "5", "--pause-before", "3", &gs]));
-    let mut bg = Bg::start(&job, &args);
+    let mut bg = bg(&job, &args);
     bg.wait_for(&g.join("paused.3"));
     let h = cmd(&job, "scr_halt", &["--immediate"]);
     assert_eq!(h.code, Some(0), "{}", h.dump());
@@ -661,7 +573,7 @@ fn scr_run_relaunches_after_a_rank_crash_and_stops_after_scr_runs() {
     job.set("SCR_FLUSH", "0").set("SCR_RUNS", "5");
     let mut args = vec!["--delay".to_string(), "0".to_string()];
     args.extend(launch(&job, false, &["--steps", "4", "--crash-after", "2", "--crash-rank", "1"]));
-    let out = Bg::start(&job, &args).finish();
+    let out = bg(&job, &args).finish();
     assert_eq!(out.code, Some(0), "{}", out.dump());
     assert_eq!(runs_started(&out), 2, "{}", out.dump());
     assert!(out.stdout.contains("RESTARTED ckpt.2 step=2") && out.stdout.contains("DONE steps=3..6"), "{}", out.dump());
@@ -673,7 +585,7 @@ fn scr_run_relaunches_after_a_rank_crash_and_stops_after_scr_runs() {
     job.set("SCR_FLUSH", "0").set("SCR_RUNS", "3");
     let mut args = vec!["--delay".to_string(), "0".to_string()];
     args.extend(launch(&job, false, &["--steps", "5", "--crash-after-count", "1"]));
-    let out = Bg::start(&job, &args).finish();
+    let out = bg(&job, &args).finish();
     assert_eq!(out.code, Some(1), "{}", out.dump());
     assert_eq!(runs_started(&out), 3, "{}", out.dump());
     assert!(out.stderr.contains("run 3 of 3") && out.stderr.contains("not relaunching: SCR_RUNS=3 run(s) made"));
@@ -689,7 +601,7 @@ fn scr_run_excludes_a_lost_node_and_continues_on_a_spare() {
     let gs = g.display().to_string();
     let mut args = vec!["--delay".to_string(), "0".to_string()];
     args.extend(launch(&job, true, &["--size", SIZE, "--steps", "4", "--pause-before", "3", &gs]));
-    let mut bg = Bg::start(&job, &args);
+    let mut bg = bg(&job, &args);
     bg.wait_for(&g.join("paused.3"));
     // Node n2 fails while the job waits: its storage is gone, the run dies, and the operator
     // excludes it in the job's configuration file.

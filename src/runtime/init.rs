@@ -86,7 +86,12 @@ impl Runtime {
             policy: Policy::new(),
             sets: Vec::new(),
             exit_requested: None,
+            flusher: Default::default(),
+            flights: Vec::new(),
+            flush_seq: 0,
+            run_stamp: 0,
         };
+        rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
         rt.make_directories()?;
         rt.form_sets()?;
         rt.restore()?;
@@ -178,6 +183,25 @@ impl Runtime {
         );
         self.dataset_id = (self.world.max_i64(fm_d as i64) as u64).max(ix_d);
         self.ckpt_id = (self.world.max_i64(fm_c as i64) as u64).max(ix_c);
+
+        // A background flush that completed in the prefix after its run stopped watching
+        // (killed, or exited without SCR_Finalize) is flushed: the index is the authority.
+        let landed: Vec<u64> = self
+            .flushes
+            .datasets
+            .iter()
+            .filter(|(id, e)| {
+                e.location != Location::Pfs
+                    && index.datasets.get(id).is_some_and(|ix| ix.complete && ix.desc.name == e.name)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in self.world.bcast(0, &landed) {
+            if self.rank0() {
+                scr_debug!(1, "dataset {id} reached the prefix after its run ended; recorded as flushed");
+            }
+            self.set_location(id, Some(Location::Pfs));
+        }
 
         if self.settings.prefix_purge && self.rank0() {
             for id in index.datasets.keys() {

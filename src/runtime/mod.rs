@@ -12,6 +12,7 @@
 //! ranks combine it, and all return the same result. The front ends (C API, preload) call
 //! these functions and map errors to return codes.
 
+mod flights;
 mod init;
 mod manage;
 mod output;
@@ -81,6 +82,13 @@ pub struct Runtime {
     sets: Vec<Option<crate::redundancy::parallel::SetPlan>>,
     /// Set when a halt condition holds and `SCR_HALT_EXIT=1`: the front end ends the run.
     exit_requested: Option<String>,
+    /// The background flush worker and the flushes in flight (same list on every rank).
+    flusher: crate::transfer::background::Flusher,
+    flights: Vec<flights::Flight>,
+    /// Background flushes started in this run, and the run's start time (rank 0's clock):
+    /// together they name each flush attempt.
+    flush_seq: u64,
+    run_stamp: u64,
 }
 
 enum State {
@@ -304,7 +312,9 @@ impl Runtime {
     }
 
     /// Delete a dataset from this rank's cache: its cached files, its directory, its record.
+    /// A background flush of it finishes first: a dataset is never deleted while it is read.
     fn drop_cached(&mut self, id: u64) {
+        self.flusher.wait(id);
         if let Some(rec) = self.filemap.datasets.remove(&id) {
             remove_cached_files(&rec);
         }
@@ -348,6 +358,7 @@ impl Runtime {
                 scr_warn!("cannot record the exit reason in the halt file: {e}");
             }
         }
+        self.finish_flights();
         self.flush_owed();
         self.world.barrier();
     }

@@ -49,6 +49,7 @@ impl Runtime {
         let is_ckpt = flags & FLAG_CHECKPOINT != 0;
         let is_output = flags & FLAG_OUTPUT != 0;
         self.policy.compute_stopped();
+        self.progress(&[]);
         self.restart = None;
         self.dataset_id += 1;
         if is_ckpt {
@@ -106,7 +107,7 @@ impl Runtime {
                 if excess == 0 {
                     break;
                 }
-                if r.desc.output && !self.flushed(r.desc.id) {
+                if r.desc.output && !self.flushed(r.desc.id) && !self.in_flight(r.desc.id) {
                     scr_warn!(
                         "keeping output dataset {} ({}) in cache: it has not reached the prefix yet",
                         r.desc.id,
@@ -122,6 +123,19 @@ impl Runtime {
             Vec::new()
         };
         let victims: Vec<u64> = self.world.bcast(0, &victims);
+        // A victim still being flushed leaves only once its flush is finished everywhere.
+        let flying: Vec<u64> = victims.iter().copied().filter(|id| self.in_flight(*id)).collect();
+        if !flying.is_empty() {
+            let t0 = Instant::now();
+            self.progress(&flying);
+            let waited = self.world.max_f64(t0.elapsed().as_secs_f64());
+            if self.rank0() {
+                scr_debug!(
+                    1,
+                    "waited {waited:.3} s for the background flush of dataset(s) {flying:?} before evicting them (COUNT={count})"
+                );
+            }
+        }
         for id in victims {
             if self.rank0() {
                 scr_debug!(1, "evicting dataset {id} from cache {} (COUNT={count})", store.display());
@@ -274,7 +288,9 @@ impl Runtime {
 
         let periodic = is_ckpt && self.settings.flush > 0 && self.ckpt_id.is_multiple_of(self.settings.flush);
         let mut result = Ok(true);
-        if is_output || periodic || bypass {
+        if (is_output || periodic) && self.flushes_async(id) {
+            self.start_async_flush(id);
+        } else if is_output || periodic || bypass {
             match self.flush_dataset(id) {
                 Ok(()) => {
                     if !is_ckpt {
@@ -295,6 +311,7 @@ impl Runtime {
         if is_ckpt {
             self.checkpoint_taken();
         }
+        self.progress(&[]);
         self.policy.compute_started();
         result
     }

@@ -91,6 +91,7 @@ impl Runtime {
         if self.phase != Phase::Idle {
             return Err(self.phase_error("SCR_Need_checkpoint", "between output and restart phases"));
         }
+        self.progress(&[]);
         let s = &self.settings;
         let (interval, seconds, overhead) = (s.checkpoint_interval, s.checkpoint_seconds, s.checkpoint_overhead);
         let mine =
@@ -102,6 +103,7 @@ impl Runtime {
         if self.phase != Phase::Idle {
             return Err(self.phase_error("SCR_Should_exit", "between output and restart phases"));
         }
+        self.progress(&[]);
         Ok(self.halt_reason().is_some())
     }
 

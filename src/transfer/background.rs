@@ -40,6 +40,9 @@ use crate::state::filemap::DatasetRecord;
 use crate::state::layout::Layout;
 use crate::state::summary::PrefixFile;
 
+/// Called with the dataset and the publishing rank's seconds once it is complete in the prefix.
+pub type OnPublished = Arc<dyn Fn(&DatasetRecord, f64) + Send + Sync>;
+
 /// One rank's share of one background flush.
 #[derive(Clone)]
 pub struct Job {
@@ -54,7 +57,7 @@ pub struct Job {
     /// `SCR_FLUSH_ASYNC_BW` (0: no limit).
     pub bytes_per_sec: u64,
     /// Called once the dataset is complete in the prefix, by the rank that published it.
-    pub on_published: Option<Arc<dyn Fn(&DatasetRecord, f64) + Send + Sync>>,
+    pub on_published: Option<OnPublished>,
 }
 
 /// How this rank's share ended.
@@ -138,15 +141,20 @@ impl Flusher {
         }
     }
 
-    /// Whether this rank's share of dataset `id` is finished (`None`: not queued here).
-    pub fn done(&self, id: u64) -> Option<bool> {
-        let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        jobs.get(&id).map(|s| matches!(s, Status::Done(_)))
+    /// Record a share that cannot even start (this rank has no record of the dataset).
+    pub fn fail(&self, id: u64, why: String) {
+        self.shared.set(id, Status::Done(Outcome { files: Err(why), secs: 0.0, published: false }));
     }
 
-    /// Whether a share of dataset `id` is queued or running here.
-    pub fn busy(&self, id: u64) -> bool {
-        self.done(id) == Some(false)
+    /// `(failed, seconds)` of a finished share, `None` while it is queued or running. A share
+    /// never queued here counts as finished and failed.
+    pub fn peek(&self, id: u64) -> Option<(bool, f64)> {
+        let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
+        match jobs.get(&id) {
+            Some(Status::Done(o)) => Some((o.files.is_err(), o.secs)),
+            Some(_) => None,
+            None => Some((true, 0.0)),
+        }
     }
 
     /// Block until this rank's share of dataset `id` is finished (no-op if not queued).

@@ -94,7 +94,7 @@ pub(super) fn mark_flushing(layout: &Layout, rec: &DatasetRecord) -> Result<()> 
 }
 
 /// A flush failed: the index entry stays incomplete and no longer claims a flush is running.
-pub(super) fn unmark_flushing(layout: &Layout, id: u64) {
+pub fn unmark_flushing(layout: &Layout, id: u64) {
     let _ = Index::update(&layout.index(), |ix| {
         if let Some(e) = ix.datasets.get_mut(&id) {
             e.flushing = false;

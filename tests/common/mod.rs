@@ -141,6 +141,96 @@ impl Run {
     pub fn dump(&self) -> String {
         format!("exit {:?}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
     }
+
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// A command running in the background in its own process group (killed with the group if
+/// the test fails), its output collected.
+pub struct Spawned {
+    child: Option<std::process::Child>,
+    out: Option<std::thread::JoinHandle<String>>,
+    err: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Spawned {
+    pub fn start(mut cmd: Command) -> Spawned {
+        use std::io::Read;
+        use std::os::unix::process::CommandExt;
+        use std::process::Stdio;
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
+        let mut child = cmd.spawn().unwrap();
+        let drain = |mut r: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = r.read_to_string(&mut s);
+                s
+            })
+        };
+        let out = drain(Box::new(child.stdout.take().unwrap()));
+        let err = drain(Box::new(child.stderr.take().unwrap()));
+        Spawned { child: Some(child), out: Some(out), err: Some(err) }
+    }
+
+    /// Wait until `ready()` holds (the job reached a point); fails if the job ends first.
+    pub fn wait_until(&mut self, what: &str, mut ready: impl FnMut() -> bool) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(240);
+        while !ready() {
+            if let Some(st) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("the job ended ({st}) before {what}:\n{}", self.finish_output());
+            }
+            assert!(std::time::Instant::now() < deadline, "the job never reached {what} (hung?)");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Wait until `path` exists (the job reached a gate); fails if the job ends first.
+    pub fn wait_for(&mut self, path: &Path) {
+        self.wait_until(&path.display().to_string(), || path.exists());
+    }
+
+    fn finish_output(&mut self) -> String {
+        let out = self.out.take().map(|h| h.join().unwrap()).unwrap_or_default();
+        let err = self.err.take().map(|h| h.join().unwrap()).unwrap_or_default();
+        format!("{out}{err}")
+    }
+
+    /// Wait for the command to end.
+    pub fn finish(mut self) -> Run {
+        let mut child = self.child.take().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(400);
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                kill_group(&child);
+                panic!("the job did not end");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
+        Run {
+            code: status.code(),
+            stdout: self.out.take().unwrap().join().unwrap(),
+            stderr: self.err.take().unwrap().join().unwrap(),
+        }
+    }
+}
+
+fn kill_group(child: &std::process::Child) {
+    // SAFETY: signalling the process group this test created for the child.
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            kill_group(&c);
+            let _ = c.wait();
+        }
+    }
 }
 
 /// One SCR job: its own prefix, cache and control directories and environment.
@@ -291,6 +381,14 @@ impl Job {
         let mut cmd = Command::new(program);
         self.apply_env(&mut cmd);
         cmd
+    }
+
+    /// `mpirun` of `program` with `NP` ranks in the background.
+    pub fn spawn(&self, program_name: &str, args: &[&str]) -> Spawned {
+        let mut cmd = Command::new("mpirun");
+        cmd.arg("-np").arg(NP.to_string()).arg(program(program_name)).args(args);
+        self.apply_env(&mut cmd);
+        Spawned::start(cmd)
     }
 
     pub fn run(&self, program_name: &str, args: &[&str]) -> Run {

@@ -1,0 +1,158 @@
+//! Background flushes as the runtime sees them: starting one in `SCR_Complete_output`,
+//! checking progress at every collective SCR call, waiting for one before its dataset leaves
+//! the cache, and finishing all of them in `SCR_Finalize`.
+//!
+//! The list of datasets in flight is the same on every rank (flushes start and are retired
+//! collectively, in order). Progress is one allreduce over that list: a flush is retired once
+//! every rank's share is finished; it succeeded if no share failed (the prefix side is already
+//! durable then, see [`crate::transfer::background`]). Retiring records the outcome: the flush
+//! file (`PFS`, or back to cache for a retry at `SCR_Finalize`), the CRC32s in the filemap,
+//! the output-only dataset leaving the cache, the `SCR_PREFIX_SIZE` window.
+
+use std::time::Instant;
+
+use super::Runtime;
+use crate::scr_debug;
+use crate::state::flushfile::Location;
+use crate::transfer::background::Job;
+
+/// A flush started in this run and not yet retired.
+#[derive(Debug, Clone)]
+pub(super) struct Flight {
+    pub id: u64,
+    pub started: Instant,
+}
+
+impl Runtime {
+    /// Whether dataset `id` goes to the prefix in the background: asynchronous flushes are
+    /// on, its store does not ask for `FLUSH=SYNC`, and it is not a bypass dataset (whose
+    /// files are in the prefix already).
+    pub(super) fn flushes_async(&self, id: u64) -> bool {
+        let Some(rec) = self.filemap.datasets.get(&id) else { return false };
+        let store_sync = self.descs.store(&rec.reddesc.store).is_some_and(|s| s.flush == "SYNC");
+        self.settings.flush_async && !rec.reddesc.bypass && !store_sync
+    }
+
+    pub(super) fn in_flight(&self, id: u64) -> bool {
+        self.flights.iter().any(|f| f.id == id)
+    }
+
+    /// Start flushing dataset `id` in the background (collective: every rank queues its share).
+    pub(super) fn start_async_flush(&mut self, id: u64) {
+        self.flush_seq += 1;
+        self.flights.push(Flight { id, started: Instant::now() });
+        let Some(rec) = self.filemap.datasets.get(&id).cloned() else {
+            self.flusher.fail(id, format!("dataset {id} is not in this rank's cache"));
+            return;
+        };
+        self.set_location(id, Some(Location::Flushing));
+        let job = Job {
+            rec,
+            layout: self.layout.clone(),
+            rank: self.world.rank() as u32,
+            ranks: self.world.size() as u32,
+            token: format!("{}.{}", self.run_stamp, self.flush_seq),
+            buf: self.settings.file_buf_size,
+            crc_on_flush: self.settings.crc_on_flush,
+            bytes_per_sec: self.settings.flush_async_bw,
+            on_published: None,
+        };
+        if self.rank0() {
+            scr_debug!(1, "dataset {id}: background flush started ({} in flight)", self.flights.len());
+        }
+        self.flusher.submit(job);
+    }
+
+    /// Check the flushes in flight and retire the finished ones (collective). With `wait`,
+    /// first block until this rank's shares of those datasets are finished, so they retire now.
+    pub(super) fn progress(&mut self, wait: &[u64]) {
+        if self.flights.is_empty() {
+            return;
+        }
+        for id in wait {
+            self.flusher.wait(*id);
+        }
+        // Per flight: [share not finished, share failed, share seconds in microseconds].
+        let mine: Vec<u64> = self
+            .flights
+            .iter()
+            .flat_map(|f| match self.flusher.peek(f.id) {
+                Some((failed, secs)) => [0, failed as u64, (secs * 1e6) as u64],
+                None => [1, 0, 0],
+            })
+            .collect();
+        let all = self.world.max_u64s(&mine);
+        let flights = std::mem::take(&mut self.flights);
+        for (i, flight) in flights.into_iter().enumerate() {
+            if all[3 * i] != 0 {
+                self.flights.push(flight);
+                continue;
+            }
+            let outcome = self.flusher.take(flight.id);
+            self.retire(flight, outcome, all[3 * i + 1] == 0, all[3 * i + 2] as f64 / 1e6);
+        }
+    }
+
+    /// Record how a flush ended, on every rank.
+    fn retire(&mut self, flight: Flight, outcome: Option<crate::transfer::background::Outcome>, ok: bool, secs: f64) {
+        let id = flight.id;
+        let local_err = match &outcome {
+            Some(o) => o.files.as_ref().err().cloned(),
+            None => Some("this rank's share was lost".to_string()),
+        };
+        if !ok {
+            let what = format!("background flush of dataset {id}");
+            let summary = self.ctx().summarize_failures(&what, local_err);
+            if self.rank0() {
+                crate::scr_error!("{summary}; the dataset stays in cache and SCR retries at SCR_Finalize");
+                crate::transfer::flush::unmark_flushing(&self.layout, id);
+            }
+            self.set_location(id, Some(Location::Cache));
+            return;
+        }
+        let files = outcome.and_then(|o| o.files.ok()).unwrap_or_default();
+        let Some(rec) = self.filemap.datasets.get_mut(&id) else {
+            // Deleted meanwhile (SCR_Delete waited for the flush, then removed it).
+            return;
+        };
+        if self.settings.crc_on_flush {
+            for (meta, pf) in rec.files.iter_mut().zip(&files) {
+                meta.crc = meta.crc.or(pf.crc);
+            }
+        }
+        let (size, name, is_ckpt, is_output) =
+            (rec.desc.size, rec.desc.name.clone(), rec.desc.checkpoint, rec.desc.output);
+        if let Err(e) = self.save_filemap() {
+            crate::scr_error!("{e}");
+        }
+        self.set_location(id, Some(Location::Pfs));
+        if self.rank0() {
+            scr_debug!(
+                1,
+                "dataset {id} ({name}): background flush complete: {} in {secs:.3} s, {:.1} MiB/s ({:.3} s after it started)",
+                crate::log::bytes(size),
+                crate::log::mib_per_sec(size, secs),
+                flight.started.elapsed().as_secs_f64()
+            );
+            if is_ckpt && self.settings.prefix_size > 0 {
+                crate::transfer::flush::prune_window(&self.layout, self.settings.prefix_size);
+            }
+        }
+        if !is_ckpt && is_output {
+            self.drop_cached(id);
+        }
+    }
+
+    /// Block until every flush in flight is retired (`SCR_Finalize`, halt).
+    pub(super) fn finish_flights(&mut self) {
+        let ids: Vec<u64> = self.flights.iter().map(|f| f.id).collect();
+        if ids.is_empty() {
+            return;
+        }
+        if self.rank0() {
+            scr_debug!(1, "waiting for {} background flush(es) to finish", ids.len());
+        }
+        self.progress(&ids);
+        self.flusher.stop();
+    }
+}
