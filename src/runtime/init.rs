@@ -86,6 +86,7 @@ impl Runtime {
             policy: Policy::new(),
             sets: Vec::new(),
             exit_requested: None,
+            watchdog: None,
         };
         rt.make_directories()?;
         rt.form_sets()?;
@@ -94,6 +95,7 @@ impl Runtime {
             scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
         }
         rt.policy.compute_started();
+        rt.arm_watchdog();
         Ok(rt)
     }
 

@@ -20,6 +20,7 @@ mod rebuild;
 mod restart;
 mod sets;
 mod transparent;
+pub mod watchdog;
 
 pub use transparent::{adopt_output, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup};
 
@@ -81,6 +82,8 @@ pub struct Runtime {
     sets: Vec<Option<crate::redundancy::parallel::SetPlan>>,
     /// Set when a halt condition holds and `SCR_HALT_EXIT=1`: the front end ends the run.
     exit_requested: Option<String>,
+    /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
+    watchdog: Option<watchdog::Watchdog>,
 }
 
 enum State {
@@ -173,6 +176,7 @@ pub fn finalize() -> Result<()> {
     let mut g = lock();
     match std::mem::replace(&mut *g, State::Finalized) {
         State::Running(mut rt) => {
+            rt.stop_watchdog();
             let r = rt.finalize_checked();
             rt.shutdown(crate::state::halt::FINALIZE_REASON);
             r
@@ -319,6 +323,7 @@ impl Runtime {
         let Some(mut rec) = self.filemap.datasets.get(&id).cloned() else {
             return Err(Error::Other(format!("dataset {id} is not in cache")));
         };
+        self.watchdog_wrote();
         self.set_location(id, Some(Location::Flushing));
         let r = crate::transfer::flush::flush(&self.ctx(), &mut rec);
         match &r {
@@ -338,6 +343,7 @@ impl Runtime {
 
     /// Release everything: finish flushes SCR owes, record why the run stops.
     fn shutdown(&mut self, reason: &str) {
+        self.stop_watchdog();
         if self.rank0() {
             let r = crate::state::halt::Halt::update(&self.layout.halt(), |h| {
                 if h.exit_reason.is_none() {
