@@ -2,7 +2,8 @@
 //! with 4 ranks running `examples/c/test_api.c`: a deliberately hung rank is killed and the
 //! checkpoint before the hang restarts the job (by hand and under `scr_run`), a run that
 //! finishes (and computes after `SCR_Finalize`) is never killed, the PFS limit applies after
-//! an output phase wrote to the prefix, and a bad value fails `SCR_Init`.
+//! an output phase wrote to the prefix, a bad value fails `SCR_Init`, and transparent mode
+//! (an unmodified `examples/preload/ckpt_posix.c` under the preload) is watched the same way.
 //!
 //! No test asserts a duration: a firing watchdog is only required to happen before the
 //! harness's `timeout 180` (exit 124), and the limits that must not fire are several times
@@ -123,4 +124,26 @@ fn a_bad_watchdog_value_fails_scr_init_naming_the_key() {
         assert_ne!(r.code, Some(0), "{}", r.dump());
         assert!(r.stderr.contains(&format!("{key}=abc")), "{}", r.dump());
     }
+}
+
+#[test]
+fn transparent_mode_kills_a_hung_unmodified_application() {
+    // ckpt_posix checkpoints every 2 steps; its files become a dataset at the next allreduce
+    // (an SCR_Start_output inside the preload). The last rank hangs at step 6, after the
+    // dataset of step 4 formed at step 5.
+    let mut job = new_job();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_WATCHDOG_TIMEOUT", "3");
+    let exe = [common::app("ckpt_posix.c", &[]).display().to_string()];
+    let dir = job.prefix.display().to_string();
+    let args = |extra: &[&str]| -> Vec<String> {
+        ["--dir", dir.as_str(), "--steps", "8", "--size", SIZE].iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let r = job.run_exe(4, &exe, &args(&["--hang-at", "6"]));
+    assert!(r.has("CHECKPOINT 4") && r.stderr.contains("rank 3: HANG at step 6"), "{}", r.dump());
+    assert_killed_by_watchdog(&r, "SCR_WATCHDOG_TIMEOUT");
+    assert!(r.stderr.contains("since the start of dataset 2 (limit 3 s"), "kicked by the preload\n{}", r.dump());
+    let r = job.run_exe(4, &exe, &args(&[]));
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(!r.stderr.contains(FIRED), "{}", r.dump());
 }
