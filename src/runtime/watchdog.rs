@@ -393,6 +393,40 @@ mod tests {
     }
 
     #[test]
+    fn a_forked_child_can_use_and_drop_its_copy() {
+        let dog = Watchdog::start(Limits::new(1000, 0).unwrap(), false, false).unwrap();
+        // SAFETY: the child only calls getpid (through the watchdog's methods) and _exit, both
+        // async-signal-safe, so forking this multi-threaded test process is sound.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            dog.kick(1);
+            dog.wrote_to_prefix();
+            drop(dog);
+            // SAFETY: ends the child without running the parent's exit handlers.
+            unsafe { libc::_exit(7) };
+        }
+        let t0 = Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for our own child; `status` is a valid out-pointer.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(20) {
+                // SAFETY: kills the child this test forked.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("the child hung using the watchdog it inherited");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 7, "child status {status:#x}");
+        dog.kick(2);
+        dog.stop();
+    }
+
+    #[test]
     fn the_message_names_the_key_the_limit_and_the_time() {
         let f = Firing { limit: Limit { secs: 3, key: KEY }, elapsed_secs: 4, since: "the start of dataset 2".into() };
         let m = message(&f);
