@@ -7,6 +7,7 @@
  *   test_api [--size BYTES] [--steps N] [--flags ckpt|output|both]
  *            [--crash-after K] [--crash-after-count K] [--crash-rank R] [--crash-during K]
  *            [--pause-before K DIR] [--invalid-rank R] [--uneven] [--quiet]
+ *            [--hang-rank R --hang-after K] [--compute-secs S] [--sleep-after-finalize S]
  *
  * --crash-after K   every rank calls _exit(9) right after checkpoint K completes (a failure)
  * --crash-after-count K  the same after the K-th checkpoint this run wrote (every run fails)
@@ -19,9 +20,17 @@
  * --invalid-rank R  rank R reports valid=0 for every checkpoint
  * --uneven          rank r writes r % 3 files (rank_<r>_<k>.ckpt; the second one empty) of
  *                   sizes that differ per rank
+ * --hang-rank R --hang-after K  in a run that did not restart, rank R hangs (sleeps in
+ *                   pause(), no CPU) right after checkpoint K while the others go on into
+ *                   the next step's collectives (for SCR_WATCHDOG_TIMEOUT)
+ * --compute-secs S  every rank sleeps S seconds after each checkpoint but the last ("compute")
+ * --sleep-after-finalize S  every rank sleeps S seconds between SCR_Finalize and MPI_Finalize;
+ *                   rank 0 then prints how many scr-watchdog threads the ranks had before
+ *                   SCR_Finalize and have after it
  *
  * Output lines tests rely on (rank 0): "RESTARTED <name> step=<n>", "NO_RESTART",
- * "CHECKPOINT <name> ok=<0|1>", "DONE steps=<a>..<b>".
+ * "CHECKPOINT <name> ok=<0|1>", "DONE steps=<a>..<b>", "WATCHDOG_THREADS before=<n> after=<m>";
+ * rank R: "HANG rank <R> after <name>".
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -33,6 +42,8 @@
 #include <unistd.h>
 
 #include "scr.h"
+
+#include <dirent.h>
 
 static int rank, ranks;
 static int quiet = 0;
@@ -68,6 +79,26 @@ static void pause_gate(const char* dir, int step)
     fflush(stdout);
     _exit(9);
   }
+}
+
+/* Threads of this process named scr-watchdog (the library's hang detector). */
+static int watchdog_threads(void)
+{
+  int n = 0;
+  DIR* d = opendir("/proc/self/task");
+  if (!d) return -1;
+  struct dirent* e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    char path[300], comm[64] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+    FILE* f = fopen(path, "r");
+    if (!f) continue;
+    if (fgets(comm, sizeof comm, f) && !strncmp(comm, "scr-watchdog\n", 13)) n++;
+    fclose(f);
+  }
+  closedir(d);
+  return n;
 }
 
 /* Files per rank: one, or with --uneven rank % 3 of them (none, one, or two of which the
@@ -163,6 +194,7 @@ int main(int argc, char** argv)
   size_t size = 1 << 20;
   int steps = 3, crash_after = -1, crash_during = -1, invalid_rank = -1;
   int crash_count = -1, crash_rank = -1, pause_before = -1, taken = 0;
+  int hang_rank = -1, hang_after = -1, compute_secs = 0, sleep_after = -1;
   const char* gate = NULL;
   int flags = SCR_FLAG_CHECKPOINT;
   for (int i = 1; i < argc; i++) {
@@ -177,6 +209,10 @@ int main(int argc, char** argv)
       gate = argv[++i];
     }
     else if (!strcmp(argv[i], "--invalid-rank") && i + 1 < argc) invalid_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--hang-rank") && i + 1 < argc) hang_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--hang-after") && i + 1 < argc) hang_after = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--compute-secs") && i + 1 < argc) compute_secs = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--sleep-after-finalize") && i + 1 < argc) sleep_after = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quiet")) quiet = 1;
     else if (!strcmp(argv[i], "--uneven")) uneven = 1;
     else if (!strcmp(argv[i], "--flags") && i + 1 < argc) {
@@ -249,6 +285,12 @@ int main(int argc, char** argv)
         MPI_Barrier(MPI_COMM_WORLD);
       }
     }
+    if (step == hang_after && rank == hang_rank && start == 0) {
+      printf("HANG rank %d after %s\n", rank, ckname);
+      fflush(stdout);
+      for (;;) pause();
+    }
+    if (compute_secs > 0 && step < start + steps) sleep((unsigned) compute_secs);
     int exit_now = 0;
     SCR_Should_exit(&exit_now);
     if (exit_now) {
@@ -257,7 +299,16 @@ int main(int argc, char** argv)
     }
   }
   if (rank == 0) printf("DONE steps=%d..%d\n", start + 1, start + steps);
+  fflush(stdout);
+  int threads[2] = {watchdog_threads(), 0};
   SCR_Finalize();
+  if (sleep_after >= 0) {
+    sleep((unsigned) sleep_after);
+    threads[1] = watchdog_threads();
+    int sum[2] = {0, 0};
+    MPI_Reduce(threads, sum, 2, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("WATCHDOG_THREADS before=%d after=%d\n", sum[0], sum[1]);
+  }
   MPI_Finalize();
   return 0;
 }

@@ -4,12 +4,15 @@
  *
  *   ckpt_posix --dir DIR [--steps N] [--every K] [--size BYTES] [--layout L] [--stdio]
  *              [--uneven] [--meta] [--crash-at STEP] [--fail-write STEP] [--no-finalize]
+ *              [--hang-at STEP]
  *
  * Layouts: dir      ckpt.<s>/rank_<r>.dat (rank 0 creates the directory)
  *          flat     ckpt_<s>_<r>.dat
  *          tmpdir   ckpt.<s>.tmp/rank_<r>.dat, then rank 0 renames the directory to ckpt.<s>
  *          tmpfile  ckpt.<s>/rank_<r>.dat.tmp, each rank renames it to rank_<r>.dat
  * --uneven: rank r writes r%3 files (some ranks none); --meta: rank 0 also writes meta.txt.
+ * --hang-at STEP: in a run that did not restart, the last rank hangs (pause(), no CPU) at STEP
+ * while the others wait for it in that step's allreduce.
  * Prints (rank 0): RESTARTED <s> | NO_RESTART, CHECKPOINT <s>, DONE; every rank checks. */
 #include <errno.h>
 #include <fcntl.h>
@@ -163,7 +166,7 @@ static void checkpoint(int step, int fail_write) {
 }
 
 int main(int argc, char **argv) {
-  int steps = 6, every = 2, crash_at = -1, fail_write = -1, no_finalize = 0;
+  int steps = 6, every = 2, crash_at = -1, fail_write = -1, no_finalize = 0, hang_at = -1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dir")) dir = argv[++i];
     else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
@@ -176,6 +179,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fail-write")) fail_write = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-finalize")) no_finalize = 1;
+    else if (!strcmp(argv[i], "--hang-at")) hang_at = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -226,6 +230,10 @@ int main(int argc, char **argv) {
         _exit(9);
       }
       sleep(30);
+    }
+    if (step == hang_at && start == 0 && rank == nranks - 1) {
+      fprintf(stderr, "rank %d: HANG at step %d\n", rank, step);
+      for (;;) pause();
     }
     double sum = 0;
     x = x * 0.5 + step;

@@ -46,6 +46,8 @@ impl Runtime {
             return;
         };
         self.set_location(id, Some(Location::Flushing));
+        // The next output phase may wait for this flush (eviction): the prefix limit applies.
+        self.watchdog_wrote();
         let job = Job {
             rec,
             layout: self.layout.clone(),

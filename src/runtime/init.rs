@@ -90,6 +90,7 @@ impl Runtime {
             flights: Vec::new(),
             flush_seq: 0,
             run_stamp: 0,
+            watchdog: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
         rt.make_directories()?;
@@ -99,6 +100,7 @@ impl Runtime {
             scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
         }
         rt.policy.compute_started();
+        rt.arm_watchdog();
         Ok(rt)
     }
 

@@ -21,6 +21,7 @@ mod rebuild;
 mod restart;
 mod sets;
 mod transparent;
+pub mod watchdog;
 
 pub use transparent::{adopt_output, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup};
 
@@ -89,6 +90,8 @@ pub struct Runtime {
     /// together they name each flush attempt.
     flush_seq: u64,
     run_stamp: u64,
+    /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
+    watchdog: Option<watchdog::Watchdog>,
 }
 
 enum State {
@@ -181,6 +184,7 @@ pub fn finalize() -> Result<()> {
     let mut g = lock();
     match std::mem::replace(&mut *g, State::Finalized) {
         State::Running(mut rt) => {
+            rt.stop_watchdog();
             let r = rt.finalize_checked();
             rt.shutdown(crate::state::halt::FINALIZE_REASON);
             r
@@ -329,6 +333,7 @@ impl Runtime {
         let Some(mut rec) = self.filemap.datasets.get(&id).cloned() else {
             return Err(Error::Other(format!("dataset {id} is not in cache")));
         };
+        self.watchdog_wrote();
         self.set_location(id, Some(Location::Flushing));
         let r = crate::transfer::flush::flush(&self.ctx(), &mut rec);
         match &r {
@@ -348,6 +353,7 @@ impl Runtime {
 
     /// Release everything: finish flushes SCR owes, record why the run stops.
     fn shutdown(&mut self, reason: &str) {
+        self.stop_watchdog();
         if self.rank0() {
             let r = crate::state::halt::Halt::update(&self.layout.halt(), |h| {
                 if h.exit_reason.is_none() {

@@ -57,6 +57,7 @@ impl Runtime {
         }
         let id = self.dataset_id;
         let reddesc = self.descs.select(self.ckpt_id.max(1), is_ckpt, is_output).clone();
+        self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
             self.make_room(&reddesc.store.clone(), None);
         }
