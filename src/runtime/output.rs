@@ -227,6 +227,7 @@ impl Runtime {
         rec.desc.files = files;
         rec.desc.complete = true;
         let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes);
+        let t_encode = Instant::now();
         let applied = match plan {
             Some(p) => crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size),
             None => Ok(()),
@@ -238,6 +239,11 @@ impl Runtime {
             }
             self.drop_cached(id);
             return Ok(false);
+        }
+        if plan.is_some() && self.rank0() {
+            let secs = t_encode.elapsed().as_secs_f64();
+            let mibps = crate::log::mib_per_sec(total, secs);
+            scr_debug!(1, "redundancy for dataset {id} ({name}): {secs:.3} s, {mibps:.1} MiB/s of data encoded");
         }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.complete = true;
@@ -253,7 +259,7 @@ impl Runtime {
         }
         self.set_location(id, Some(Location::Cache));
         let secs = self.world.max_f64(start.elapsed().as_secs_f64());
-        self.policy.output_done(secs);
+        self.policy.last = super::policy::OutputStats { bytes: total, files, scheme: scheme.name() };
         if self.rank0() {
             scr_debug!(
                 1,
