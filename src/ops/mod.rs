@@ -1,8 +1,8 @@
 //! Operating a job from a batch script or a terminal (user guide 2.8-2.10): what the commands
 //! `scr_halt`, `scr_index`, `scr_interval`, `scr_copy`, `scr_scavenge`/`scr_postrun`,
-//! `scr_prerun` and `scr_run` (with `scr_srun`/`scr_mpirun`) do, as library functions. The binaries in
-//! `src/bin/` hold their manual text, parse arguments with [`args`] and call one function
-//! here.
+//! `scr_prerun` and `scr_run` (with `scr_srun`/`scr_mpirun`) do, as library functions. The
+//! binaries in `src/bin/` hold their manual text, parse arguments with [`args`] and call one
+//! function here.
 //!
 //! | module | owns |
 //! |---|---|
