@@ -20,7 +20,7 @@ DESCRIPTION
     between failures M you give, prints:
 
         checkpoints measured:     12
-        checkpoint cost C:        10.0 s (mean; min 9.6 s, max 10.9 s)
+        checkpoint cost C:        10.0 s (mean; min 9.613 s, max 10.9 s)
         current interval:         600.0 s (10.0 min) of compute between checkpoints (mean of 12)
         restart cost R:           35.2 s (mean of 2 fetch/rebuild; not part of the interval)
         MTBF M:                   86400.0 s (24.0 h)

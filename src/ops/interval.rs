@@ -151,16 +151,8 @@ fn take(
             let c = need("compute_secs")?;
             m.intervals.push(c + pending.remove(&job).unwrap_or(0.0));
         }
-        "CKPT_END" => {
-            if ev.get("valid") == Some("1") {
-                m.costs.push(need("secs")?);
-            }
-        }
-        "FETCH" | "REBUILD" => {
-            if ev.get("ok") == Some("1") {
-                m.restarts.push(need("secs")?);
-            }
-        }
+        "CKPT_END" if ev.get("valid") == Some("1") => m.costs.push(need("secs")?),
+        "FETCH" | "REBUILD" if ev.get("ok") == Some("1") => m.restarts.push(need("secs")?),
         _ => {}
     }
     Ok(())
@@ -202,6 +194,15 @@ pub fn advise(log: &Path, jobid: Option<&str>, m: &Measured, mtbf: f64) -> OpRes
     })
 }
 
+/// Seconds with the precision that matters: `0.013`, `9.870`, `1314.5`.
+fn num(secs: f64) -> String {
+    if secs < 10.0 {
+        format!("{secs:.3}")
+    } else {
+        format!("{secs:.1}")
+    }
+}
+
 /// `secs` for people: `1314.5 s (21.9 min)`.
 fn human(secs: f64) -> String {
     let unit = if secs >= 2.0 * 86400.0 {
@@ -213,7 +214,7 @@ fn human(secs: f64) -> String {
     } else {
         String::new()
     };
-    format!("{secs:.1} s{unit}")
+    format!("{} s{unit}", num(secs))
 }
 
 impl Advice {
@@ -230,10 +231,10 @@ impl Advice {
         line(
             "checkpoint cost C:",
             format!(
-                "{} (mean; min {:.1} s, max {:.1} s)",
+                "{} (mean; min {} s, max {} s)",
                 human(self.cost_secs),
-                self.cost_min_secs,
-                self.cost_max_secs
+                num(self.cost_min_secs),
+                num(self.cost_max_secs)
             ),
         );
         line(
