@@ -338,3 +338,43 @@ fn syslog_gets_the_same_events_as_rfc3164_datagrams() {
     assert!(r.stdout.contains("SCR_INIT_FAILED"), "{}", r.dump());
     assert!(r.stderr.contains("SCR_LOG_SYSLOG_LEVEL=LOUD"), "{}", r.dump());
 }
+
+#[test]
+fn output_datasets_are_logged_and_checkpoint_output_counts_as_checkpoint() {
+    let mut job = logging_job();
+    job.set("SCR_FLUSH", "0");
+    let size = SIZE.to_string();
+    run_ok(&job, &["--size", &size, "--steps", "1", "--flags", "output"]);
+    run_ok(&job, &["--size", &size, "--steps", "1", "--flags", "both"]);
+    let evs = events(&job);
+    let total = (4 * SIZE).to_string();
+    let n = names(&evs);
+    let first_end = n.iter().position(|e| e == "RUN_END").unwrap();
+    assert_eq!(n[..first_end], ["RUN_START", "OUTPUT_START", "FLUSH_START", "FLUSH_END", "OUTPUT_END"], "{n:?}");
+    let out = find(&evs, "OUTPUT_END")[0];
+    assert_eq!((out.get("valid"), out.get("bytes"), out.get("files")), (Some("1"), Some(total.as_str()), Some("4")));
+    assert_eq!(find(&evs, "OUTPUT_START")[0].get("ckpt"), Some("0"));
+    // checkpoint + output: a checkpoint, flushed inside SCR_Complete_output
+    let second = &n[first_end + 1..];
+    assert!(second.contains(&"CKPT_START".to_string()) && second.contains(&"CKPT_END".to_string()), "{n:?}");
+    assert!(!second.contains(&"OUTPUT_START".to_string()), "{n:?}");
+    let ckpt = find(&evs, "CKPT_END")[0];
+    assert_eq!((ckpt.get("valid"), ckpt.get("bytes")), (Some("1"), Some(total.as_str())));
+}
+
+#[test]
+fn transparent_mode_logs_its_datasets() {
+    let mut job = logging_job();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "0");
+    let exe = common::app("ckpt_posix.c", &[]).display().to_string();
+    let args = ["--dir".to_string(), job.prefix.display().to_string(), "--steps".into(), "3".into()];
+    let r = job.run_exe(4, &[exe], &args);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let evs = events(&job);
+    let n = names(&evs);
+    assert_eq!(n.first().map(String::as_str), Some("RUN_START"), "{n:?}");
+    assert_eq!(n.last().map(String::as_str), Some("RUN_END"), "{n:?}");
+    let ends = find(&evs, "CKPT_END");
+    assert!(!ends.is_empty() && ends.iter().all(|e| e.get("valid") == Some("1")), "{n:?}");
+    assert_eq!(find(&evs, "CKPT_START").len(), ends.len());
+}
