@@ -27,8 +27,9 @@
 //! writes each line with one `write(2)` while holding `flock(LOCK_EX)` on that descriptor:
 //! ranks, concurrent runs on the same prefix and commands all append whole lines, on local file
 //! systems (where an `O_APPEND` write is atomic) as on network ones (where the lock serialises
-//! appenders). A process killed mid-write leaves at most one partial last line, which readers
-//! skip with a warning. Failing to open or write the log, or to reach syslog, warns once and
+//! appenders). A forked child shares its parent's descriptor and lock (one open file
+//! description), so the two are kept apart by the single `O_APPEND` write alone. A process
+//! killed mid-write leaves at most one partial last line, which readers skip with a warning. Failing to open or write the log, or to reach syslog, warns once and
 //! never fails the run.
 //!
 //! An [`EventLog`] is a cheap handle (`Arc` inside, `Send + Sync`, no global state), so a
@@ -256,22 +257,24 @@ impl TextLog {
 }
 
 /// Append `buf` as one `write(2)` under `flock(LOCK_EX)` (a short write is completed while
-/// the lock is still held).
+/// the lock is still held). On a file system without `flock` (some parallel file systems
+/// mounted without lock support) the single `O_APPEND` write goes ahead unlocked.
 fn append_locked(f: &File, buf: &[u8]) -> io::Result<()> {
     let fd = f.as_raw_fd();
-    loop {
+    let locked = loop {
         // SAFETY: flock on a descriptor `f` owns and keeps open for this call.
         if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
-            break;
+            break true;
         }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break false;
         }
-    }
+    };
     let r = (&*f).write_all(buf);
-    // SAFETY: as above; unlocking the lock taken on the same descriptor.
-    unsafe { libc::flock(fd, libc::LOCK_UN) };
+    if locked {
+        // SAFETY: as above; unlocking the lock taken on the same descriptor.
+        unsafe { libc::flock(fd, libc::LOCK_UN) };
+    }
     r
 }
 
