@@ -8,7 +8,7 @@ prefix=$(realpath -m "${1:-/usr/local}")
 cargo build --release --workspace --quiet
 install -d "$prefix/lib/pkgconfig" "$prefix/include" "$prefix/bin"
 install -m 0755 target/release/libscr.so target/release/libscr_preload.so "$prefix/lib/"
-for cmd in scr_run scr_srun scr_mpirun scr_prerun scr_postrun scr_scavenge scr_copy scr_halt scr_index; do
+for cmd in scr_run scr_srun scr_mpirun scr_prerun scr_postrun scr_scavenge scr_copy scr_halt scr_index scr_interval; do
   install -m 0755 "target/release/$cmd" "$prefix/bin/"
 done
 install -m 0644 include/scr.h "$prefix/include/"

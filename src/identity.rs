@@ -125,6 +125,24 @@ pub fn now_usecs() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
+/// The local broken-down time of `secs` (seconds since the epoch) and its offset from UTC in
+/// seconds (UTC with offset 0 if the local zone cannot be applied).
+pub fn local_tm(secs: i64) -> (libc::tm, i64) {
+    // SAFETY: localtime_r and gmtime_r write only into the tm we own; the time_t is passed by
+    // reference. Both are thread-safe (unlike localtime).
+    unsafe {
+        let t = secs as libc::time_t;
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            let mut utc: libc::tm = std::mem::zeroed();
+            libc::gmtime_r(&t, &mut utc);
+            return (utc, 0);
+        }
+        let off = tm.tm_gmtoff;
+        (tm, off)
+    }
+}
+
 /// An ISO-8601 UTC timestamp (`2026-11-21T06:00:00`) for a time in seconds since the epoch.
 pub fn iso_time(secs: i64) -> String {
     let days = secs.div_euclid(86400);

@@ -16,7 +16,7 @@
 //! | redundancy | [`redundancy`]: the schemes applied to a cached dataset |
 //! | state | [`state`]: directory layout, filemaps, index, halt, flush and summary files |
 //! | descriptors | [`desc`]: groups, stores, redundancy descriptors |
-//! | config | [`config`]: parameters from environment, files, `SCR_Config` and defaults |
+//! | config | [`config`]: parameters from environment, files, `SCR_Config` and defaults; [`events`]: the event log they configure (text log and syslog) |
 //! | foundation | [`error`], [`log`], [`identity`], [`paths`], [`persist`], [`comm`] |
 
 pub mod capi;
@@ -24,6 +24,7 @@ pub mod comm;
 pub mod config;
 pub mod desc;
 pub mod error;
+pub mod events;
 pub mod hooks;
 pub mod identity;
 pub mod log;

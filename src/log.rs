@@ -90,11 +90,73 @@ pub fn mib_per_sec(n: u64, secs: f64) -> f64 {
     }
 }
 
+/// Syslog facilities by name (`man openlog`), with or without the `LOG_` prefix, any case.
+const FACILITIES: &[(&str, u8)] = &[
+    ("KERN", 0),
+    ("USER", 1),
+    ("MAIL", 2),
+    ("DAEMON", 3),
+    ("AUTH", 4),
+    ("SYSLOG", 5),
+    ("LPR", 6),
+    ("NEWS", 7),
+    ("UUCP", 8),
+    ("CRON", 9),
+    ("AUTHPRIV", 10),
+    ("FTP", 11),
+    ("LOCAL0", 16),
+    ("LOCAL1", 17),
+    ("LOCAL2", 18),
+    ("LOCAL3", 19),
+    ("LOCAL4", 20),
+    ("LOCAL5", 21),
+    ("LOCAL6", 22),
+    ("LOCAL7", 23),
+];
+
+/// Syslog severities (levels) by name.
+const SEVERITIES: &[(&str, u8)] =
+    &[("EMERG", 0), ("ALERT", 1), ("CRIT", 2), ("ERR", 3), ("WARNING", 4), ("NOTICE", 5), ("INFO", 6), ("DEBUG", 7)];
+
+fn syslog_code(table: &[(&str, u8)], name: &str) -> Option<u8> {
+    let n = name.trim().to_ascii_uppercase();
+    let n = n.strip_prefix("LOG_").unwrap_or(&n);
+    table.iter().find(|(k, _)| *k == n).map(|(_, v)| *v)
+}
+
+/// The code of a syslog facility name (`LOG_LOCAL7` -> 23).
+pub fn syslog_facility(name: &str) -> Option<u8> {
+    syslog_code(FACILITIES, name)
+}
+
+/// The code of a syslog severity name (`LOG_INFO` -> 6).
+pub fn syslog_severity(name: &str) -> Option<u8> {
+    syslog_code(SEVERITIES, name)
+}
+
+/// The accepted names of a syslog table, for error messages.
+pub fn syslog_names(facility: bool) -> String {
+    let t = if facility { FACILITIES } else { SEVERITIES };
+    t.iter().map(|(k, _)| format!("LOG_{k}")).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn byte_units() {
         assert_eq!(super::bytes(10), "10 B");
         assert_eq!(super::bytes(64 * 1024 * 1024), "64.00 MiB");
+    }
+
+    #[test]
+    fn syslog_names() {
+        assert_eq!(super::syslog_facility("LOG_LOCAL7"), Some(23));
+        assert_eq!(super::syslog_facility("local0"), Some(16));
+        assert_eq!(super::syslog_facility("LOG_USER"), Some(1));
+        assert_eq!(super::syslog_facility("LOG_LOCAL8"), None);
+        assert_eq!(super::syslog_severity("LOG_INFO"), Some(6));
+        assert_eq!(super::syslog_severity("err"), Some(3));
+        assert_eq!(super::syslog_severity("LOG_VERBOSE"), None);
+        assert!(super::syslog_names(true).contains("LOG_DAEMON"));
     }
 }

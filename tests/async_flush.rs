@@ -22,7 +22,19 @@ const SLOW: &str = "65536";
 fn async_job() -> Job {
     let mut job = Job::new();
     job.set("SCR_FLUSH_ASYNC", "1").set("SCR_FLUSH", "1").set("SCR_COPY_TYPE", "SINGLE").set("SCR_DEBUG", "1");
+    job.set("SCR_LOG_ENABLE", "1").set("SCR_LOG_SYSLOG_ENABLE", "0");
     job
+}
+
+/// The event log's lines as (event, fields).
+fn events(job: &Job) -> Vec<scr::events::Event> {
+    let text = std::fs::read_to_string(job.prefix.join(".scr/log")).unwrap_or_default();
+    text.lines().map(|l| scr::events::parse_line(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
+}
+
+/// Index of the first event `name` whose `dset` is `id`.
+fn event_at(evs: &[scr::events::Event], name: &str, id: u64) -> Option<usize> {
+    evs.iter().position(|e| e.name == name && e.get("dset") == Some(id.to_string().as_str()))
 }
 
 fn gate(job: &Job) -> PathBuf {
@@ -142,6 +154,8 @@ fn a_flush_that_finished_before_the_kill_stays_in_the_index() {
     let out = bg.finish();
     assert_ne!(out.code, Some(0), "{}", out.dump());
     assert!(complete(&job, 1), "the finished flush was lost: {}", entry(&job, 1));
+    // Its FLUSH_END line was written by the rank that published it, not at a later SCR call.
+    assert!(event_at(&events(&job), "FLUSH_END", 1).is_some(), "{:?}", events(&job));
     assert_eq!(location(&job, 1), "Flushing", "the run died before it could record the flush itself");
     // The next run learns from the index that the flush landed, and does not flush it again.
     let out = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
@@ -168,6 +182,15 @@ fn eviction_waits_for_the_flush_of_the_dataset_it_evicts() {
     let done = out.stderr.find("dataset 1 (ckpt.1): background flush complete").expect("flush 1 retired");
     assert!(done < wait, "the eviction went ahead before the flush was retired:\n{}", out.dump());
     assert!(complete(&job, 1) && complete(&job, 2));
+    // The log tells the same story: the flush of 1 ended before 1 was evicted, after a wait.
+    let evs = events(&job);
+    let start = event_at(&evs, "FLUSH_START", 1).expect("FLUSH_START dset=1");
+    assert_eq!(evs[start].get("mode"), Some("async"));
+    let end = event_at(&evs, "FLUSH_END", 1).expect("FLUSH_END dset=1");
+    let evict = event_at(&evs, "EVICT", 1).expect("EVICT dset=1");
+    assert!(start < end && end < evict, "{evs:?}");
+    assert!(evs[evict].num("waited").unwrap() > 0.0, "{:?}", evs[evict]);
+    assert_eq!(evs[end].num("bytes"), Some(4.0 * 262_144.0));
     // Checkpoint 1 reached the prefix whole although it was evicted from cache.
     job.wipe_cache();
     job.set("SCR_CURRENT", "ckpt.1");

@@ -175,6 +175,19 @@ impl Settings {
                 flush: e.attr("FLUSH").unwrap_or(&flush_type).to_ascii_uppercase(),
             });
         }
+        let syslog_facility = text(r, "SCR_LOG_SYSLOG_FACILITY").unwrap_or_else(|| "LOG_LOCAL7".into());
+        let syslog_level = text(r, "SCR_LOG_SYSLOG_LEVEL").unwrap_or_else(|| "LOG_INFO".into());
+        for (key, value, facility) in
+            [("SCR_LOG_SYSLOG_FACILITY", &syslog_facility, true), ("SCR_LOG_SYSLOG_LEVEL", &syslog_level, false)]
+        {
+            let known = if facility { crate::log::syslog_facility(value) } else { crate::log::syslog_severity(value) };
+            if known.is_none() {
+                return Err(ConfigError {
+                    at: at(r, key),
+                    msg: format!("{key}={value}: expected one of {}", crate::log::syslog_names(facility)),
+                });
+            }
+        }
         let prefix = match text(r, "SCR_PREFIX") {
             Some(p) => crate::paths::normalize(std::path::Path::new(&p), &cwd),
             None => cwd,
@@ -227,8 +240,8 @@ impl Settings {
             log_enable: boolean(r, "SCR_LOG_ENABLE")?,
             log_txt: boolean(r, "SCR_LOG_TXT_ENABLE")?,
             log_syslog: boolean(r, "SCR_LOG_SYSLOG_ENABLE")?,
-            syslog_facility: text(r, "SCR_LOG_SYSLOG_FACILITY").unwrap_or_else(|| "LOG_LOCAL7".into()),
-            syslog_level: text(r, "SCR_LOG_SYSLOG_LEVEL").unwrap_or_else(|| "LOG_INFO".into()),
+            syslog_facility,
+            syslog_level,
             syslog_prefix: text(r, "SCR_LOG_SYSLOG_PREFIX").unwrap_or_else(|| "SCR".into()),
             syslog_socket: PathBuf::from(text(r, "SCR_LOG_SYSLOG_SOCKET").unwrap_or_else(|| "/dev/log".into())),
             watchdog_timeout: num(r, "SCR_WATCHDOG_TIMEOUT")?,
@@ -253,5 +266,32 @@ impl Settings {
     pub fn describe(&self) -> String {
         let w = self.listing.iter().map(|(k, _, _)| k.len()).max().unwrap_or(0);
         self.listing.iter().map(|(k, v, o)| format!("  {k:<w$} = {v}  ({o})\n")).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{parse_file_text, resolve_layers};
+    use super::Settings;
+    use std::path::{Path, PathBuf};
+
+    fn settings(conf: &str) -> Result<Settings, super::ConfigError> {
+        let mut w = Vec::new();
+        let layer = parse_file_text(conf, Path::new("/p/.scrconf"), true, &mut w).unwrap();
+        Settings::from_resolved(&resolve_layers(vec![layer], w), PathBuf::from("/p"))
+    }
+
+    #[test]
+    fn syslog_names_are_checked_naming_key_and_origin() {
+        let s = settings("SCR_LOG_SYSLOG_FACILITY=log_daemon\nSCR_LOG_SYSLOG_LEVEL=LOG_NOTICE\n").unwrap();
+        assert_eq!((s.syslog_facility.as_str(), s.syslog_level.as_str()), ("log_daemon", "LOG_NOTICE"));
+        let d = settings("").unwrap();
+        assert_eq!((d.syslog_facility.as_str(), d.syslog_level.as_str()), ("LOG_LOCAL7", "LOG_INFO"));
+
+        let e = settings("SCR_FLUSH=1\nSCR_LOG_SYSLOG_FACILITY=LOG_LOCAL9\n").unwrap_err();
+        assert!(e.at.contains("/p/.scrconf:2") && e.at.contains("SCR_LOG_SYSLOG_FACILITY"), "{}", e.at);
+        assert!(e.msg.contains("LOG_LOCAL9") && e.msg.contains("LOG_LOCAL7"), "{}", e.msg);
+        let e = settings("SCR_LOG_SYSLOG_LEVEL=LOUD\n").unwrap_err();
+        assert!(e.at.contains("SCR_LOG_SYSLOG_LEVEL") && e.msg.contains("LOG_INFO"), "{e}");
     }
 }

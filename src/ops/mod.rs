@@ -1,8 +1,8 @@
 //! Operating a job from a batch script or a terminal (user guide 2.8-2.10): what the commands
-//! `scr_halt`, `scr_index`, `scr_copy`, `scr_scavenge`/`scr_postrun`, `scr_prerun` and
-//! `scr_run` (with `scr_srun`/`scr_mpirun`) do, as library functions. The binaries in
-//! `src/bin/` hold their manual text, parse arguments with [`args`] and call one function
-//! here.
+//! `scr_halt`, `scr_index`, `scr_interval`, `scr_copy`, `scr_scavenge`/`scr_postrun`,
+//! `scr_prerun` and `scr_run` (with `scr_srun`/`scr_mpirun`) do, as library functions. The
+//! binaries in `src/bin/` hold their manual text, parse arguments with [`args`] and call one
+//! function here.
 //!
 //! | module | owns |
 //! |---|---|
@@ -11,6 +11,7 @@
 //! | [`times`] | the time forms `scr_halt --before/--after` accept, and printing them |
 //! | [`halt`] | reading and changing halt conditions (`scr_halt`) |
 //! | [`index`] | listing and editing the index (`scr_index`) |
+//! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
 //! | [`build`] | scanning a dataset directory, rebuilding lost files, publishing it (`scr_index --build`) |
 //! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
 //! | [`nodes`] | node lists: the allocation, `SCR_EXCLUDE_NODES`, host-list syntax |
@@ -28,6 +29,7 @@ pub mod args;
 pub mod build;
 pub mod halt;
 pub mod index;
+pub mod interval;
 pub mod launch;
 pub mod nodes;
 pub mod prefix;

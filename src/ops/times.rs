@@ -33,7 +33,7 @@ pub fn parse(text: &str, now: i64) -> Result<i64, String> {
 }
 
 /// `N`, `Ns`, `Nm`, `Nh`, `Nd` (or the words) in seconds.
-fn duration(s: &str) -> Option<i64> {
+pub fn duration(s: &str) -> Option<i64> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: i64 = num.parse().ok()?;
@@ -152,30 +152,14 @@ fn local_to_epoch(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i6
     (t != -1).then_some(t as i64)
 }
 
-/// The local broken-down time of `secs` and its offset from UTC in seconds.
-fn local(secs: i64) -> (libc::tm, i64) {
-    // SAFETY: localtime_r writes only into the tm we own; the time_t is passed by reference.
-    unsafe {
-        let t = secs as libc::time_t;
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            let mut utc: libc::tm = std::mem::zeroed();
-            libc::gmtime_r(&t, &mut utc);
-            return (utc, 0);
-        }
-        let off = tm.tm_gmtoff;
-        (tm, off)
-    }
-}
-
 fn local_date(secs: i64) -> (i64, i64, i64) {
-    let (tm, _) = local(secs);
+    let (tm, _) = crate::identity::local_tm(secs);
     (tm.tm_year as i64 + 1900, tm.tm_mon as i64 + 1, tm.tm_mday as i64)
 }
 
 /// `secs` as local ISO 8601 with its offset: `2023-07-04T21:00:00+02:00`.
 pub fn format_local(secs: i64) -> String {
-    let (tm, off) = local(secs);
+    let (tm, off) = crate::identity::local_tm(secs);
     let sign = if off < 0 { '-' } else { '+' };
     let off = off.abs();
     format!(

@@ -12,9 +12,12 @@
 use std::time::Instant;
 
 use super::Runtime;
+use crate::events::EventLog;
 use crate::scr_debug;
+use crate::state::filemap::DatasetRecord;
 use crate::state::flushfile::Location;
-use crate::transfer::background::Job;
+use crate::transfer::background::{Job, OnPublished};
+use std::sync::Arc;
 
 /// A flush started in this run and not yet retired.
 #[derive(Debug, Clone)]
@@ -57,10 +60,11 @@ impl Runtime {
             buf: self.settings.file_buf_size,
             crc_on_flush: self.settings.crc_on_flush,
             bytes_per_sec: self.settings.flush_async_bw,
-            on_published: None,
+            on_published: Some(self.published_hook()),
         };
         if self.rank0() {
             scr_debug!(1, "dataset {id}: background flush started ({} in flight)", self.flights.len());
+            self.events.flush_start(id, &job.rec.desc.name, job.rec.desc.size, "async");
         }
         self.flusher.submit(job);
     }
@@ -108,6 +112,8 @@ impl Runtime {
             if self.rank0() {
                 crate::scr_error!("{summary}; the dataset stays in cache and SCR retries at SCR_Finalize");
                 crate::transfer::flush::unmark_flushing(&self.layout, id);
+                let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
+                self.events.flush_fail(id, &name, &summary, "async");
             }
             self.set_location(id, Some(Location::Cache));
             return;
@@ -143,6 +149,26 @@ impl Runtime {
         if !is_ckpt && is_output {
             self.drop_cached(id);
         }
+    }
+
+    /// What the rank that publishes a background flush does at once: the `FLUSH_END` event
+    /// (so the log has it even if the run dies before it would learn of it).
+    fn published_hook(&mut self) -> OnPublished {
+        let log = match &self.publish_log {
+            Some(l) => l.clone(),
+            None => {
+                let l = if self.rank0() {
+                    self.events.clone()
+                } else {
+                    EventLog::quiet(&self.settings, &self.layout.scr_dir(), &self.layout.jobid, &self.host)
+                };
+                self.publish_log = Some(l.clone());
+                l
+            }
+        };
+        Arc::new(move |rec: &DatasetRecord, secs: f64| {
+            log.flush_end(rec.desc.id, &rec.desc.name, rec.desc.size, rec.desc.files, secs, "async")
+        })
     }
 
     /// Block until every flush in flight is retired (`SCR_Finalize`, halt).

@@ -9,6 +9,7 @@ use crate::comm::Comm;
 use crate::config::{self, ConfigError, Settings};
 use crate::desc::Descriptors;
 use crate::error::{Error, Result};
+use crate::events::EventLog;
 use crate::identity::{self, JobId};
 use crate::paths::{self, Prefix};
 use crate::state::filemap::Filemap;
@@ -83,22 +84,28 @@ impl Runtime {
             restart: None,
             wanted: None,
             failed: Vec::new(),
-            policy: Policy::new(),
+            policy: Policy::started_at(t0),
+            events: crate::events::EventLog::disabled(),
             sets: Vec::new(),
             exit_requested: None,
             flusher: Default::default(),
             flights: Vec::new(),
             flush_seq: 0,
             run_stamp: 0,
+            publish_log: None,
             watchdog: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
         rt.make_directories()?;
+        if rt.rank0() {
+            rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
+        }
         rt.form_sets()?;
         rt.restore()?;
         if rt.rank0() {
             scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
         }
+        rt.log_run_start(nnodes as i32);
         rt.policy.compute_started();
         rt.arm_watchdog();
         Ok(rt)

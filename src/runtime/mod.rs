@@ -18,6 +18,7 @@ mod manage;
 mod output;
 mod policy;
 mod rebuild;
+mod report;
 mod restart;
 mod sets;
 mod transparent;
@@ -79,6 +80,8 @@ pub struct Runtime {
     /// Checkpoints whose restart failed in this run.
     failed: Vec<u64>,
     policy: policy::Policy,
+    /// The event log (`SCR_LOG_ENABLE`); enabled on rank 0 only.
+    events: crate::events::EventLog,
     /// This rank's redundancy set for each descriptor (by descriptor index).
     sets: Vec<Option<crate::redundancy::parallel::SetPlan>>,
     /// Set when a halt condition holds and `SCR_HALT_EXIT=1`: the front end ends the run.
@@ -90,6 +93,8 @@ pub struct Runtime {
     /// together they name each flush attempt.
     flush_seq: u64,
     run_stamp: u64,
+    /// The event log of the rank that publishes a background flush (made at the first one).
+    publish_log: Option<crate::events::EventLog>,
     /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
     watchdog: Option<watchdog::Watchdog>,
 }
@@ -131,6 +136,7 @@ fn halt_exit(mut g: std::sync::MutexGuard<'static, State>, reason: &str) -> ! {
         if rt.world.rank() == 0 {
             crate::log::emit("INFO", format_args!("halting the run: {reason} (SCR_HALT_EXIT=1)"));
         }
+        rt.events.record("HALT", &[("reason", &reason), ("action", &"exit")]);
         rt.shutdown(reason);
         drop(rt);
     }
@@ -202,7 +208,7 @@ pub fn need_checkpoint() -> Result<bool> {
 }
 
 pub fn start_output(name: Option<&str>, flags: i32) -> Result<()> {
-    with_rt("SCR_Start_output", |rt| rt.start_output(name, flags))
+    with_rt("SCR_Start_output", |rt| rt.start_output_logged(name, flags))
 }
 
 pub fn route_file(name: &str) -> Result<PathBuf> {
@@ -210,7 +216,7 @@ pub fn route_file(name: &str) -> Result<PathBuf> {
 }
 
 pub fn complete_output(valid: bool) -> Result<bool> {
-    with_rt("SCR_Complete_output", |rt| rt.complete_output(valid))
+    with_rt("SCR_Complete_output", |rt| rt.complete_output_logged(valid))
 }
 
 pub fn have_restart() -> Result<Option<String>> {
@@ -335,7 +341,11 @@ impl Runtime {
         };
         self.watchdog_wrote();
         self.set_location(id, Some(Location::Flushing));
+        let (t0, bytes, files) = (Instant::now(), rec.desc.size, rec.desc.files);
+        self.events.flush_start(id, &rec.desc.name, bytes, "sync");
         let r = crate::transfer::flush::flush(&self.ctx(), &mut rec);
+        let secs = t0.elapsed().as_secs_f64();
+        self.events.flush_outcome(id, &rec.desc.name, bytes, files, secs, "sync", r.as_ref().map(drop));
         match &r {
             Ok(()) => {
                 self.filemap.datasets.insert(id, rec);
@@ -367,6 +377,7 @@ impl Runtime {
         self.finish_flights();
         self.flush_owed();
         self.world.barrier();
+        self.log_run_end(reason);
     }
 }
 

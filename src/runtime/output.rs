@@ -126,10 +126,11 @@ impl Runtime {
         let victims: Vec<u64> = self.world.bcast(0, &victims);
         // A victim still being flushed leaves only once its flush is finished everywhere.
         let flying: Vec<u64> = victims.iter().copied().filter(|id| self.in_flight(*id)).collect();
+        let mut waited = 0.0;
         if !flying.is_empty() {
             let t0 = Instant::now();
             self.progress(&flying);
-            let waited = self.world.max_f64(t0.elapsed().as_secs_f64());
+            waited = self.world.max_f64(t0.elapsed().as_secs_f64());
             if self.rank0() {
                 scr_debug!(
                     1,
@@ -140,6 +141,9 @@ impl Runtime {
         for id in victims {
             if self.rank0() {
                 scr_debug!(1, "evicting dataset {id} from cache {} (COUNT={count})", store.display());
+                let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
+                let waited = crate::events::Secs(if flying.contains(&id) { waited } else { 0.0 });
+                self.events.record("EVICT", &[("dset", &id), ("name", &name), ("waited", &waited)]);
             }
             self.drop_cached(id);
         }
@@ -242,6 +246,7 @@ impl Runtime {
         rec.desc.files = files;
         rec.desc.complete = true;
         let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes);
+        let t_encode = Instant::now();
         let applied = match plan {
             Some(p) => crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size),
             None => Ok(()),
@@ -253,6 +258,11 @@ impl Runtime {
             }
             self.drop_cached(id);
             return Ok(false);
+        }
+        if plan.is_some() && self.rank0() {
+            let secs = t_encode.elapsed().as_secs_f64();
+            let mibps = crate::log::mib_per_sec(total, secs);
+            scr_debug!(1, "redundancy for dataset {id} ({name}): {secs:.3} s, {mibps:.1} MiB/s of data encoded");
         }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.complete = true;
@@ -268,7 +278,7 @@ impl Runtime {
         }
         self.set_location(id, Some(Location::Cache));
         let secs = self.world.max_f64(start.elapsed().as_secs_f64());
-        self.policy.output_done(secs);
+        self.policy.last = super::policy::OutputStats { bytes: total, files, scheme: scheme.name() };
         if self.rank0() {
             scr_debug!(
                 1,

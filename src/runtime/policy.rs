@@ -1,6 +1,15 @@
 //! Policies rank 0 decides and broadcasts: `SCR_Need_checkpoint` (every N calls, every N
 //! seconds, or when checkpointing would cost less than a percentage of run time; with none
 //! of them set, always), and the halt conditions behind `SCR_Should_exit`.
+//!
+//! The checkpoint policies use what was measured in this run, as the application saw it:
+//! *cost* = from `SCR_Start_output` entry until `SCR_Complete_output` returns (including a
+//! synchronous flush done inside it; of a background flush only the part in the foreground),
+//! *compute* = time outside output and restart phases. `SCR_CHECKPOINT_SECONDS` is the wall
+//! time since the last checkpoint's `SCR_Complete_output` returned (or `SCR_Init`);
+//! `SCR_CHECKPOINT_OVERHEAD` compares the mean checkpoint cost `C` with the compute time `T`
+//! since the last checkpoint: checkpoint when `100 * C / (T + C)` is within the budget. Output
+//! datasets that are not checkpoints count as neither.
 
 use std::time::Instant;
 
@@ -10,49 +19,131 @@ use crate::identity;
 use crate::scr_warn;
 use crate::state::halt::Halt;
 
-/// Timing state for checkpoint decisions.
+/// What the last `SCR_Complete_output` measured, for its event.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct OutputStats {
+    pub bytes: u64,
+    pub files: u64,
+    pub scheme: &'static str,
+}
+
+impl Default for OutputStats {
+    fn default() -> OutputStats {
+        OutputStats { bytes: 0, files: 0, scheme: "NONE" }
+    }
+}
+
+/// Timing state for checkpoint decisions and the event log.
 pub(super) struct Policy {
     calls: u64,
-    compute_since: Option<Instant>,
-    compute_total: f64,
-    output_total: f64,
-    outputs: u64,
-    last_output_end: Option<Instant>,
     started: Instant,
+    /// The running compute segment, if the application is computing now.
+    compute_since: Option<Instant>,
+    /// Compute time of closed segments since the last output phase ended (or `SCR_Init`).
+    compute_since_output: f64,
+    /// Compute time of closed segments since the last checkpoint ended (or `SCR_Init`).
+    compute_since_ckpt: f64,
+    /// Sum and count of the measured checkpoint costs.
+    ckpt_cost_total: f64,
+    ckpts: u64,
+    last_ckpt_end: Option<Instant>,
+    output_start: Option<Instant>,
     restart_start: Option<Instant>,
+    /// Filled in by `SCR_Complete_output` once it knows the totals.
+    pub(super) last: OutputStats,
+    /// `HALT` was logged for `SCR_Should_exit` already.
+    pub(super) halt_logged: bool,
 }
 
 impl Policy {
     pub(super) fn new() -> Policy {
         Policy {
             calls: 0,
-            compute_since: None,
-            compute_total: 0.0,
-            output_total: 0.0,
-            outputs: 0,
-            last_output_end: None,
             started: Instant::now(),
+            compute_since: None,
+            compute_since_output: 0.0,
+            compute_since_ckpt: 0.0,
+            ckpt_cost_total: 0.0,
+            ckpts: 0,
+            last_ckpt_end: None,
+            output_start: None,
             restart_start: None,
+            last: OutputStats::default(),
+            halt_logged: false,
         }
     }
 
+    /// Timing from `t0`, when `SCR_Init` began.
+    pub(super) fn started_at(t0: Instant) -> Policy {
+        Policy { started: t0, ..Policy::new() }
+    }
+
+    /// Seconds since `SCR_Init` began.
+    pub(super) fn since_init(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// The application computes from now on.
     pub(super) fn compute_started(&mut self) {
         self.compute_since = Some(Instant::now());
     }
 
+    /// The application stopped computing (an output or restart phase begins).
     pub(super) fn compute_stopped(&mut self) {
         if let Some(t) = self.compute_since.take() {
-            self.compute_total += t.elapsed().as_secs_f64();
+            let secs = t.elapsed().as_secs_f64();
+            self.compute_since_output += secs;
+            self.compute_since_ckpt += secs;
         }
     }
 
-    pub(super) fn output_done(&mut self, secs: f64) {
-        self.output_total += secs;
-        self.outputs += 1;
-        self.last_output_end = Some(Instant::now());
+    /// Compute time since the last checkpoint, including the running segment.
+    fn compute_since_ckpt(&self) -> f64 {
+        self.compute_since_ckpt + self.compute_since.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0)
+    }
+
+    /// `SCR_Start_output` was entered: returns the compute time since the previous output
+    /// phase (or `SCR_Init`) and starts timing the phase.
+    pub(super) fn output_started(&mut self) -> f64 {
+        self.compute_stopped();
+        self.output_start = Some(Instant::now());
+        self.last = OutputStats::default();
+        std::mem::take(&mut self.compute_since_output)
+    }
+
+    /// `SCR_Start_output` failed: the phase never began; `compute` (what
+    /// [`Policy::output_started`] returned) still counts.
+    pub(super) fn output_refused(&mut self, compute: f64) {
+        self.output_start = None;
+        self.compute_since_output += compute;
+        self.compute_started();
+    }
+
+    /// `SCR_Complete_output` is returning: the phase's cost in seconds. A checkpoint that
+    /// completed (`checkpoint_taken`) enters the checkpoint policies.
+    pub(super) fn output_ended(&mut self, checkpoint_taken: bool) -> f64 {
+        let secs = self.output_start.take().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+        if checkpoint_taken {
+            self.record_checkpoint(secs);
+        }
+        self.compute_started();
+        secs
+    }
+
+    fn record_checkpoint(&mut self, cost: f64) {
+        self.ckpt_cost_total += cost;
+        self.ckpts += 1;
+        self.last_ckpt_end = Some(Instant::now());
+        self.compute_since_ckpt = 0.0;
+    }
+
+    /// Mean cost of this run's checkpoints so far.
+    pub(super) fn mean_checkpoint_cost(&self) -> Option<f64> {
+        (self.ckpts > 0).then(|| self.ckpt_cost_total / self.ckpts as f64)
     }
 
     pub(super) fn restart_started(&mut self) {
+        self.compute_stopped();
         self.restart_start = Some(Instant::now());
     }
 
@@ -69,17 +160,16 @@ impl Policy {
         if interval > 0 && self.calls.is_multiple_of(interval) {
             return true;
         }
-        let since_last = self.last_output_end.unwrap_or(self.started).elapsed().as_secs_f64();
+        let since_last = self.last_ckpt_end.unwrap_or(self.started).elapsed().as_secs_f64();
         if seconds > 0 && since_last >= seconds as f64 {
             return true;
         }
         if overhead > 0.0 {
-            if self.outputs == 0 {
-                return true;
-            }
-            let avg = self.output_total / self.outputs as f64;
-            let compute = self.compute_total + self.compute_since.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-            let pct = 100.0 * avg / (compute.max(f64::MIN_POSITIVE) + avg);
+            let Some(cost) = self.mean_checkpoint_cost() else {
+                return true; // nothing measured yet: the first checkpoint measures it
+            };
+            let compute = self.compute_since_ckpt();
+            let pct = 100.0 * cost / (compute + cost).max(f64::MIN_POSITIVE);
             return pct <= overhead;
         }
         false
@@ -104,7 +194,14 @@ impl Runtime {
             return Err(self.phase_error("SCR_Should_exit", "between output and restart phases"));
         }
         self.progress(&[]);
-        Ok(self.halt_reason().is_some())
+        let reason = self.halt_reason();
+        if let Some(r) = &reason {
+            if !self.policy.halt_logged {
+                self.policy.halt_logged = true;
+                self.events.record("HALT", &[("reason", r), ("action", &"should_exit")]);
+            }
+        }
+        Ok(reason.is_some())
     }
 
     /// Rank 0 reads the halt file and decides; everyone gets the answer.
@@ -132,6 +229,11 @@ impl Runtime {
 #[cfg(test)]
 mod tests {
     use super::Policy;
+    use std::time::{Duration, Instant};
+
+    fn ago(secs: u64) -> Instant {
+        Instant::now().checked_sub(Duration::from_secs(secs)).expect("the clock has run that long")
+    }
 
     #[test]
     fn interval_and_default() {
@@ -143,11 +245,65 @@ mod tests {
     }
 
     #[test]
-    fn overhead_budget() {
+    fn overhead_budget_uses_mean_cost_and_compute_since_the_last_checkpoint() {
         let mut p = Policy::new();
-        p.output_done(1.0);
-        p.compute_total = 100.0;
-        assert!(p.decide(0, 0, 2.0), "1 s per 100 s is under 2%");
-        assert!(!p.decide(0, 0, 0.5), "but over 0.5%");
+        assert!(p.decide(0, 0, 2.0), "no cost measured yet: checkpoint to measure it");
+        p.record_checkpoint(1.0);
+        p.record_checkpoint(3.0); // mean 2 s
+        p.compute_since_ckpt = 98.0;
+        assert!(p.decide(0, 0, 2.0), "2 s per 100 s is within 2%");
+        assert!(!p.decide(0, 0, 1.5), "but over 1.5%");
+        // The running segment counts; time before the last checkpoint does not.
+        p.compute_since_ckpt = 0.0;
+        p.compute_since = Some(ago(1));
+        assert!(!p.decide(0, 0, 2.0));
+        p.compute_since = Some(ago(198));
+        assert!(p.decide(0, 0, 1.0), "2 s per 200 s is within 1%");
+    }
+
+    #[test]
+    fn seconds_count_from_the_last_checkpoint_not_from_output() {
+        let mut p = Policy::new();
+        p.started = ago(50);
+        assert!(!p.decide(0, 60, 0.0));
+        p.started = ago(61);
+        assert!(p.decide(0, 60, 0.0), "a minute since SCR_Init");
+        p.record_checkpoint(1.0);
+        assert!(!p.decide(0, 60, 0.0), "a checkpoint just ended");
+        p.last_ckpt_end = Some(ago(61));
+        // An output phase that is not a checkpoint does not reset the clock.
+        let compute = p.output_started();
+        assert!(compute >= 0.0);
+        assert_eq!(p.output_ended(false).min(0.0), 0.0);
+        assert!(p.decide(0, 60, 0.0));
+    }
+
+    #[test]
+    fn cost_spans_start_to_complete_and_compute_excludes_phases() {
+        let mut p = Policy::new();
+        p.compute_since = Some(ago(10));
+        let c = p.output_started();
+        assert!((10.0..11.0).contains(&c), "compute since SCR_Init: {c}");
+        assert!(p.compute_since.is_none(), "the output phase is not compute");
+        p.output_start = Some(ago(4)); // the application spent 4 s in the phase, flush included
+        let cost = p.output_ended(true);
+        assert!((4.0..5.0).contains(&cost), "{cost}");
+        assert_eq!(p.ckpts, 1);
+        assert!(p.compute_since.is_some(), "computing again");
+        assert_eq!(p.compute_since_ckpt, 0.0);
+        // A restart phase is not compute either; compute before it is kept.
+        p.compute_since = Some(ago(5));
+        p.restart_started();
+        assert!((5.0..6.0).contains(&p.compute_since_output));
+        p.compute_started();
+        let c = p.output_started();
+        assert!((5.0..6.0).contains(&c), "{c}");
+        // A refused Start_output gives the compute time back.
+        p.output_refused(c);
+        assert!((5.0..6.0).contains(&p.compute_since_output));
+        // An invalid checkpoint does not enter the mean.
+        p.output_started();
+        p.output_ended(false);
+        assert_eq!(p.ckpts, 1);
     }
 }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use super::Runtime;
 use crate::redundancy::parallel::{self, Member};
@@ -30,6 +31,7 @@ const MISSING: u64 = u64::MAX;
 impl Runtime {
     /// Move records and files of ranks that now run on another node to them (collective).
     pub(super) fn distribute(&mut self) {
+        let t0 = Instant::now();
         let size = self.world.size();
         let on_node: Vec<i32> = self.node.allgather(&self.world.rank());
         let mut foreign: BTreeMap<i32, Filemap> = BTreeMap::new();
@@ -77,6 +79,7 @@ impl Runtime {
             scr_debug!(1, "moving {} cached dataset part(s) to the nodes their ranks now run on", moves.len());
         }
         let me = self.world.rank();
+        let nmoves = moves.len();
         for (id, owner, holder) in moves {
             if me == holder {
                 let fm = foreign.get_mut(&owner).expect("the holder offered it");
@@ -96,6 +99,12 @@ impl Runtime {
                 }
             } else if me == owner {
                 self.recv_record(holder);
+            }
+        }
+        if nmoves > 0 {
+            let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
+            if self.rank0() {
+                scr_debug!(1, "distributed {nmoves} cached dataset part(s) in {secs:.3} s");
             }
         }
     }
@@ -180,10 +189,29 @@ impl Runtime {
             .get(&id)
             .map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect())
             .unwrap_or_default();
+        let t0 = Instant::now();
         let status = Status { intact: problem.is_none(), red, name, files, problem };
-        let plan = match self.world.gather(0, &status) {
-            Some(all) => plan_rebuild(id, &all, self.world.size() as usize),
-            None => Ok((Vec::new(), String::new())),
+        // rank 0: the lost ranks and the scheme, for the event log
+        let (plan, lost_ranks, scheme) = match self.world.gather(0, &status) {
+            Some(all) => {
+                let lost: Vec<String> =
+                    all.iter().enumerate().filter(|(_, s)| !s.intact).map(|(r, _)| r.to_string()).collect();
+                let scheme = all.iter().find_map(|s| s.red.as_ref().map(|r| r.scheme.name())).unwrap_or("SINGLE");
+                (plan_rebuild(id, &all, self.world.size() as usize), lost.join(","), scheme)
+            }
+            None => (Ok((Vec::new(), String::new())), String::new(), ""),
+        };
+        let log = |rt: &Runtime, ok: bool, why: &str| {
+            let secs = crate::events::Secs(t0.elapsed().as_secs_f64());
+            let fields: [(&str, &dyn std::fmt::Display); 5] =
+                [("dset", &id), ("scheme", &scheme), ("lost", &lost_ranks), ("secs", &secs), ("ok", &u8::from(ok))];
+            if why.is_empty() {
+                rt.events.record("REBUILD", &fields);
+            } else {
+                let mut all = fields.to_vec();
+                all.push(("why", &why));
+                rt.events.record("REBUILD", &all);
+            }
         };
         let plan: Result<Plan, String> = self.world.bcast(0, &plan);
         let (plan, what) = match plan {
@@ -192,6 +220,7 @@ impl Runtime {
                 if self.rank0() {
                     scr_warn!("{why}; deleting dataset {id} from cache");
                 }
+                log(self, false, &why);
                 self.drop_cached(id);
                 return false;
             }
@@ -208,12 +237,16 @@ impl Runtime {
         let ok = self.world.all_true(err.is_none());
         let summary =
             if ok { String::new() } else { self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err) };
+        let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
+        log(self, ok, &summary);
         if ok {
             if self.rank0() {
                 let n = plan.iter().filter(|p| p.2).count();
                 crate::log::emit(
                     "INFO",
-                    format_args!("{what}; rebuilt cached dataset {id} for {n} rank(s) from its redundancy data"),
+                    format_args!(
+                        "{what}; rebuilt cached dataset {id} for {n} rank(s) from its redundancy data in {secs:.3} s"
+                    ),
                 );
             }
             true

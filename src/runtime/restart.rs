@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Loaded, Phase, Runtime};
 use crate::error::{Error, Result};
+use crate::events::{flag, Mibps, Secs};
 use crate::identity;
 use crate::state::filemap::DatasetRecord;
 use crate::state::flushfile::Location;
@@ -33,6 +34,7 @@ impl Runtime {
             if self.rank0() {
                 scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
             }
+            self.events.record("RESTART", &[("dset", &id), ("name", &rec.desc.name), ("from", &"cache")]);
             return;
         }
         if self.settings.fetch {
@@ -47,12 +49,12 @@ impl Runtime {
                 let ix = self.load_index();
                 ix.restart_candidates(&self.failed).first().map(|id| {
                     let e = &ix.datasets[id];
-                    (*id, e.desc.ckpt.unwrap_or(*id), e.desc.name.clone())
+                    (*id, e.desc.ckpt.unwrap_or(*id), e.desc.name.clone(), e.desc.size, e.desc.files)
                 })
             } else {
                 None
             };
-            let Some((id, ckpt, name)) = self.world.bcast(0, &next) else {
+            let Some((id, ckpt, name, bytes, files)) = self.world.bcast(0, &next) else {
                 return;
             };
             let mut rd = self.descs.select(ckpt, true, false).clone();
@@ -62,9 +64,24 @@ impl Runtime {
             }
             rd.bypass = bypass;
             let dir = self.layout.cache_dataset_dir(&rd.store, id);
+            let t0 = std::time::Instant::now();
             let result = crate::transfer::fetch::fetch(&self.ctx(), id, &dir, bypass);
             let ok = result.is_ok();
             let why = result.as_ref().err().map(|e| e.to_string());
+            let secs = t0.elapsed().as_secs_f64();
+            self.events.record(
+                "FETCH",
+                &[
+                    ("dset", &id),
+                    ("name", &name),
+                    ("bytes", &bytes),
+                    ("files", &files),
+                    ("secs", &Secs(secs)),
+                    ("mibps", &Mibps::of(bytes, secs)),
+                    ("ok", &flag(ok)),
+                    ("bypass", &flag(bypass)),
+                ],
+            );
             if self.rank0() {
                 let r = Index::update(&self.layout.index(), |ix| {
                     if let Some(e) = ix.datasets.get_mut(&id) {
@@ -96,6 +113,7 @@ impl Runtime {
                         scr_error!("{e}");
                     }
                     self.set_location(id, Some(Location::Pfs));
+                    self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
                     self.restart = Some(Loaded { id, name, in_prefix: bypass });
                     return;
                 }
@@ -170,7 +188,14 @@ impl Runtime {
         let secs = self.world.max_f64(self.policy.restart_elapsed());
         if all {
             if self.rank0() {
-                scr_debug!(1, "restart from {} complete in {secs:.3} s", loaded.name);
+                let bytes = self.filemap.datasets.get(&loaded.id).map_or(0, |r| r.desc.size);
+                scr_debug!(
+                    1,
+                    "restart from {} complete in {secs:.3} s ({} read, {:.1} MiB/s)",
+                    loaded.name,
+                    crate::log::bytes(bytes),
+                    crate::log::mib_per_sec(bytes, secs)
+                );
             }
             self.policy.compute_started();
             return Ok(true);
@@ -199,6 +224,7 @@ impl Runtime {
         }
         self.drop_cached(loaded.id);
         self.load_checkpoint();
+        self.policy.compute_started();
         Ok(false)
     }
 }

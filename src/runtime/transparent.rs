@@ -172,7 +172,7 @@ impl Runtime {
         files: &[(PathBuf, PathBuf)],
         valid: bool,
     ) -> Result<(bool, Vec<PathBuf>)> {
-        self.start_output(Some(name), flags)?;
+        self.start_output_logged(Some(name), flags)?;
         // From here on every rank must reach complete_output: local failures only make the
         // dataset invalid.
         let mut problems = Vec::new();
@@ -192,7 +192,7 @@ impl Runtime {
         for p in &problems {
             crate::scr_error!("dataset {name}: {p}");
         }
-        let ok = self.complete_output(valid && problems.is_empty())?;
+        let ok = self.complete_output_logged(valid && problems.is_empty())?;
         Ok((ok, placed))
     }
 }

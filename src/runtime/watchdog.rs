@@ -19,7 +19,7 @@
 //! Why it kills the way it does: a hung process cannot be trusted to run `atexit` handlers,
 //! flush stdio or take part in MPI, and the lock the hang holds may be one any orderly exit
 //! needs. So the watchdog prints one line (from a helper thread, given at most two seconds:
-//! the hang may hold stderr), calls the [`set_fire_hook`] hook, and sends itself `SIGKILL`.
+//! the hang may hold stderr), records a `WATCHDOG` event (rank 0's log), and sends itself `SIGKILL`.
 //! The launcher sees a rank die and ends the job step; the checkpoints already complete are
 //! in cache and in the index as before. Every rank runs its own watchdog, so when one rank
 //! hangs and the others wait for it in a collective, they all fire.
@@ -28,10 +28,11 @@
 //! has no thread, and its methods do nothing there (they neither lock a mutex the watchdog
 //! thread may have held at the fork nor join a thread of the parent).
 
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::config::Settings;
+use crate::events::EventLog;
 use crate::scr_debug;
 
 /// One limit and the key that set it.
@@ -79,7 +80,7 @@ impl Limits {
     }
 }
 
-/// What a firing watchdog knows, for [`set_fire_hook`].
+/// What a firing watchdog knows (for its message and the event log).
 #[derive(Debug, Clone)]
 pub struct Firing {
     pub limit: Limit,
@@ -89,19 +90,7 @@ pub struct Firing {
     pub since: String,
 }
 
-/// Called on the watchdog's helper thread after the message is printed and before the
-/// process is killed (e.g. to add a line to an event log). It gets at most two seconds and
-/// must not wait for the application's threads.
-pub type FireHook = fn(&Firing);
-
-static HOOK: OnceLock<FireHook> = OnceLock::new();
-
-/// Install the hook (once per process; a second call is ignored and returns false).
-pub fn set_fire_hook(hook: FireHook) -> bool {
-    HOOK.set(hook).is_ok()
-}
-
-/// How long the message and hook may take before the kill goes ahead regardless.
+/// How long the message and the event-log line may take before the kill goes ahead regardless.
 const REPORT_GRACE: Duration = Duration::from_secs(2);
 
 #[derive(Debug)]
@@ -128,6 +117,8 @@ impl State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// A firing is recorded here too (`WATCHDOG`; the log is disabled except on rank 0).
+    events: EventLog,
 }
 
 /// A running watchdog (see the module documentation).
@@ -145,7 +136,7 @@ impl Watchdog {
     /// Start the watchdog thread, armed from now with `limits.pfs` when `restart_in_prefix`
     /// (the application will read its restart from the prefix), else `limits.cache`. `None`
     /// (and a warning) if the thread cannot be started: the run goes on unwatched.
-    pub fn start(limits: Limits, restart_in_prefix: bool, verbose: bool) -> Option<Watchdog> {
+    pub fn start(limits: Limits, restart_in_prefix: bool, verbose: bool, events: EventLog) -> Option<Watchdog> {
         let armed = limits.pick(restart_in_prefix);
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
@@ -157,6 +148,7 @@ impl Watchdog {
                 stop: false,
             }),
             wake: Condvar::new(),
+            events,
         });
         let theirs = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
@@ -265,7 +257,7 @@ impl super::Runtime {
     pub(super) fn arm_watchdog(&mut self) {
         let Some(limits) = Limits::from_settings(&self.settings) else { return };
         let in_prefix = self.restart.as_ref().is_some_and(|r| r.in_prefix);
-        self.watchdog = Watchdog::start(limits, in_prefix, self.rank0());
+        self.watchdog = Watchdog::start(limits, in_prefix, self.rank0(), self.events.clone());
     }
 
     /// `SCR_Start_output` began dataset `id` (`bypass`: its files go to the prefix).
@@ -312,7 +304,7 @@ fn watch(shared: &Shared) {
                 let firing =
                     Firing { limit: s.armed, elapsed_secs: s.start.elapsed().as_secs(), since: s.since.clone() };
                 drop(s);
-                fire(firing);
+                fire(firing, shared.events.clone());
             }
         }
     }
@@ -328,14 +320,15 @@ pub fn message(f: &Firing) -> String {
 }
 
 /// Report (bounded by [`REPORT_GRACE`]) and kill this process.
-fn fire(f: Firing) -> ! {
+fn fire(f: Firing, events: EventLog) -> ! {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let reporter = std::thread::Builder::new().name("scr-watchdog-msg".into()).spawn(move || {
         let _inside = crate::hooks::Inside::enter();
         crate::scr_error!("{}", message(&f));
-        if let Some(hook) = HOOK.get() {
-            hook(&f);
-        }
+        events.record(
+            "WATCHDOG",
+            &[("limit", &f.limit.secs), ("key", &f.limit.key), ("elapsed", &f.elapsed_secs), ("since", &f.since)],
+        );
         let _ = tx.send(());
     });
     if reporter.is_ok() {
@@ -369,7 +362,7 @@ mod tests {
 
     #[test]
     fn the_limit_follows_the_most_recent_output_phase() {
-        let dog = Watchdog::start(Limits::new(1000, 5000).unwrap(), false, false).unwrap();
+        let dog = Watchdog::start(Limits::new(1000, 5000).unwrap(), false, false, EventLog::disabled()).unwrap();
         assert_eq!(dog.armed().secs, 1000, "from SCR_Init, restart in cache");
         dog.kick(1);
         assert_eq!(dog.armed().secs, 1000);
@@ -380,13 +373,13 @@ mod tests {
         dog.kick(3);
         assert_eq!(dog.armed().secs, 1000, "the previous phase stayed in cache");
         dog.stop();
-        let dog = Watchdog::start(Limits::new(1000, 5000).unwrap(), true, false).unwrap();
+        let dog = Watchdog::start(Limits::new(1000, 5000).unwrap(), true, false, EventLog::disabled()).unwrap();
         assert_eq!(dog.armed().secs, 5000, "the restart reads from the prefix");
     }
 
     #[test]
     fn huge_limits_never_fire_and_stop_joins() {
-        let dog = Watchdog::start(Limits::new(u64::MAX, 0).unwrap(), false, false).unwrap();
+        let dog = Watchdog::start(Limits::new(u64::MAX, 0).unwrap(), false, false, EventLog::disabled()).unwrap();
         dog.kick(1);
         std::thread::sleep(Duration::from_millis(20));
         dog.stop();
@@ -394,7 +387,7 @@ mod tests {
 
     #[test]
     fn a_forked_child_can_use_and_drop_its_copy() {
-        let dog = Watchdog::start(Limits::new(1000, 0).unwrap(), false, false).unwrap();
+        let dog = Watchdog::start(Limits::new(1000, 0).unwrap(), false, false, EventLog::disabled()).unwrap();
         // SAFETY: the child only calls getpid (through the watchdog's methods) and _exit, both
         // async-signal-safe, so forking this multi-threaded test process is sound.
         let pid = unsafe { libc::fork() };
