@@ -197,13 +197,18 @@ fn malformed_config_lines_and_values_name_file_and_line() {
 #[test]
 fn weaker_protection_and_unimplemented_settings_are_announced() {
     let mut job = Job::new();
-    job.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH_ASYNC", "1");
+    job.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH_POSTSTAGE", "1").set("SCR_FLUSH_TYPE", "DATAWARP");
     let r = job.run("test_api", &["--steps", "1"]);
     assert!(r.has("DONE steps=1..1"), "{}", r.dump());
     // Every rank on one node: XOR cannot span failure groups, and the run says what it gets.
     assert!(r.stderr.contains("CKPT=0 TYPE=XOR GROUP=NODE: all 4 processes are in one failure group"), "{}", r.dump());
     assert!(r.stderr.contains("datasets get SINGLE protection only"), "{}", r.dump());
-    assert!(r.stderr.contains("SCR_FLUSH_ASYNC=1 (environment) is not implemented"), "{}", r.dump());
+    assert!(r.stderr.contains("SCR_FLUSH_POSTSTAGE=1 (environment) is not implemented"), "{}", r.dump());
+    assert!(
+        r.stderr.contains("SCR_FLUSH_TYPE=DATAWARP needs a vendor burst-buffer service absent here"),
+        "{}",
+        r.dump()
+    );
 }
 
 #[test]

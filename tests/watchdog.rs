@@ -37,12 +37,16 @@ fn assert_killed_by_watchdog(r: &Run, key: &str) {
 #[test]
 fn a_hung_rank_is_killed_and_the_last_checkpoint_restarts_the_job() {
     let mut job = new_job();
-    job.set("SCR_WATCHDOG_TIMEOUT", "3");
+    job.set("SCR_WATCHDOG_TIMEOUT", "3").set("SCR_LOG_ENABLE", "1").set("SCR_LOG_SYSLOG_ENABLE", "0");
     let r = job.run("test_api", &["--size", SIZE, "--steps", "6", "--hang-rank", "1", "--hang-after", "2"]);
     assert!(r.has("CHECKPOINT ckpt.2 ok=1") && r.has("HANG rank 1 after ckpt.2"), "{}", r.dump());
     assert!(!r.stdout.contains("CHECKPOINT ckpt.3"), "{}", r.dump());
     assert_killed_by_watchdog(&r, "SCR_WATCHDOG_TIMEOUT");
     assert!(r.stderr.contains("since the start of dataset 2 (limit 3 s, SCR_WATCHDOG_TIMEOUT)"), "{}", r.dump());
+    // Rank 0's watchdog fired too (it waited for rank 1 in a collective) and logged it.
+    let log = std::fs::read_to_string(job.prefix.join(".scr/log")).unwrap();
+    let line = log.lines().find(|l| l.contains(" WATCHDOG ")).unwrap_or_else(|| panic!("no WATCHDOG event:\n{log}"));
+    assert!(line.contains("limit=3 key=SCR_WATCHDOG_TIMEOUT"), "{line}");
 
     // The checkpoint taken before the hang is intact in cache: the next run continues from it.
     let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);

@@ -6,6 +6,11 @@
  *                                             then a flush vs a plain copy to the prefix
  *   bench_api restart --size BYTES            SCR_Init..SCR_Complete_restart (data read
  *                                             included) vs reading the same files directly
+ *   bench_api async   --size BYTES --reps N   with SCR_FLUSH=0: a checkpoint that stays in
+ *                                             cache (SINGLE, no flush) vs one flagged
+ *                                             output too, flushed by SCR_FLUSH_ASYNC; and a
+ *                                             compute kernel timed while that flush runs vs
+ *                                             with no flush running
  *
  * Times are the maximum over ranks of each phase; bandwidth is aggregate. Run from the
  * prefix directory with SCR_CACHE_BYPASS=0 and SCR_FLUSH=0 (scripts/bench.sh does).
@@ -92,6 +97,55 @@ static double median(double* v, int n)
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* A compute kernel: `iters` rounds of arithmetic on a 4 MiB array (cache-resident work
+ * that a background copy competes with for cores and memory bandwidth). */
+static double kernel(long iters)
+{
+  static double* a = NULL;
+  const size_t n = (4 << 20) / sizeof(double);
+  if (!a) {
+    a = malloc(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) a[i] = (double) i * 1e-9;
+  }
+  double s = 0;
+  for (long it = 0; it < iters; it++)
+    for (size_t i = 0; i < n; i++) {
+      a[i] = a[i] * 1.0000001 + 1e-12;
+      s += a[i];
+    }
+  return s;
+}
+
+/* Rank 0 waits until dataset `id` (named `name`) is published in the prefix: its summary
+ * exists and the background flush's working directory is gone. */
+static void wait_published(int id, const char* name)
+{
+  if (rank == 0) {
+    char summary[4096], work[4096];
+    snprintf(summary, sizeof summary, ".scr/scr.dataset.%d/summary.scr", id);
+    snprintf(work, sizeof work, ".scr/scr.dataset.%d/flush", id);
+    for (int tries = 0;; tries++) {
+      if (access(summary, F_OK) == 0 && access(work, F_OK) != 0) break;
+      if (tries > 200000) {
+        fprintf(stderr, "dataset %d (%s) never reached the prefix\n", id, name);
+        MPI_Abort(MPI_COMM_WORLD, 4);
+      }
+      usleep(1000);
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+static void one_checkpoint(const char* name, int flags)
+{
+  char path[2 * SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
+  SCR_Start_output(name, flags);
+  snprintf(path, sizeof path, "%s/rank_%d", name, rank);
+  SCR_Route_file(path, routed);
+  write_file(routed, 0);
+  SCR_Complete_output(1);
+}
+
 int main(int argc, char** argv)
 {
   int reps = 5;
@@ -167,6 +221,57 @@ int main(int argc, char** argv)
     }
     free(t_raw);
     free(t_scr);
+    SCR_Finalize();
+  } else if (!strcmp(mode, "async")) {
+    if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
+    /* calibrate the kernel to about 0.5 s on rank 0 */
+    long iters = 1;
+    double t0 = MPI_Wtime();
+    kernel(iters);
+    double one = MPI_Wtime() - t0;
+    iters = (long) (0.5 / (one > 1e-6 ? one : 1e-6));
+    if (iters < 1) iters = 1;
+    MPI_Bcast(&iters, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+    double* t_single = calloc((size_t) reps, sizeof(double));
+    double* t_async = calloc((size_t) reps, sizeof(double));
+    double* t_busy = calloc((size_t) reps, sizeof(double));
+    double* t_idle = calloc((size_t) reps, sizeof(double));
+    char name[64];
+    for (int r = 0; r < reps; r++) {
+      snprintf(name, sizeof name, "single.%d", r);
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      one_checkpoint(name, SCR_FLAG_CHECKPOINT);
+      t_single[r] = tmax(t0);
+      snprintf(name, sizeof name, "async.%d", r);
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      one_checkpoint(name, SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT);
+      t_async[r] = tmax(t0);
+      /* compute while the flush runs */
+      t0 = MPI_Wtime();
+      kernel(iters);
+      t_busy[r] = tmax(t0);
+      wait_published(2 * r + 2, name);
+      /* the same compute with nothing in the background */
+      t0 = MPI_Wtime();
+      kernel(iters);
+      t_idle[r] = tmax(t0);
+    }
+    double ms = median(t_single, reps), ma = median(t_async, reps);
+    double mb = median(t_busy, reps), mi = median(t_idle, reps);
+    if (rank == 0) {
+      printf("BENCH ranks=%d size_per_rank=%zu MiB reps=%d\n", ranks, size >> 20, reps);
+      printf("BENCH checkpoint single, no flush   median %.4f s  %8.1f MiB/s\n", ms, bw(ms));
+      printf("BENCH checkpoint + flush (%s)  median %.4f s  %8.1f MiB/s  ratio %.3f\n",
+             getenv("SCR_FLUSH_ASYNC") && atoi(getenv("SCR_FLUSH_ASYNC")) ? "async" : "sync ", ma, bw(ma), ma / ms);
+      printf("BENCH compute, nothing behind       median %.4f s\n", mi);
+      printf("BENCH compute, flush behind         median %.4f s  slowdown %.3f\n", mb, mb / mi);
+    }
+    free(t_single);
+    free(t_async);
+    free(t_busy);
+    free(t_idle);
     SCR_Finalize();
   } else {
     MPI_Barrier(MPI_COMM_WORLD);

@@ -143,7 +143,8 @@ impl Settings {
             other => {
                 if other != "PTHREAD" {
                     warnings.push(format!(
-                        "{}: SCR_FLUSH_TYPE={other} needs a vendor burst-buffer service absent here; PTHREAD is used",
+                        "{}: SCR_FLUSH_TYPE={other} needs a vendor burst-buffer service absent here; PTHREAD is used \
+                         (a background thread with SCR_FLUSH_ASYNC=1, else the flush runs synchronously)",
                         at(r, "SCR_FLUSH_TYPE")
                     ));
                 }
