@@ -299,9 +299,8 @@ impl Runtime {
 
         let periodic = is_ckpt && self.settings.flush > 0 && self.ckpt_id.is_multiple_of(self.settings.flush);
         let mut result = Ok(true);
-        if (is_output || periodic) && self.flushes_async(id) {
-            self.start_async_flush(id);
-        } else if is_output || periodic || bypass {
+        let background = (is_output || periodic) && self.flushes_async(id);
+        if !background && (is_output || periodic || bypass) {
             match self.flush_dataset(id) {
                 Ok(()) => {
                     if !is_ckpt {
@@ -323,6 +322,10 @@ impl Runtime {
             self.checkpoint_taken();
         }
         self.progress(&[]);
+        // Last, so the background copy does not compete with the rest of this call.
+        if background {
+            self.start_async_flush(id);
+        }
         self.policy.compute_started();
         result
     }
