@@ -126,6 +126,50 @@ fn flushed_checkpoints_are_indexed_and_restart_after_the_cache_is_lost() {
 }
 
 #[test]
+fn background_flushes_under_the_preload_reach_the_prefix() {
+    // The flush threads' own writes into the prefix must pass the hooks untouched (they are
+    // the library's I/O), or the files would be routed back into cache as a new dataset.
+    let mut job = transparent();
+    job.set("SCR_FLUSH", "2").set("SCR_FLUSH_ASYNC", "1").set("SCR_DEBUG", "1");
+    let r = run(&job, &["--steps", "6"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(r.stderr.contains("background flush started"), "{}", r.dump());
+    // SCR's second checkpoint (ckpt.4) is flushed in the background; the newest (ckpt.6) is
+    // owed at MPI_Finalize.
+    let ix = job.index();
+    for k in [4, 6] {
+        let e = ix["datasets"].as_object().unwrap().values().find(|d| d["desc"]["name"] == format!("ckpt.{k}"));
+        assert!(e.is_some_and(|e| e["complete"] == true), "ckpt.{k}: {ix}");
+        assert_eq!(ckpt_files_in_prefix(&job).iter().filter(|f| f.starts_with(&format!("ckpt.{k}/"))).count(), 4);
+    }
+    job.wipe_cache();
+    let r = run(&job, &["--steps", "8"]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+}
+
+#[test]
+fn a_flushed_directory_renamed_into_place_restarts_from_the_prefix() {
+    // tmpdir layout: the files are written in ckpt.<s>.tmp, become a dataset at the next sync
+    // point (and are flushed, synchronously or in the background), then rank 0 renames the
+    // directory. The prefix's metadata follows the rename, so fetch finds the files.
+    for async_flush in ["0", "1"] {
+        let mut job = transparent();
+        job.set("SCR_FLUSH", "1").set("SCR_FLUSH_ASYNC", async_flush);
+        let r = run(&job, &["--steps", "6", "--layout", "tmpdir"]);
+        assert_eq!(r.code, Some(0), "async={async_flush}: {}", r.dump());
+        let files = ckpt_files_in_prefix(&job);
+        assert!(files.iter().all(|f| !f.contains(".tmp")), "async={async_flush}: {files:?}");
+        let ix = job.index();
+        let names: Vec<&str> =
+            ix["datasets"].as_object().unwrap().values().map(|d| d["desc"]["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&"ckpt.6"), "async={async_flush}: {ix}");
+        job.wipe_cache();
+        let r = run(&job, &["--steps", "8", "--layout", "tmpdir"]);
+        assert!(r.has("RESTARTED 6 verified"), "async={async_flush}: {}", r.dump());
+    }
+}
+
+#[test]
 fn exit_without_finalize_does_not_hang_and_keeps_complete_datasets() {
     // Open MPI calls a process leaving without MPI_Finalize an abnormal termination and may
     // kill the others: the run must end (not hang) and the completed checkpoint must survive.

@@ -273,7 +273,11 @@ pub fn rename(
             errno.set(state::get_errno());
             return r;
         }
-        // a directory holding files SCR has: rename it in the prefix and move ours along
+        // a directory holding files SCR has: rename it in the prefix and move ours along,
+        // once no background flush still writes below it
+        if let Ok(o) = s.abs.strip_prefix(&a.prefix) {
+            scr::runtime::before_rename_dir(o);
+        }
         let r = real();
         let e = state::get_errno();
         if r != 0 && e != libc::ENOENT {

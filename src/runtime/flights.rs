@@ -9,6 +9,7 @@
 //! file (`PFS`, or back to cache for a retry at `SCR_Finalize`), the CRC32s in the filemap,
 //! the output-only dataset leaving the cache, the `SCR_PREFIX_SIZE` window.
 
+use std::path::Path;
 use std::time::Instant;
 
 use super::Runtime;
@@ -24,6 +25,8 @@ use std::sync::Arc;
 pub(super) struct Flight {
     pub id: u64,
     pub started: Instant,
+    /// Names the attempt in the prefix (see [`crate::transfer::background`]).
+    pub token: String,
 }
 
 impl Runtime {
@@ -43,7 +46,8 @@ impl Runtime {
     /// Start flushing dataset `id` in the background (collective: every rank queues its share).
     pub(super) fn start_async_flush(&mut self, id: u64) {
         self.flush_seq += 1;
-        self.flights.push(Flight { id, started: Instant::now() });
+        let token = format!("{}.{}", self.run_stamp, self.flush_seq);
+        self.flights.push(Flight { id, started: Instant::now(), token: token.clone() });
         let Some(rec) = self.filemap.datasets.get(&id).cloned() else {
             self.flusher.fail(id, format!("dataset {id} is not in this rank's cache"));
             return;
@@ -56,7 +60,7 @@ impl Runtime {
             layout: self.layout.clone(),
             rank: self.world.rank() as u32,
             ranks: self.world.size() as u32,
-            token: format!("{}.{}", self.run_stamp, self.flush_seq),
+            token,
             buf: self.settings.file_buf_size,
             crc_on_flush: self.settings.crc_on_flush,
             bytes_per_sec: self.settings.flush_async_bw,
@@ -169,6 +173,20 @@ impl Runtime {
         Arc::new(move |rec: &DatasetRecord, secs: f64| {
             log.flush_end(rec.desc.id, &rec.desc.name, rec.desc.size, rec.desc.files, secs, "async")
         })
+    }
+
+    /// Before the application renames prefix directory `dir` (transparent mode): let every
+    /// flush in flight that writes below it finish on all ranks, so no copy lands in the old
+    /// directory after the rename. Not collective: the ranks' arrivals are read in the prefix.
+    pub(super) fn settle_flushes_under(&self, dir: &Path) {
+        for f in &self.flights {
+            let below =
+                self.filemap.datasets.get(&f.id).is_some_and(|r| r.files.iter().any(|m| m.rel.starts_with(dir)));
+            if below {
+                self.flusher.wait(f.id);
+                crate::transfer::background::wait_all_arrived(&self.layout, f.id, &f.token, self.world.size() as u32);
+            }
+        }
     }
 
     /// Block until every flush in flight is retired (`SCR_Finalize`, halt).

@@ -24,7 +24,9 @@ mod sets;
 mod transparent;
 pub mod watchdog;
 
-pub use transparent::{adopt_output, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup};
+pub use transparent::{
+    adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup,
+};
 
 use std::path::PathBuf;
 use std::sync::Mutex;

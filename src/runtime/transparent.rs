@@ -93,6 +93,15 @@ const RENAME_LOG: &str = "renames.scr";
 /// Files of this rank's cached datasets below `old` are now below `new` (paths relative to
 /// the prefix): rewrite their records. `log`: this rank did the rename; record it in the
 /// prefix for ranks that learn of it only at restart.
+/// Before the application renames prefix directory `old` (relative to the prefix): wait for
+/// background flushes still writing below it.
+pub fn before_rename_dir(old: &Path) {
+    let _ = with_rt("rename (transparent)", |rt| {
+        rt.settle_flushes_under(old);
+        Ok(())
+    });
+}
+
 pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
     with_rt("rename (transparent)", |rt| {
         if log {
@@ -104,6 +113,20 @@ pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
                 l.renames.retain(|(upto, _, _)| *upto >= oldest);
                 l.renames.push((id, old.to_path_buf(), new.to_path_buf()))
             })?;
+        }
+        if log {
+            // The renamer also renames what the prefix's metadata says of flushed datasets.
+            let flushed: Vec<u64> = rt
+                .filemap
+                .datasets
+                .values()
+                .filter(|r| r.files.iter().any(|f| f.rel.starts_with(old)))
+                .map(|r| r.desc.id)
+                .collect();
+            let ix = rt.load_index();
+            for id in flushed.into_iter().filter(|id| ix.datasets.get(id).is_some_and(|e| e.complete)) {
+                crate::transfer::flush::rename_in_prefix(&rt.layout, id, old, new)?;
+            }
         }
         rt.rename_records(old, new, u64::MAX);
         Ok(())

@@ -275,6 +275,21 @@ fn run(job: &Job) -> Outcome {
     out
 }
 
+/// Block until every rank's share of the flush attempt `token` of dataset `id` has arrived
+/// (whatever its outcome), polling the prefix: no MPI, so it may run inside a file hook.
+pub fn wait_all_arrived(layout: &Layout, id: u64, token: &str, ranks: u32) {
+    let path = layout.prefix_dataset_dir(id).join("flush").join("arrivals");
+    loop {
+        match persist::read::<Arrivals>(&path, "arrivals") {
+            // Published: the publisher removed the flush directory.
+            Ok(None) if !path.parent().is_some_and(|d| d.exists()) => return,
+            Ok(Some(a)) if a.token == token && a.count >= ranks => return,
+            Err(_) => return,
+            _ => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
+}
+
 /// The last rank to arrive: collect every part and publish the dataset.
 fn publish_parts(job: &Job) -> Result<(), String> {
     let dir = flush_dir(job);

@@ -11,6 +11,7 @@
 //! Also here: the `SCR_PREFIX_SIZE` sliding window and deleting a dataset from the prefix.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
 use super::copy::{copy_verified_paced, Pace};
@@ -190,6 +191,50 @@ pub fn prune_window(layout: &Layout, keep: usize) {
             scr_warn!("SCR_PREFIX_SIZE: could not delete dataset {} ({}): {err}", e.desc.id, e.desc.name);
         }
     }
+}
+
+/// A directory of a flushed dataset was renamed in the prefix (transparent mode: an
+/// application renaming `ckpt.6.tmp` to `ckpt.6` after writing it): rename the dataset's
+/// files in its `rank2file.scr`, and its name in `summary.scr` and the index where it is the
+/// directory's, so fetch finds the files where they are now. `old`/`new` are relative to the
+/// prefix. Each file is rewritten atomically; a crash in between leaves the rank-to-file map
+/// renamed and the name not, which fetch does not mind.
+pub fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path) -> Result<()> {
+    let rename = |p: &Path| {
+        p.strip_prefix(old)
+            .ok()
+            .map(|rest| if rest.as_os_str().is_empty() { new.to_path_buf() } else { new.join(rest) })
+    };
+    if let Some(mut r2f) = Rank2File::load(&layout.rank2file(id))? {
+        let mut changed = false;
+        for f in r2f.files.values_mut().flatten() {
+            if let Some(n) = rename(&f.rel) {
+                f.rel = n;
+                changed = true;
+            }
+        }
+        if changed {
+            r2f.save(&layout.rank2file(id))?;
+        }
+    }
+    let new_name = |name: &str| rename(Path::new(name)).map(|p| p.to_string_lossy().into_owned());
+    if let Some(mut sum) = Summary::load(&layout.summary(id))? {
+        if let Some(n) = new_name(&sum.desc.name) {
+            sum.desc.name = n;
+            sum.save(&layout.summary(id))?;
+        }
+    }
+    Index::update(&layout.index(), |ix| {
+        if let Some(e) = ix.datasets.get_mut(&id) {
+            if let Some(n) = new_name(&e.desc.name) {
+                if ix.current.as_deref() == Some(e.desc.name.as_str()) {
+                    ix.current = Some(n.clone());
+                }
+                e.desc.name = n;
+            }
+        }
+    })?;
+    Ok(())
 }
 
 /// Rank 0: delete a dataset's files from the prefix (as listed in its `rank2file.scr`), the
