@@ -125,6 +125,26 @@ pub fn now_usecs() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
+/// `usecs` (microseconds since the epoch) as local ISO 8601 with its offset, with or
+/// without the microseconds: `2026-03-01T14:02:11[.204518]+01:00`.
+pub fn iso_local(usecs: i64, micros: bool) -> String {
+    let (tm, off) = local_tm(usecs.div_euclid(1_000_000));
+    let sign = if off < 0 { '-' } else { '+' };
+    let off = off.abs();
+    let frac = if micros { format!(".{:06}", usecs.rem_euclid(1_000_000)) } else { String::new() };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{frac}{sign}{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        off / 3600,
+        off % 3600 / 60
+    )
+}
+
 /// The local broken-down time of `secs` (seconds since the epoch) and its offset from UTC in
 /// seconds (UTC with offset 0 if the local zone cannot be applied).
 pub fn local_tm(secs: i64) -> (libc::tm, i64) {

@@ -159,20 +159,7 @@ fn local_date(secs: i64) -> (i64, i64, i64) {
 
 /// `secs` as local ISO 8601 with its offset: `2023-07-04T21:00:00+02:00`.
 pub fn format_local(secs: i64) -> String {
-    let (tm, off) = crate::identity::local_tm(secs);
-    let sign = if off < 0 { '-' } else { '+' };
-    let off = off.abs();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}{sign}{:02}:{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        off / 3600,
-        off % 3600 / 60
-    )
+    crate::identity::iso_local(secs * 1_000_000, false)
 }
 
 #[cfg(test)]

@@ -331,46 +331,54 @@ mod tests {
         }
     }
 
-    /// Four "ranks" in one process, each with its own worker, flush one dataset: only the
-    /// last one to arrive publishes, and the index says complete with every file listed.
-    #[test]
-    fn last_arrival_publishes() {
+    /// A prefix and a layout in a temporary directory.
+    fn prefix() -> (tempfile::TempDir, Layout) {
         let d = tempfile::tempdir().unwrap();
         let prefix = d.path().join("prefix");
         std::fs::create_dir_all(prefix.join(".scr")).unwrap();
         let layout = Layout::new(Prefix::new(&prefix), &d.path().join("cntl"), "u", "1");
+        (d, layout)
+    }
+
+    /// Rank `r`'s share of dataset `id` (`ckpt.<id>`): one file `src` of `size` bytes.
+    fn share(layout: &Layout, id: u64, r: u32, ranks: u32, src: PathBuf, size: u64) -> Job {
+        let rec = DatasetRecord {
+            desc: DatasetDesc::sample(id, &format!("ckpt.{id}"), ranks),
+            reddesc: single(),
+            dir: src.parent().unwrap().to_path_buf(),
+            files: vec![FileMeta {
+                rel: PathBuf::from(format!("ckpt.{id}/rank_{r}")),
+                path: src,
+                size,
+                crc: None,
+                complete: true,
+            }],
+            complete: true,
+            red: None,
+        };
+        Job {
+            rec,
+            layout: layout.clone(),
+            rank: r,
+            ranks,
+            token: "t1".into(),
+            buf: 4096,
+            crc_on_flush: true,
+            bytes_per_sec: 0,
+            on_published: None,
+        }
+    }
+
+    /// Four "ranks" in one process, each with its own worker, flush one dataset: only the
+    /// last one to arrive publishes, and the index says complete with every file listed.
+    #[test]
+    fn last_arrival_publishes() {
+        let (d, layout) = prefix();
         let mut workers: Vec<Flusher> = (0..4).map(|_| Flusher::default()).collect();
         for (r, w) in workers.iter_mut().enumerate() {
-            let cache = d.path().join(format!("cache{r}"));
-            std::fs::create_dir_all(&cache).unwrap();
-            let src = cache.join("f");
+            let src = d.path().join(format!("src{r}"));
             std::fs::write(&src, vec![r as u8; 1000 + r]).unwrap();
-            let desc = DatasetDesc::sample(3, "ckpt.3", 4);
-            let rec = DatasetRecord {
-                desc,
-                reddesc: single(),
-                dir: cache.clone(),
-                files: vec![FileMeta {
-                    rel: PathBuf::from(format!("ckpt.3/rank_{r}")),
-                    path: src,
-                    size: 1000 + r as u64,
-                    crc: None,
-                    complete: true,
-                }],
-                complete: true,
-                red: None,
-            };
-            w.submit(Job {
-                rec,
-                layout: layout.clone(),
-                rank: r as u32,
-                ranks: 4,
-                token: "t1".into(),
-                buf: 4096,
-                crc_on_flush: true,
-                bytes_per_sec: 0,
-                on_published: None,
-            });
+            w.submit(share(&layout, 3, r as u32, 4, src, 1000 + r as u64));
         }
         let mut published = 0;
         for (r, w) in workers.iter_mut().enumerate() {
@@ -385,49 +393,21 @@ mod tests {
         let e = &ix.datasets[&3];
         assert!(e.complete && !e.flushing && e.flushed.is_some(), "{e:?}");
         assert!(!layout.prefix_dataset_dir(3).join("flush").exists());
-        assert_eq!(std::fs::read(prefix.join("ckpt.3/rank_2")).unwrap(), vec![2u8; 1002]);
+        assert_eq!(std::fs::read(layout.prefix.path.join("ckpt.3/rank_2")).unwrap(), vec![2u8; 1002]);
     }
 
     /// A rank whose file is gone fails its share; nobody publishes and the index entry stays
     /// incomplete.
     #[test]
     fn a_failed_share_blocks_publication() {
-        let d = tempfile::tempdir().unwrap();
-        let prefix = d.path().join("prefix");
-        std::fs::create_dir_all(prefix.join(".scr")).unwrap();
-        let layout = Layout::new(Prefix::new(&prefix), &d.path().join("cntl"), "u", "1");
+        let (d, layout) = prefix();
         let mut workers: Vec<Flusher> = (0..2).map(|_| Flusher::default()).collect();
         for (r, w) in workers.iter_mut().enumerate() {
             let src = d.path().join(format!("src{r}"));
             if r == 0 {
                 std::fs::write(&src, b"data").unwrap();
             }
-            let desc = DatasetDesc::sample(5, "ckpt.5", 2);
-            let rec = DatasetRecord {
-                desc,
-                reddesc: single(),
-                dir: d.path().to_path_buf(),
-                files: vec![FileMeta {
-                    rel: PathBuf::from(format!("ckpt.5/r{r}")),
-                    path: src,
-                    size: 4,
-                    crc: None,
-                    complete: true,
-                }],
-                complete: true,
-                red: None,
-            };
-            w.submit(Job {
-                rec,
-                layout: layout.clone(),
-                rank: r as u32,
-                ranks: 2,
-                token: "t".into(),
-                buf: 4096,
-                crc_on_flush: false,
-                bytes_per_sec: 0,
-                on_published: None,
-            });
+            w.submit(share(&layout, 5, r as u32, 2, src, 4));
         }
         let outs: Vec<Outcome> = workers
             .iter_mut()

@@ -40,9 +40,8 @@
 use std::fmt::{self, Display, Write as _};
 use std::fs::File;
 use std::io::{self, Write as _};
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
-use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -50,6 +49,10 @@ use std::time::Duration;
 
 use crate::config::Settings;
 use crate::scr_warn;
+
+mod syslog;
+pub use syslog::syslog_message;
+use syslog::Syslog;
 
 /// How long a syslog send may block before syslog is given up for this process.
 pub const SYSLOG_TIMEOUT: Duration = Duration::from_secs(2);
@@ -72,15 +75,6 @@ struct TextLog {
     /// Opened on the first record; `None` after a failure (already warned about).
     file: OnceLock<Option<File>>,
     warned: AtomicBool,
-}
-
-struct Syslog {
-    socket: PathBuf,
-    sock: UnixDatagram,
-    pri: u8,
-    tag: String,
-    /// Set after a failed send: syslog is off for the rest of the process.
-    off: AtomicBool,
 }
 
 /// Seconds, printed with 6 decimals.
@@ -295,90 +289,9 @@ fn append_locked(f: &File, buf: &[u8]) -> io::Result<()> {
     r
 }
 
-impl Syslog {
-    fn open(settings: &Settings, warn: bool) -> Option<Syslog> {
-        let socket = settings.syslog_socket.clone();
-        let missing = |why: String| {
-            if !warn {
-                return None;
-            }
-            scr_warn!(
-                "syslog socket {}: {why}; SCR events go to the text log only (set SCR_LOG_SYSLOG_SOCKET to the \
-                 syslog socket, or SCR_LOG_SYSLOG_ENABLE=0)",
-                socket.display()
-            );
-            None
-        };
-        match std::fs::metadata(&socket) {
-            Ok(md) if md.file_type().is_socket() => {}
-            Ok(_) => return missing("not a socket".into()),
-            Err(e) => return missing(e.to_string()),
-        }
-        let sock = match UnixDatagram::unbound().and_then(|s| s.set_write_timeout(Some(SYSLOG_TIMEOUT)).map(|_| s)) {
-            Ok(s) => s,
-            Err(e) => return missing(format!("cannot create a datagram socket: {e}")),
-        };
-        // Validated when the settings were built; the defaults stand in for robustness.
-        let facility = crate::log::syslog_facility(&settings.syslog_facility).unwrap_or(23);
-        let severity = crate::log::syslog_severity(&settings.syslog_level).unwrap_or(6);
-        Some(Syslog {
-            socket,
-            sock,
-            pri: facility * 8 + severity,
-            tag: settings.syslog_prefix.clone(),
-            off: AtomicBool::new(false),
-        })
-    }
-
-    fn send(&self, body: &str, host: &str) {
-        if self.off.load(Ordering::Relaxed) {
-            return;
-        }
-        let msg = syslog_message(self.pri, crate::identity::now_secs(), host, &self.tag, std::process::id(), body);
-        if let Err(e) = self.sock.send_to(msg.as_bytes(), &self.socket) {
-            if !self.off.swap(true, Ordering::Relaxed) {
-                scr_warn!(
-                    "cannot send an event to syslog at {} (SCR_LOG_SYSLOG_SOCKET): {e}; syslog logging is off \
-                     for the rest of this process",
-                    self.socket.display()
-                );
-            }
-        }
-    }
-}
-
-/// An RFC 3164 message: `<PRI>Mmm dd hh:mm:ss host TAG[pid]: body` (local time).
-pub fn syslog_message(pri: u8, secs: i64, host: &str, tag: &str, pid: u32, body: &str) -> String {
-    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
-    let (tm, _) = crate::identity::local_tm(secs);
-    format!(
-        "<{pri}>{} {:>2} {:02}:{:02}:{:02} {host} {tag}[{pid}]: {body}",
-        MONTHS[tm.tm_mon.clamp(0, 11) as usize],
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec
-    )
-}
-
 /// Local ISO 8601 time with microseconds and offset: `2026-03-01T14:02:11.204518+01:00`.
 pub fn timestamp(usecs: i64) -> String {
-    let secs = usecs.div_euclid(1_000_000);
-    let (tm, off) = crate::identity::local_tm(secs);
-    let sign = if off < 0 { '-' } else { '+' };
-    let off = off.abs();
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}{sign}{:02}:{:02}",
-        tm.tm_year + 1900,
-        tm.tm_mon + 1,
-        tm.tm_mday,
-        tm.tm_hour,
-        tm.tm_min,
-        tm.tm_sec,
-        usecs.rem_euclid(1_000_000),
-        off / 3600,
-        off % 3600 / 60
-    )
+    crate::identity::iso_local(usecs, true)
 }
 
 /// Append `v`, double-quoted with backslash escapes if it needs quoting.
@@ -495,6 +408,7 @@ pub fn parse_line(line: &str) -> Result<Event, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::net::UnixDatagram;
 
     fn settings(dir: &Path, txt: bool, syslog: bool) -> Settings {
         let mut w = Vec::new();
