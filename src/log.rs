@@ -26,6 +26,11 @@ pub fn set_identity(rank: i32, host: &str) {
     let _ = HOST.set(host.to_string());
 }
 
+/// This process's world rank (-1 before `SCR_Init`).
+pub fn rank() -> i32 {
+    RANK.load(Ordering::Relaxed)
+}
+
 /// The prefix of every message: `SCR <severity>: rank R on HOST: `.
 pub fn prefix(severity: &str) -> String {
     let rank = RANK.load(Ordering::Relaxed);

@@ -43,10 +43,10 @@ fn a_hung_rank_is_killed_and_the_last_checkpoint_restarts_the_job() {
     assert!(!r.stdout.contains("CHECKPOINT ckpt.3"), "{}", r.dump());
     assert_killed_by_watchdog(&r, "SCR_WATCHDOG_TIMEOUT");
     assert!(r.stderr.contains("since the start of dataset 2 (limit 3 s, SCR_WATCHDOG_TIMEOUT)"), "{}", r.dump());
-    // Rank 0's watchdog fired too (it waited for rank 1 in a collective) and logged it.
+    // The first rank to fire logged it (the launcher may end the others before theirs fire).
     let log = std::fs::read_to_string(job.prefix.join(".scr/log")).unwrap();
     let line = log.lines().find(|l| l.contains(" WATCHDOG ")).unwrap_or_else(|| panic!("no WATCHDOG event:\n{log}"));
-    assert!(line.contains("limit=3 key=SCR_WATCHDOG_TIMEOUT"), "{line}");
+    assert!(line.contains(" limit=3 key=SCR_WATCHDOG_TIMEOUT "), "{line}");
 
     // The checkpoint taken before the hang is intact in cache: the next run continues from it.
     let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);

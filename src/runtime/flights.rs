@@ -158,21 +158,25 @@ impl Runtime {
     /// What the rank that publishes a background flush does at once: the `FLUSH_END` event
     /// (so the log has it even if the run dies before it would learn of it).
     fn published_hook(&mut self) -> OnPublished {
-        let log = match &self.publish_log {
-            Some(l) => l.clone(),
-            None => {
-                let l = if self.rank0() {
-                    self.events.clone()
-                } else {
-                    EventLog::quiet(&self.settings, &self.layout.scr_dir(), &self.layout.jobid, &self.host)
-                };
-                self.publish_log = Some(l.clone());
-                l
-            }
-        };
+        let log = self.any_rank_log();
         Arc::new(move |rec: &DatasetRecord, secs: f64| {
             log.flush_end(rec.desc.id, &rec.desc.name, rec.desc.size, rec.desc.files, secs, "async")
         })
+    }
+
+    /// The event log for what any rank may be the one to see (the completion of a background
+    /// flush it published, its watchdog firing): rank 0's log, or a quiet one elsewhere.
+    pub(super) fn any_rank_log(&mut self) -> EventLog {
+        if let Some(l) = &self.any_rank_log {
+            return l.clone();
+        }
+        let l = if self.rank0() {
+            self.events.clone()
+        } else {
+            EventLog::quiet(&self.settings, &self.layout.scr_dir(), &self.layout.jobid, &self.host)
+        };
+        self.any_rank_log = Some(l.clone());
+        l
     }
 
     /// Before the application renames prefix directory `dir` (transparent mode): let every

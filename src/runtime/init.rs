@@ -92,7 +92,7 @@ impl Runtime {
             flights: Vec::new(),
             flush_seq: 0,
             run_stamp: 0,
-            publish_log: None,
+            any_rank_log: None,
             watchdog: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));

@@ -95,8 +95,8 @@ pub struct Runtime {
     /// together they name each flush attempt.
     flush_seq: u64,
     run_stamp: u64,
-    /// The event log of the rank that publishes a background flush (made at the first one).
-    publish_log: Option<crate::events::EventLog>,
+    /// The event log for events any rank may see first ([`Runtime::any_rank_log`]).
+    any_rank_log: Option<crate::events::EventLog>,
     /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
     watchdog: Option<watchdog::Watchdog>,
 }

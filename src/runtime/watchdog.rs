@@ -19,7 +19,8 @@
 //! Why it kills the way it does: a hung process cannot be trusted to run `atexit` handlers,
 //! flush stdio or take part in MPI, and the lock the hang holds may be one any orderly exit
 //! needs. So the watchdog prints one line (from a helper thread, given at most two seconds:
-//! the hang may hold stderr), records a `WATCHDOG` event (rank 0's log), and sends itself `SIGKILL`.
+//! the hang may hold stderr), records a `WATCHDOG` event (every firing rank: the
+//! launcher may kill the others before they fire), and sends itself `SIGKILL`.
 //! The launcher sees a rank die and ends the job step; the checkpoints already complete are
 //! in cache and in the index as before. Every rank runs its own watchdog, so when one rank
 //! hangs and the others wait for it in a collective, they all fire.
@@ -257,7 +258,8 @@ impl super::Runtime {
     pub(super) fn arm_watchdog(&mut self) {
         let Some(limits) = Limits::from_settings(&self.settings) else { return };
         let in_prefix = self.restart.as_ref().is_some_and(|r| r.in_prefix);
-        self.watchdog = Watchdog::start(limits, in_prefix, self.rank0(), self.events.clone());
+        let log = self.any_rank_log();
+        self.watchdog = Watchdog::start(limits, in_prefix, self.rank0(), log);
     }
 
     /// `SCR_Start_output` began dataset `id` (`bypass`: its files go to the prefix).
@@ -327,7 +329,13 @@ fn fire(f: Firing, events: EventLog) -> ! {
         crate::scr_error!("{}", message(&f));
         events.record(
             "WATCHDOG",
-            &[("limit", &f.limit.secs), ("key", &f.limit.key), ("elapsed", &f.elapsed_secs), ("since", &f.since)],
+            &[
+                ("rank", &crate::log::rank()),
+                ("limit", &f.limit.secs),
+                ("key", &f.limit.key),
+                ("elapsed", &f.elapsed_secs),
+                ("since", &f.since),
+            ],
         );
         let _ = tx.send(());
     });
