@@ -29,13 +29,16 @@
 //! systems (where an `O_APPEND` write is atomic) as on network ones (where the lock serialises
 //! appenders). A forked child shares its parent's descriptor and lock (one open file
 //! description), so the two are kept apart by the single `O_APPEND` write alone. A process
-//! killed mid-write leaves at most one partial last line, which readers skip with a warning. Failing to open or write the log, or to reach syslog, warns once and
-//! never fails the run.
+//! killed mid-write leaves at most one partial last line, which readers skip with a warning.
+//! Failing to open or write the log, or to reach syslog, warns once and never fails the run.
 //!
 //! An [`EventLog`] is a cheap handle (`Arc` inside, `Send + Sync`, no global state), so a
-//! background thread or a forked child may hold a clone. The runtime gives an enabled log to
-//! rank 0 only ([`EventLog::disabled`] elsewhere), so call sites need no rank test: values
-//! recorded are rank 0's (collective results where it matters).
+//! background thread or a forked child may hold a clone; threads of one process share the
+//! descriptor too and are kept apart by the single `O_APPEND` write. The runtime's log is
+//! enabled on rank 0 only ([`EventLog::disabled`] elsewhere), so call sites need no rank test:
+//! values recorded are rank 0's (collective results where it matters). Events another rank
+//! may be alone to see (a background flush it published, its watchdog firing) go through an
+//! [`EventLog::quiet`] log on that rank.
 
 use std::fmt::{self, Display, Write as _};
 use std::fs::File;
@@ -195,24 +198,6 @@ impl EventLog {
     /// `FLUSH_FAIL`: the flush of dataset `dset` failed.
     pub fn flush_fail(&self, dset: u64, name: &str, why: &dyn Display, mode: &str) {
         self.record("FLUSH_FAIL", &[("dset", &dset), ("name", &name), ("why", why), ("mode", &mode)]);
-    }
-
-    /// `FLUSH_END` or `FLUSH_FAIL`, from the flush's outcome.
-    #[allow(clippy::too_many_arguments)]
-    pub fn flush_outcome<E: Display>(
-        &self,
-        dset: u64,
-        name: &str,
-        bytes: u64,
-        files: u64,
-        secs: f64,
-        mode: &str,
-        outcome: Result<(), &E>,
-    ) {
-        match outcome {
-            Ok(()) => self.flush_end(dset, name, bytes, files, secs, mode),
-            Err(e) => self.flush_fail(dset, name, e, mode),
-        }
     }
 }
 

@@ -347,9 +347,9 @@ impl Runtime {
         self.events.flush_start(id, &rec.desc.name, bytes, "sync");
         let r = crate::transfer::flush::flush(&self.ctx(), &mut rec);
         let secs = t0.elapsed().as_secs_f64();
-        self.events.flush_outcome(id, &rec.desc.name, bytes, files, secs, "sync", r.as_ref().map(drop));
         match &r {
             Ok(()) => {
+                self.events.flush_end(id, &rec.desc.name, bytes, files, secs, "sync");
                 self.filemap.datasets.insert(id, rec);
                 // The flush is complete and agreed; a local failure to record the CRCs must not
                 // make this rank leave the collective path the others are on.
@@ -358,7 +358,10 @@ impl Runtime {
                 }
                 self.set_location(id, Some(Location::Pfs));
             }
-            Err(_) => self.set_location(id, Some(Location::Cache)),
+            Err(e) => {
+                self.events.flush_fail(id, &rec.desc.name, e, "sync");
+                self.set_location(id, Some(Location::Cache));
+            }
         }
         r
     }

@@ -48,7 +48,6 @@ impl Runtime {
 
         let is_ckpt = flags & FLAG_CHECKPOINT != 0;
         let is_output = flags & FLAG_OUTPUT != 0;
-        self.policy.compute_stopped();
         self.progress(&[]);
         self.restart = None;
         self.dataset_id += 1;
@@ -236,7 +235,6 @@ impl Runtime {
                 scr_error!("{summary}; the dataset is invalid on every rank and is discarded");
             }
             self.drop_cached(id);
-            self.policy.compute_started();
             return Ok(false);
         }
         let total = self.world.sum_u64(bytes);
@@ -273,7 +271,6 @@ impl Runtime {
                 scr_error!("{e}; the dataset is discarded");
             }
             self.drop_cached(id);
-            self.policy.compute_started();
             return Ok(false);
         }
         self.set_location(id, Some(Location::Cache));
@@ -326,7 +323,6 @@ impl Runtime {
         if background {
             self.start_async_flush(id);
         }
-        self.policy.compute_started();
         result
     }
 

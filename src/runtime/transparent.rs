@@ -90,9 +90,6 @@ struct RenameLog {
 
 const RENAME_LOG: &str = "renames.scr";
 
-/// Files of this rank's cached datasets below `old` are now below `new` (paths relative to
-/// the prefix): rewrite their records. `log`: this rank did the rename; record it in the
-/// prefix for ranks that learn of it only at restart.
 /// Before the application renames prefix directory `old` (relative to the prefix): wait for
 /// background flushes still writing below it.
 pub fn before_rename_dir(old: &Path) {
@@ -102,6 +99,10 @@ pub fn before_rename_dir(old: &Path) {
     });
 }
 
+/// Files of this rank's cached datasets below `old` are now below `new` (paths relative to
+/// the prefix): rewrite their records. `log`: this rank did the rename; record it in the
+/// prefix for ranks that learn of it only at restart, and rename what the prefix's metadata
+/// says of the flushed datasets below `old`.
 pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
     with_rt("rename (transparent)", |rt| {
         if log {
@@ -113,9 +114,6 @@ pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
                 l.renames.retain(|(upto, _, _)| *upto >= oldest);
                 l.renames.push((id, old.to_path_buf(), new.to_path_buf()))
             })?;
-        }
-        if log {
-            // The renamer also renames what the prefix's metadata says of flushed datasets.
             let flushed: Vec<u64> = rt
                 .filemap
                 .datasets
