@@ -293,3 +293,36 @@ fn halt_file_conditions_set_by_another_process_are_honoured() {
     assert!(job.cached_files("ckpt.4").is_empty());
     assert!(r.stderr.contains("no checkpoints left"), "{}", r.dump());
 }
+
+/// `SCR_Need_checkpoint` under `SCR_CHECKPOINT_SECONDS` and `SCR_CHECKPOINT_OVERHEAD`, with
+/// the application "computing" (sleeping) between steps. Every outcome follows from lower
+/// bounds alone: a sleep lasts at least as long as asked, and a run of a few seconds is
+/// shorter than an hour.
+#[test]
+fn checkpoint_seconds_and_overhead_decide_need_checkpoint() {
+    let checkpoints = |r: &common::Run| -> Vec<String> {
+        r.stdout.lines().filter_map(|l| l.strip_prefix("CHECKPOINT ")).map(|l| l.to_string()).collect()
+    };
+    // An hour between checkpoints: none in a short run.
+    let mut job = Job::new();
+    job.set("SCR_CHECKPOINT_SECONDS", "3600");
+    let r = job.run("test_api", &["--size", "4096", "--steps", "3"]);
+    assert!(r.has("DONE steps=1..3"), "{}", r.dump());
+    assert!(checkpoints(&r).is_empty(), "{}", r.dump());
+
+    // One second between checkpoints, two seconds of compute before steps 2 and 3: both
+    // checkpoint (step 1 may or may not, depending on how long SCR_Init took).
+    let mut job = Job::new();
+    job.set("SCR_CHECKPOINT_SECONDS", "1");
+    let r = job.run("test_api", &["--size", "4096", "--steps", "3", "--compute-secs", "2"]);
+    let taken = checkpoints(&r);
+    assert!(taken.contains(&"ckpt.2 ok=1".to_string()) && taken.contains(&"ckpt.3 ok=1".to_string()), "{}", r.dump());
+
+    // An overhead budget of 0.0001%: the first checkpoint is taken to measure the cost; after
+    // it, one second of compute per step is far too little to pay for another.
+    let mut job = Job::new();
+    job.set("SCR_CHECKPOINT_OVERHEAD", "0.0001");
+    let r = job.run("test_api", &["--size", "4096", "--steps", "3", "--compute-secs", "1"]);
+    assert_eq!(checkpoints(&r), vec!["ckpt.1 ok=1".to_string()], "{}", r.dump());
+    assert!(r.has("DONE steps=1..3"), "{}", r.dump());
+}

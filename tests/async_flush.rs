@@ -170,6 +170,29 @@ fn a_flush_that_finished_before_the_kill_stays_in_the_index() {
 }
 
 #[test]
+fn a_finished_flush_is_retired_at_the_next_scr_call_not_at_finalize() {
+    let mut job = async_job();
+    // Room for every checkpoint: no eviction waits for (and so retires) a flush.
+    job.set("SCR_CACHE_SIZE", "4");
+    let g = gate(&job);
+    let gs = g.display().to_string();
+    let mut bg = job.spawn("test_api", &["--size", SIZE, "--steps", "3", "--pause-before", "2", &gs]);
+    bg.wait_for(&g.join("paused.2"));
+    bg.wait_until("dataset 1 complete in the index", || complete(&job, 1));
+    resume(&g, 2, "go");
+    let out = bg.finish();
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    // Step 2's SCR_Need_checkpoint retires flush 1 (recorded as PFS, reported) before step 2's
+    // own flush starts: progress happens at ordinary calls, not only in SCR_Finalize.
+    let retired = out.stderr.find("dataset 1 (ckpt.1): background flush complete").expect("flush 1 retired");
+    let next = out.stderr.find("dataset 2: background flush started").expect("flush 2 started");
+    assert!(retired < next, "{}", out.dump());
+    for k in 1..=3 {
+        assert!(complete(&job, k) && location(&job, k) == "Pfs", "dataset {k}: {}", entry(&job, k));
+    }
+}
+
+#[test]
 fn eviction_waits_for_the_flush_of_the_dataset_it_evicts() {
     let mut job = async_job();
     // One checkpoint fits in cache: starting checkpoint 2 evicts checkpoint 1, whose flush
@@ -201,8 +224,10 @@ fn eviction_waits_for_the_flush_of_the_dataset_it_evicts() {
 #[test]
 fn output_datasets_flush_in_the_background_and_then_leave_the_cache() {
     let mut job = async_job();
-    job.set("SCR_CACHE_SIZE", "2");
+    // The guide's spelling: SCR_FLUSH_ASYNC=1 with SCR_FLUSH_TYPE=PTHREAD.
+    job.set("SCR_CACHE_SIZE", "2").set("SCR_FLUSH_TYPE", "PTHREAD");
     let out = job.run("test_api", &["--size", SIZE, "--steps", "3", "--flags", "output"]);
+    assert!(out.stderr.contains("background flush started"), "{}", out.dump());
     assert_eq!(out.code, Some(0), "{}", out.dump());
     for k in 1..=3 {
         assert!(complete(&job, k), "output {k}: {}", entry(&job, k));

@@ -23,7 +23,8 @@
  * --hang-rank R --hang-after K  in a run that did not restart, rank R hangs (sleeps in
  *                   pause(), no CPU) right after checkpoint K while the others go on into
  *                   the next step's collectives (for SCR_WATCHDOG_TIMEOUT)
- * --compute-secs S  every rank sleeps S seconds after each checkpoint but the last ("compute")
+ * --compute-secs S  every rank sleeps S seconds before each step but the first ("compute"),
+ *                   whether the step checkpoints or not
  * --sleep-after-finalize S  every rank sleeps S seconds between SCR_Finalize and MPI_Finalize;
  *                   rank 0 then prints how many scr-watchdog threads the ranks had before
  *                   SCR_Finalize and have after it
@@ -257,6 +258,7 @@ int main(int argc, char** argv)
   if (start == 0 && rank == 0) printf("NO_RESTART\n");
 
   for (int step = start + 1; step <= start + steps; step++) {
+    if (compute_secs > 0 && step > start + 1) sleep((unsigned) compute_secs);
     if (step == pause_before && start == 0) pause_gate(gate, step);
     int need = 0;
     SCR_Need_checkpoint(&need);
@@ -290,7 +292,6 @@ int main(int argc, char** argv)
       fflush(stdout);
       for (;;) pause();
     }
-    if (compute_secs > 0 && step < start + steps) sleep((unsigned) compute_secs);
     int exit_now = 0;
     SCR_Should_exit(&exit_now);
     if (exit_now) {
