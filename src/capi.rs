@@ -32,7 +32,7 @@ fn report(e: &Error) {
 /// Run `f` behind a panic guard; errors are reported and become `SCR_FAILURE`.
 fn guard<T>(call: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
     // In libscr_preload.so the hooks pass through while the library works (see `hooks`).
-    let _inside = crate::hooks::Inside::enter();
+    let _inside = crate::reentry::Inside::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Some(v),
         Ok(Err(e)) => {

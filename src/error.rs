@@ -1,12 +1,12 @@
 //! The runtime's error type: every failure carries the context a user needs to act on it
-//! (the file, the call, the dataset, the rank). Lower layers have their own error types
-//! ([`crate::persist::MetaError`], [`crate::config::ConfigError`]) that convert into this one;
-//! the C boundary maps it to `SCR_SUCCESS`/failure and prints it.
+//! (the file, the call, the dataset, the rank). Other layers have their own error types that
+//! convert into this one ([`crate::persist::MetaError`]; the config layer's `ConfigError`
+//! converts itself, so this module does not depend on a higher layer); the C boundary maps it
+//! to `SCR_SUCCESS`/failure and prints it.
 
 use std::io;
 use std::path::PathBuf;
 
-use crate::config::ConfigError;
 use crate::persist::MetaError;
 
 /// Result alias for the runtime layers.
@@ -25,9 +25,10 @@ pub enum Error {
     /// A metadata file could not be read or written.
     #[error(transparent)]
     Meta(#[from] MetaError),
-    /// The configuration is invalid.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
+    /// The configuration is invalid (from `crate::config::ConfigError`): `at` names the file
+    /// and line, the environment variable or the `SCR_Config` call.
+    #[error("configuration error at {at}: {msg}")]
+    Config { at: String, msg: String },
     /// An API call was made in the wrong state or with bad arguments.
     #[error("{call}: {msg}")]
     Usage { call: &'static str, msg: String },

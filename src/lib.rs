@@ -10,16 +10,23 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate ([`hooks`], [`patterns`]), the commands (`src/bin/`, through [`ops`]) |
+//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate ([`hooks`]), the commands (`src/bin/`, through [`ops`]) |
+//! | ops | [`ops`]: what the commands do |
 //! | runtime | [`runtime`]: one function per `SCR_*` call, the phase state machine, policies |
 //! | transfer | [`transfer`]: flush to and fetch from the prefix, verified copies |
 //! | redundancy | [`redundancy`]: the schemes applied to a cached dataset |
 //! | state | [`state`]: directory layout, filemaps, index, halt, flush and summary files |
 //! | descriptors | [`desc`]: groups, stores, redundancy descriptors |
-//! | config | [`config`]: parameters from environment, files, `SCR_Config` and defaults; [`events`]: the event log they configure (text log and syslog) |
-//! | foundation | [`error`], [`log`], [`identity`], [`paths`], [`persist`], [`comm`] |
+//! | events | [`events`]: the event log the configuration sets up (text log and syslog) |
+//! | config | [`config`]: parameters from environment, files, `SCR_Config` and defaults; transparent mode's checkpoint patterns ([`config::patterns`]) |
+//! | foundation | [`error`], [`log`], [`identity`], [`paths`], [`persist`], [`comm`], [`checksum`], [`reentry`] |
+//!
+//! The crate-root constants ([`VERSION`], [`MAX_FILENAME`], [`FLAG_CHECKPOINT`],
+//! [`FLAG_OUTPUT`]) belong to no layer. `tests/layers.rs` fails when a module uses a higher
+//! layer.
 
 pub mod capi;
+pub mod checksum;
 pub mod comm;
 pub mod config;
 pub mod desc;
@@ -30,9 +37,9 @@ pub mod identity;
 pub mod log;
 pub mod ops;
 pub mod paths;
-pub mod patterns;
 pub mod persist;
 pub mod redundancy;
+pub mod reentry;
 pub mod runtime;
 pub mod state;
 pub mod transfer;
@@ -42,3 +49,8 @@ pub const VERSION: &str = concat!("scr-rs ", env!("CARGO_PKG_VERSION"));
 
 /// Longest path (including the terminating NUL) the C API hands back, as `SCR_MAX_FILENAME`.
 pub const MAX_FILENAME: usize = 1024;
+
+/// Dataset flags, as `SCR_FLAG_CHECKPOINT` and `SCR_FLAG_OUTPUT` in `scr.h` (crate-root
+/// constants, usable by every layer).
+pub const FLAG_CHECKPOINT: i32 = 1;
+pub const FLAG_OUTPUT: i32 = 2;

@@ -21,7 +21,7 @@ use std::ffi::{c_char, c_int, CString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use scr::hooks::Inside;
+use scr::reentry::Inside;
 
 use crate::path::{resolve, Resolved};
 use crate::state::{self, files, Active, Entry, Errno, WRITER};

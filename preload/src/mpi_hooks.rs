@@ -12,7 +12,8 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use mpi::ffi::{MPI_Comm, MPI_Datatype, MPI_Op};
-use scr::hooks::{self, Inside};
+use scr::hooks;
+use scr::reentry::Inside;
 
 use crate::real;
 use crate::state::{self, Active};
@@ -32,8 +33,7 @@ fn start() {
     if scr::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
         let _ = scr::config::scr_config("SCR_HALT_EXIT=1", false);
     }
-    hooks::set_defer_halt_exit(true);
-    if let Err(e) = scr::runtime::init() {
+    if let Err(e) = scr::runtime::init_as(scr::runtime::Mode::Transparent) {
         scr::scr_error!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
         scr::comm::abort(1);
     }
@@ -45,7 +45,7 @@ fn start() {
             return;
         }
     };
-    let patterns = match scr::patterns::PatternSet::compile(&setup.patterns) {
+    let patterns = match scr::config::patterns::PatternSet::compile(&setup.patterns) {
         Ok(p) => p,
         Err(e) => {
             scr::scr_error!("{e}");
@@ -141,7 +141,7 @@ fn collective_done(comm: MPI_Comm) {
 
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     let Some(f) = real::PMPI_Init() else { return MPI_ERR_OTHER };
-    if hooks::inside() || STARTED.load(Ordering::SeqCst) {
+    if scr::reentry::inside() || STARTED.load(Ordering::SeqCst) {
         return f(argc, argv);
     }
     let rc = {
@@ -156,7 +156,7 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
 
 unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
     let Some(f) = real::PMPI_Init_thread() else { return MPI_ERR_OTHER };
-    if hooks::inside() || STARTED.load(Ordering::SeqCst) {
+    if scr::reentry::inside() || STARTED.load(Ordering::SeqCst) {
         return f(argc, argv, required, provided);
     }
     let rc = {
@@ -171,7 +171,7 @@ unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c
 
 unsafe fn finalize() -> c_int {
     let Some(f) = real::PMPI_Finalize() else { return MPI_ERR_OTHER };
-    if !hooks::inside() {
+    if !scr::reentry::inside() {
         finish();
     }
     let _inside = Inside::enter();

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-use scr::patterns::PatternSet;
+use scr::config::patterns::PatternSet;
 
 /// The routing setup of this process, set once after `SCR_Init` succeeded in `MPI_Init`.
 pub struct Active {
@@ -56,7 +56,7 @@ pub fn active_any() -> Option<&'static Active> {
 /// (a system call, so only for paths under the prefix).
 #[inline]
 pub fn routing() -> Option<&'static Active> {
-    if !LIVE.load(Ordering::Relaxed) || scr::hooks::inside() || scr::hooks::explicit() {
+    if !LIVE.load(Ordering::Relaxed) || scr::reentry::inside() || scr::hooks::explicit() {
         return None;
     }
     ACTIVE.get()
@@ -71,7 +71,7 @@ pub fn is_owner(a: &Active) -> bool {
 
 /// The process that owns the tables (late hooks after finalize use this, not `routing`).
 pub fn owner() -> Option<&'static Active> {
-    if scr::hooks::inside() {
+    if scr::reentry::inside() {
         return None;
     }
     let a = ACTIVE.get()?;

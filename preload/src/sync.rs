@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use scr::comm::Comm;
-use scr::hooks::Inside;
+use scr::reentry::Inside;
 
 use crate::state::{files, Active};
 

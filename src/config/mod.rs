@@ -11,6 +11,7 @@
 
 pub mod params;
 pub mod parse;
+pub mod patterns;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -34,6 +35,12 @@ pub const SYSTEM_CONFIG_FILE: &str = match option_env!("SCR_CONFIG_FILE") {
 pub struct ConfigError {
     pub at: String,
     pub msg: String,
+}
+
+impl From<ConfigError> for crate::error::Error {
+    fn from(e: ConfigError) -> Self {
+        crate::error::Error::Config { at: e.at, msg: e.msg }
+    }
 }
 
 /// Where a value came from.

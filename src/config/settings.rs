@@ -75,7 +75,7 @@ pub struct Settings {
     pub ckpts: Vec<Entry>,
     pub groups: Vec<Entry>,
     /// Transparent mode's checkpoint patterns (`PRELOAD=` entries, `SCR_PRELOAD_PATTERNS`).
-    pub preload: Vec<crate::patterns::PatternSpec>,
+    pub preload: Vec<crate::config::patterns::PatternSpec>,
     /// The effective configuration with origins, for the `SCR_DEBUG` listing.
     pub listing: Vec<(String, String, String)>,
     /// Warnings found while reading the configuration (printed by rank 0).
@@ -250,7 +250,7 @@ impl Settings {
             stores,
             ckpts: r.entries("CKPT").into_iter().cloned().collect(),
             groups: r.entries("GROUPS").into_iter().cloned().collect(),
-            preload: crate::patterns::from_config(
+            preload: crate::config::patterns::from_config(
                 &r.entries("PRELOAD"),
                 r.simple
                     .get("SCR_PRELOAD_PATTERNS")

@@ -164,7 +164,7 @@ impl EventLog {
             return;
         };
         // The library's own I/O: a transparent-mode hook must pass it straight through.
-        let _inside = crate::hooks::Inside::enter();
+        let _inside = crate::reentry::Inside::enter();
         let body = inner.body(event, fields);
         if let Some(t) = &inner.text {
             t.append(&format!("{} {body}\n", timestamp(crate::identity::now_usecs())));

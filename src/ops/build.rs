@@ -413,7 +413,7 @@ fn rebuild_set(
         let mut files = Vec::new();
         for e in &all[x] {
             let p = layout.prefix.join(&e.rel);
-            let c = crate::transfer::copy::file_crc(&p, piece).map_err(|e| e.to_string())?;
+            let c = crate::checksum::file_crc(&p, piece).map_err(|e| e.to_string())?;
             if let Some(crc) = e.crc.filter(|crc| *crc != c.crc) {
                 return Err(format!(
                     "{}: rebuilt data has CRC32 {:#010x}, {crc:#010x} was recorded",

@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 
 use super::build::{self, Report};
 use super::{OpError, OpResult};
+use crate::checksum::file_crc;
 use crate::config::Settings;
 use crate::paths::Prefix;
 use crate::redundancy::RedInfo;
@@ -29,7 +30,7 @@ use crate::state::flushfile::{FlushFile, Location};
 use crate::state::index::Index;
 use crate::state::layout::Layout;
 use crate::state::rankfile::{RankFile, RankFileEntry, RankRed};
-use crate::transfer::copy::{copy_verified, file_crc};
+use crate::transfer::copy::copy_verified;
 
 /// The prefix of the lines `scr_copy` prints for `scr_scavenge` to read.
 pub const PROTOCOL: &str = "SCR_COPY";

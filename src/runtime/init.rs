@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use super::{policy::Policy, Phase, Runtime};
+use super::{policy::Policy, Mode, Phase, Runtime};
 use crate::comm::Comm;
 use crate::config::{self, ConfigError, Settings};
 use crate::desc::Descriptors;
@@ -21,7 +21,7 @@ use crate::{log, redundancy, scr_debug, scr_error, scr_warn};
 
 impl Runtime {
     /// Build a running instance (collective over `MPI_COMM_WORLD`).
-    pub(super) fn start() -> Result<Runtime> {
+    pub(super) fn start(mode: Mode) -> Result<Runtime> {
         let t0 = Instant::now();
         let world = Comm::world_dup();
         let host = identity::host_name();
@@ -70,6 +70,7 @@ impl Runtime {
         }
 
         let mut rt = Runtime {
+            mode,
             world,
             node,
             host,

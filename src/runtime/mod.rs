@@ -42,9 +42,7 @@ use crate::state::layout::Layout;
 use crate::transfer::Ctx;
 use crate::{scr_error, scr_warn};
 
-/// Dataset flags, as in `scr.h`.
-pub const FLAG_CHECKPOINT: i32 = 1;
-pub const FLAG_OUTPUT: i32 = 2;
+pub use crate::{FLAG_CHECKPOINT, FLAG_OUTPUT};
 
 #[derive(Debug, Clone, PartialEq)]
 enum Phase {
@@ -62,8 +60,20 @@ struct Loaded {
     in_prefix: bool,
 }
 
+/// Which front end runs SCR in this process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The application calls the API (`libscr.so`, or the preload's exported API).
+    Api,
+    /// The preload runs SCR for an unmodified application: it acts on `SCR_HALT_EXIT` itself,
+    /// at the sync point after a checkpoint, so the application's own post-checkpoint steps
+    /// (such as its pointer file) happen first.
+    Transparent,
+}
+
 /// Everything a running SCR instance holds.
 pub struct Runtime {
+    mode: Mode,
     world: Comm,
     node: Comm,
     host: String,
@@ -162,6 +172,11 @@ pub fn world_rank() -> Option<i32> {
 
 /// `SCR_Init`.
 pub fn init() -> Result<()> {
+    init_as(Mode::Api)
+}
+
+/// `SCR_Init` run by `mode`'s front end.
+pub fn init_as(mode: Mode) -> Result<()> {
     let mut g = lock();
     match &*g {
         State::Uninit => {}
@@ -175,7 +190,7 @@ pub fn init() -> Result<()> {
     if !crate::comm::mpi_active() {
         return Err(Error::usage("SCR_Init", "MPI is not initialised: call MPI_Init before SCR_Init"));
     }
-    let rt = Runtime::start()?;
+    let rt = Runtime::start(mode)?;
     *g = State::Running(Box::new(rt));
     let exit = match &mut *g {
         State::Running(rt) => rt.exit_requested.take(),

@@ -216,7 +216,7 @@ impl Runtime {
                     f.size = md.len();
                     f.complete = true;
                     if crc {
-                        match crate::transfer::copy::file_crc(&f.path, buf) {
+                        match crate::checksum::file_crc(&f.path, buf) {
                             Ok(c) => f.crc = Some(c.crc),
                             Err(e) => problems.push(e.to_string()),
                         }
@@ -339,7 +339,7 @@ impl Runtime {
                 scr_warn!("cannot update the halt file: {e}");
             }
         }
-        if self.settings.halt_exit && !crate::hooks::defer_halt_exit() {
+        if self.settings.halt_exit && self.mode == super::Mode::Api {
             if let Some(reason) = self.halt_reason() {
                 self.exit_requested = Some(reason);
             }

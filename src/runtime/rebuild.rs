@@ -326,7 +326,7 @@ impl Runtime {
         parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &all, piece).map_err(|e| e.to_string())?;
         for f in &rec.files {
             if let Some(crc) = f.crc {
-                let got = crate::transfer::copy::file_crc(&f.path, piece).map_err(|e| e.to_string())?;
+                let got = crate::checksum::file_crc(&f.path, piece).map_err(|e| e.to_string())?;
                 if got.crc != crc {
                     return Err(format!(
                         "{}: rebuilt data has CRC32 {:#010x}, {crc:#010x} was recorded",

@@ -14,8 +14,8 @@
 use std::path::{Path, PathBuf};
 
 use super::{with_rt, Runtime};
+use crate::config::patterns::PatternSpec;
 use crate::error::{Error, Result};
-use crate::patterns::PatternSpec;
 
 /// What the preload needs to route paths.
 #[derive(Debug, Clone)]

@@ -290,7 +290,7 @@ impl super::Runtime {
 /// The watchdog thread: sleep until the deadline; fire if it passes unmoved.
 fn watch(shared: &Shared) {
     // Its I/O (the message) must pass the preload's hooks untouched.
-    let _inside = crate::hooks::Inside::enter();
+    let _inside = crate::reentry::Inside::enter();
     let mut s = shared.state.lock().unwrap_or_else(|e| e.into_inner());
     loop {
         if s.stop {
@@ -325,7 +325,7 @@ pub fn message(f: &Firing) -> String {
 fn fire(f: Firing, events: EventLog) -> ! {
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let reporter = std::thread::Builder::new().name("scr-watchdog-msg".into()).spawn(move || {
-        let _inside = crate::hooks::Inside::enter();
+        let _inside = crate::reentry::Inside::enter();
         crate::scr_error!("{}", message(&f));
         events.record(
             "WATCHDOG",

@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::dataset::DatasetDesc;
+use super::redinfo::RedInfo;
 use crate::desc::RedDesc;
 use crate::persist::{self, MetaError};
-use crate::redundancy::RedInfo;
 
 const KIND: &str = "filemap";
 

@@ -18,5 +18,6 @@ pub mod halt;
 pub mod index;
 pub mod layout;
 pub mod rankfile;
+pub mod redinfo;
 pub mod run;
 pub mod summary;

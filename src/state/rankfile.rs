@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::dataset::DatasetDesc;
+use super::redinfo::RedInfo;
 use crate::persist::{self, MetaError};
-use crate::redundancy::RedInfo;
 
 const KIND: &str = "rankfilemap";
 

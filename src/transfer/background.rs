@@ -103,7 +103,7 @@ impl Flusher {
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new().name("scr-flush".into()).spawn(move || {
                 // The worker's file I/O is the library's own: the preload's hooks let it pass.
-                let _inside = crate::hooks::Inside::enter();
+                let _inside = crate::reentry::Inside::enter();
                 lower_priority();
                 for job in rx {
                     let id = job.rec.desc.id;

@@ -3,19 +3,13 @@
 //! so a reader never sees a partial or corrupt file under the real name, and an existing
 //! good file is replaced only by a verified one.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::checksum::{stream, Copied};
 use crate::error::{Error, IoContext, Result};
-
-/// Size and CRC32 of what was copied.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Copied {
-    pub size: u64,
-    pub crc: u32,
-}
 
 /// The temporary name a file is published under.
 pub fn part_name(dst: &Path) -> PathBuf {
@@ -124,34 +118,10 @@ fn copy_to(src: &Path, dst: &Path, buf_size: usize, pace: &mut Pace) -> Result<C
     Ok(c)
 }
 
-/// Size and CRC32 of a file.
-pub fn file_crc(path: &Path, buf_size: usize) -> Result<Copied> {
-    stream(path, buf_size, |_| Ok(()))
-}
-
-/// Read `path` in chunks of `buf_size`, computing size and CRC32 and handing each chunk to `f`.
-fn stream(path: &Path, buf_size: usize, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<Copied> {
-    let mut input = File::open(path).ctx("open", path)?;
-    let mut buf = vec![0u8; buf_size];
-    let mut hasher = crc32fast::Hasher::new();
-    let mut size = 0u64;
-    loop {
-        let n = match input.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(Error::io("read", path, e)),
-        };
-        hasher.update(&buf[..n]);
-        f(&buf[..n])?;
-        size += n as u64;
-    }
-    Ok(Copied { size, crc: hasher.finalize() })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checksum::file_crc;
 
     #[test]
     fn copies_and_verifies() {

@@ -16,8 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{ConfigError, Entry};
-use crate::runtime::{FLAG_CHECKPOINT, FLAG_OUTPUT};
+use super::{ConfigError, Entry};
+use crate::{FLAG_CHECKPOINT, FLAG_OUTPUT};
 
 /// What a pattern's files form.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -544,7 +544,7 @@ mod tests {
     #[test]
     fn the_documented_example_parses_and_routes() {
         let mut w = Vec::new();
-        let text = include_str!("../config/preload.conf.example");
+        let text = include_str!("../../config/preload.conf.example");
         let layer = crate::config::parse_file_text(text, std::path::Path::new("preload.conf"), true, &mut w).unwrap();
         assert!(w.is_empty(), "{w:?}");
         let r = crate::config::resolve_layers(vec![layer], vec![]);
