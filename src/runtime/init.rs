@@ -222,7 +222,8 @@ impl Runtime {
         }
         if self.settings.cache_purge || !self.settings.distribute {
             let why = if self.settings.cache_purge { "SCR_CACHE_PURGE=1" } else { "SCR_DISTRIBUTE=0" };
-            let ids: Vec<u64> = self.filemap.datasets.keys().copied().collect();
+            let ids: Vec<u64> =
+                self.filemap.datasets.values().filter(|r| self.fits(r.desc.ranks)).map(|r| r.desc.id).collect();
             if self.rank0() && !ids.is_empty() {
                 scr_debug!(1, "{why}: deleting {} cached dataset(s)", ids.len());
             }
@@ -231,6 +232,7 @@ impl Runtime {
             }
         }
         self.scan_cache();
+        self.report_other_sizes();
 
         if self.rank0() {
             let r = Halt::update(&self.layout.halt(), |h| {
@@ -273,19 +275,31 @@ impl Runtime {
         self.after_load()
     }
 
-    /// Rank 0's view of the index; a damaged index is reported and left untouched.
+    /// Rank 0's view of the index (rebuilt from the prefix's dataset directories if it was
+    /// damaged or lost); an index that cannot be read at all is reported and left as it is.
     pub(super) fn load_index(&self) -> Index {
         Index::load(&self.layout.index()).unwrap_or_else(|e| {
-            scr_error!("{e}; no checkpoint can be fetched from the prefix until it is repaired");
+            scr_error!("{e}; no checkpoint can be fetched from the prefix until it can be read");
             Index::default()
         })
     }
 
-    /// Keep each cached dataset that every rank holds intact; delete the rest, saying why.
+    /// Keep each cached dataset that every rank holds with its files at their recorded sizes;
+    /// rebuild or delete the rest, saying why. (CRC32s are checked when a dataset is chosen
+    /// for restart, see `load_cached`.) Datasets written by another number of processes are
+    /// left alone: they belong to a run of that size.
     fn scan_cache(&mut self) {
         let mut bound = i64::MAX;
         loop {
-            let mine = self.filemap.datasets.keys().rev().map(|&i| i as i64).find(|&i| i < bound).unwrap_or(-1);
+            let mine = self
+                .filemap
+                .datasets
+                .values()
+                .rev()
+                .filter(|r| self.fits(r.desc.ranks))
+                .map(|r| r.desc.id as i64)
+                .find(|&i| i < bound)
+                .unwrap_or(-1);
             let id = self.world.max_i64(mine);
             if id < 0 {
                 break;
@@ -294,7 +308,7 @@ impl Runtime {
             let id = id as u64;
             let check = match self.filemap.datasets.get(&id) {
                 None => Err("holds no record of it".to_string()),
-                Some(rec) => redundancy::check_local(rec, self.settings.crc_on_copy, self.settings.file_buf_size),
+                Some(rec) => redundancy::check_local(rec, false, self.settings.file_buf_size),
             };
             let err = check.err();
             if self.world.all_true(err.is_none()) {
@@ -308,7 +322,7 @@ impl Runtime {
             .filemap
             .datasets
             .values()
-            .filter(|r| r.desc.output && !self.flushed(r.desc.id))
+            .filter(|r| r.desc.output && !self.flushed(r.desc.id) && self.fits(r.desc.ranks))
             .map(|r| r.desc.id)
             .collect();
         for id in owed {
@@ -327,7 +341,13 @@ impl Runtime {
         if target < 0 {
             return;
         }
-        let newer: Vec<u64> = self.filemap.datasets.keys().copied().filter(|&i| i as i64 > target).collect();
+        let newer: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|r| r.desc.id as i64 > target && self.fits(r.desc.ranks))
+            .map(|r| r.desc.id)
+            .collect();
         for id in newer {
             self.drop_cached(id);
         }

@@ -88,9 +88,15 @@ impl Runtime {
                         ix.current = None;
                     }
                 }
-                id.is_some()
+                id
             })
             .map_err(Error::from)
+            .and_then(|id| match id {
+                Some(id) => crate::state::recover::mark_dropped(&self.layout.index(), id, true)
+                    .map(|_| true)
+                    .map_err(|e| Error::io("mark as dropped", self.layout.prefix_dataset_dir(id), e)),
+                None => Ok(false),
+            })
         } else {
             Ok(true)
         };

@@ -100,6 +100,8 @@ impl Runtime {
                 .datasets
                 .values()
                 .filter(|r| r.reddesc.store == store && !r.reddesc.bypass && Some(r.desc.id) != keep)
+                // another number of processes wrote it: never evicted, it is not this run's
+                .filter(|r| self.fits(r.desc.ranks))
                 .collect();
             let mut victims = Vec::new();
             let mut excess = (cached.len() + 1).saturating_sub(count);
@@ -203,7 +205,7 @@ impl Runtime {
         let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
         let encodes = self.encoder(index, bypass).is_some();
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
-        let crc = self.settings.crc_on_copy && !encodes;
+        let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !encodes;
         let buf = self.settings.file_buf_size;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let mut problems = Vec::new();
@@ -353,11 +355,17 @@ impl Runtime {
             .filemap
             .datasets
             .values()
-            .filter(|r| r.complete && r.desc.output && !self.flushed(r.desc.id))
+            .filter(|r| r.complete && r.desc.output && !self.flushed(r.desc.id) && self.fits(r.desc.ranks))
             .map(|r| r.desc.id)
             .collect();
         if self.settings.flush > 0 {
-            if let Some(r) = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint) {
+            let newest = self
+                .filemap
+                .datasets
+                .values()
+                .rev()
+                .find(|r| r.complete && r.desc.checkpoint && self.fits(r.desc.ranks));
+            if let Some(r) = newest {
                 if !self.flushed(r.desc.id) && !owed.contains(&r.desc.id) {
                     owed.push(r.desc.id);
                 }

@@ -55,9 +55,14 @@ impl Runtime {
                 }
             }
         }
-        let offers: Vec<(u64, i32)> =
-            foreign.iter().flat_map(|(r, fm)| fm.datasets.keys().map(move |id| (*id, *r))).collect();
-        let mine: Vec<u64> = self.filemap.datasets.keys().copied().collect();
+        // Datasets written by another number of processes stay where they are: their rank
+        // numbers mean other processes, and a run of their own size will find them there.
+        let fits = |r: &DatasetRecord| r.desc.ranks == size as u32;
+        let offers: Vec<(u64, i32)> = foreign
+            .iter()
+            .flat_map(|(r, fm)| fm.datasets.values().filter(|d| fits(d)).map(move |d| (d.desc.id, *r)))
+            .collect();
+        let mine: Vec<u64> = self.filemap.datasets.values().filter(|d| fits(d)).map(|d| d.desc.id).collect();
         let all = self.world.gather(0, &(mine, offers));
         let moves: Vec<Move> = all
             .map(|all| {

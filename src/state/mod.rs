@@ -18,6 +18,7 @@ pub mod halt;
 pub mod index;
 pub mod layout;
 pub mod rankfile;
+pub mod recover;
 pub mod redinfo;
 pub mod run;
 pub mod summary;
