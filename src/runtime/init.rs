@@ -95,6 +95,7 @@ impl Runtime {
             run_stamp: 0,
             any_rank_log: None,
             watchdog: None,
+            checksums: Default::default(),
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
         rt.make_directories()?;
@@ -179,6 +180,7 @@ impl Runtime {
             scr_error!("{e}; the cached datasets of this rank are unusable");
             Filemap::default()
         });
+        self.adopt_checksum_files();
 
         if self.settings.distribute && !self.settings.cache_purge {
             self.distribute();

@@ -321,9 +321,12 @@ impl Runtime {
             self.checkpoint_taken();
         }
         self.progress(&[]);
-        // Last, so the background copy does not compete with the rest of this call.
+        // Last, so the background copy does not compete with the rest of this call. A
+        // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
         if background {
             self.start_async_flush(id);
+        } else if self.filemap.datasets.contains_key(&id) {
+            self.start_checksum(id);
         }
         result
     }

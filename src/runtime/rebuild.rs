@@ -373,7 +373,7 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
         })
         .collect();
     let what = format!(
-        "cached dataset {id} ({name}) is missing data of {} rank(s): {}{}",
+        "cached dataset {id} ({name}) lost or damaged data of {} rank(s): {}{}",
         lost.len(),
         lost_files.join("; "),
         if lost.len() > 4 { "; ..." } else { "" }
