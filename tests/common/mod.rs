@@ -191,6 +191,15 @@ impl Spawned {
         self.wait_until(&path.display().to_string(), || path.exists());
     }
 
+    /// Kill the whole job now (SIGKILL to its process group) and return what it printed.
+    pub fn kill(mut self) -> String {
+        if let Some(mut c) = self.child.take() {
+            kill_group(&c);
+            let _ = c.wait();
+        }
+        self.finish_output()
+    }
+
     fn finish_output(&mut self) -> String {
         let out = self.out.take().map(|h| h.join().unwrap()).unwrap_or_default();
         let err = self.err.take().map(|h| h.join().unwrap()).unwrap_or_default();
@@ -383,10 +392,15 @@ impl Job {
         cmd
     }
 
-    /// `mpirun` of `program` with `NP` ranks in the background.
+    /// `mpirun` of `program` with `NP` ranks in the background (on the simulated cluster's
+    /// nodes if the job has them).
     pub fn spawn(&self, program_name: &str, args: &[&str]) -> Spawned {
         let mut cmd = Command::new("mpirun");
-        cmd.arg("-np").arg(NP.to_string()).arg(program(program_name)).args(args);
+        cmd.arg("-np").arg(NP.to_string());
+        if self.nodes.is_some() {
+            cmd.arg(repo().join("scripts/sim-node.sh"));
+        }
+        cmd.arg(program(program_name)).args(args);
         self.apply_env(&mut cmd);
         Spawned::start(cmd)
     }
