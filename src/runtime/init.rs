@@ -34,11 +34,11 @@ impl Runtime {
             Err(ConfigError { at: String::new(), msg: String::new() })
         };
         // Rank 0 alone prints a configuration error (it is the same on every rank).
-        let settings = world.bcast(0, &mine).map_err(|e| Error::Collective(e.to_string()))?;
+        let settings = world.bcast(0, &mine)?.map_err(|e| Error::Collective(e.to_string()))?;
         log::set_level(settings.debug);
         let descs = world
-            .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))
-            .expect("rank 0 built the descriptors")
+            .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))?
+            .ok_or_else(|| Error::Collective("SCR_Init: rank 0 sent no descriptors".into()))?
             .map_err(|e| Error::Collective(e.to_string()))?;
         if world.rank() == 0 {
             for w in &settings.warnings {
@@ -54,10 +54,10 @@ impl Runtime {
         }
 
         let prefix = Prefix::new(&settings.prefix);
-        let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)));
+        let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)))?;
         let (user, job) = who;
         let layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
-        let (node, nnodes, _) = world.split_by_string(&host);
+        let (node, nnodes, _) = world.split_by_string(&host)?;
         if world.rank() == 0 {
             scr_debug!(
                 1,
@@ -97,7 +97,7 @@ impl Runtime {
             watchdog: None,
             checksums: Default::default(),
         };
-        rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
+        rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.make_directories()?;
         if rt.rank0() {
             rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
@@ -159,7 +159,7 @@ impl Runtime {
         } else {
             FlushFile::default()
         };
-        let merged = self.world.gather(0, &mine).map(|all| {
+        let merged = self.world.gather(0, &mine)?.map(|all| {
             let mut out = FlushFile::default();
             for f in all {
                 for (id, e) in f.datasets {
@@ -173,7 +173,7 @@ impl Runtime {
             }
             out
         });
-        self.flushes = self.world.bcast(0, &merged.unwrap_or_default());
+        self.flushes = self.world.bcast(0, &merged.unwrap_or_default())?;
 
         let fm_path = self.layout.filemap(self.world.rank());
         self.filemap = Filemap::load(&fm_path).unwrap_or_else(|e| {
@@ -183,12 +183,12 @@ impl Runtime {
         self.adopt_checksum_files();
 
         if self.settings.distribute && !self.settings.cache_purge {
-            self.distribute();
+            self.distribute()?;
         }
 
         // Continue ids after everything known, in cache or in the prefix.
         let index = if self.rank0() { self.load_index() } else { Index::default() };
-        let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids());
+        let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids())?;
         let (fm_d, fm_c) = (
             self.filemap.datasets.keys().max().copied().unwrap_or(0),
             self.filemap.datasets.values().filter_map(|r| r.desc.ckpt).max().unwrap_or(0),
@@ -208,7 +208,7 @@ impl Runtime {
             })
             .map(|(id, _)| *id)
             .collect();
-        for id in self.world.bcast(0, &landed) {
+        for id in self.world.bcast(0, &landed)? {
             if self.rank0() {
                 scr_debug!(1, "dataset {id} reached the prefix after its run ended; recorded as flushed");
             }
@@ -233,7 +233,7 @@ impl Runtime {
                 self.drop_cached(id);
             }
         }
-        self.scan_cache();
+        self.scan_cache()?;
         self.report_other_sizes();
 
         if self.rank0() {
@@ -273,7 +273,7 @@ impl Runtime {
             }
             self.drop_newer_than_named(&name);
         }
-        self.load_checkpoint();
+        self.load_checkpoint()?;
         self.after_load()
     }
 
@@ -290,7 +290,7 @@ impl Runtime {
     /// rebuild or delete the rest, saying why. (CRC32s are checked when a dataset is chosen
     /// for restart, see `load_cached`.) Datasets written by another number of processes are
     /// left alone: they belong to a run of that size.
-    fn scan_cache(&mut self) {
+    fn scan_cache(&mut self) -> Result<()> {
         let mut bound = i64::MAX;
         loop {
             let mine = self
@@ -317,7 +317,7 @@ impl Runtime {
                 scr_debug!(2, "cached dataset {id} is intact on this rank");
                 continue;
             }
-            self.rebuild_or_drop(id, err);
+            self.rebuild_or_drop(id, err)?;
         }
         // Datasets SCR owes the prefix (output never flushed, a flush cut short) go now.
         let owed: Vec<u64> = self
@@ -334,6 +334,7 @@ impl Runtime {
                 }
             }
         }
+        Ok(())
     }
 
     /// With a named checkpoint requested, newer cached datasets are deleted (user guide 2.5.6).

@@ -124,7 +124,8 @@ impl Runtime {
         } else {
             Vec::new()
         };
-        let victims: Vec<u64> = self.world.bcast(0, &victims);
+        // on a failed broadcast (agreed) nothing is evicted: the store holds one more
+        let victims: Vec<u64> = self.world.bcast(0, &victims).unwrap_or_default();
         // A victim still being flushed leaves only once its flush is finished everywhere.
         let flying: Vec<u64> = victims.iter().copied().filter(|id| self.in_flight(*id)).collect();
         let mut waited = 0.0;
@@ -374,7 +375,12 @@ impl Runtime {
                 }
             }
         }
-        let owed: Vec<u64> = self.world.bcast(0, &owed);
+        let owed: Vec<u64> = self.world.bcast(0, &owed).unwrap_or_else(|e| {
+            if self.rank0() {
+                scr_error!("{e}; the flushes SCR owes are not done (scavenge the cache)");
+            }
+            Vec::new()
+        });
         for id in owed {
             if let Err(e) = self.flush_dataset(id) {
                 if self.rank0() {

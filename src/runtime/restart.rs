@@ -33,19 +33,19 @@ impl Runtime {
     /// skipping ones that failed in this run and ones written by another number of processes.
     /// A cached one is verified first (CRC32) and rebuilt or dropped if that fails; a prefix
     /// one is fetched (and verified); the first that succeeds is loaded.
-    pub(super) fn load_checkpoint(&mut self) {
+    pub(super) fn load_checkpoint(&mut self) -> Result<()> {
         self.restart = None;
         loop {
             let next = if self.rank0() { self.next_candidate() } else { None };
-            let loaded = match self.world.bcast(0, &next) {
-                None => return,
-                Some(Candidate::Cache(id)) => self.load_cached(id),
+            let loaded = match self.world.bcast(0, &next)? {
+                None => return Ok(()),
+                Some(Candidate::Cache(id)) => self.load_cached(id)?,
                 Some(Candidate::Prefix { id, ckpt, name, bytes, files }) => {
                     self.fetch_one(id, ckpt, name, bytes, files)
                 }
             };
             if loaded {
-                return;
+                return Ok(());
             }
         }
     }
@@ -90,7 +90,7 @@ impl Runtime {
     /// Offer cached dataset `id` once every rank's files check out against their CRC32s
     /// (`SCR_CRC_ON_COPY` unset or 1); a mismatch counts as a lost file: the dataset is
     /// rebuilt from its redundancy data if the scheme allows, else dropped from cache.
-    fn load_cached(&mut self, id: u64) -> bool {
+    fn load_cached(&mut self, id: u64) -> Result<bool> {
         let t0 = std::time::Instant::now();
         let problem = match self.filemap.datasets.get(&id) {
             Some(rec) if self.settings.crc_on_copy.verify() => {
@@ -110,8 +110,8 @@ impl Runtime {
                 crate::log::mib_per_sec(bytes, secs)
             );
         }
-        if !intact && !self.rebuild_or_drop(id, problem) {
-            return false;
+        if !intact && !self.rebuild_or_drop(id, problem)? {
+            return Ok(false);
         }
         let rec = &self.filemap.datasets[&id];
         self.restart = Some(Loaded { id, name: rec.desc.name.clone(), in_prefix: rec.reddesc.bypass });
@@ -119,7 +119,7 @@ impl Runtime {
             scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
         }
         self.events.record("RESTART", &[("dset", &id), ("name", &rec.desc.name), ("from", &"cache")]);
-        true
+        Ok(true)
     }
 
     /// Fetch checkpoint `id` from the prefix (collective) and load it; on failure it is
@@ -205,7 +205,7 @@ impl Runtime {
             .filter(|r| r.desc.checkpoint && r.complete && !self.fits(r.desc.ranks))
             .map(|r| (r.desc.id, r.desc.name.clone(), r.desc.ranks))
             .collect();
-        let Some(all) = self.world.gather(0, &mine) else { return };
+        let Ok(Some(all)) = self.world.gather(0, &mine) else { return };
         let mut seen: std::collections::BTreeMap<u64, (String, u32, &str)> = std::collections::BTreeMap::new();
         for (id, name, ranks) in all.into_iter().flatten() {
             seen.insert(id, (name, ranks, "cache"));
@@ -334,7 +334,7 @@ impl Runtime {
             self.wanted = None;
         }
         self.drop_cached(loaded.id);
-        self.load_checkpoint();
+        self.load_checkpoint()?;
         self.policy.compute_started();
         Ok(false)
     }

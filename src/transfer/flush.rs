@@ -32,7 +32,7 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     let t0 = Instant::now();
 
     let mark = (rank == 0).then(|| mark_flushing(ctx.layout, rec).err().map(|e| e.to_string())).flatten();
-    if let Some(e) = ctx.world.bcast(0, &mark) {
+    if let Some(e) = ctx.world.bcast(0, &mark)? {
         return Err(Error::Collective(format!("{what}: cannot record it in the index: {e}")));
     }
 
@@ -54,9 +54,9 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
         }
     }
 
-    let all = ctx.world.gather(0, &files);
+    let all = ctx.world.gather(0, &files)?;
     let publish_err = all.and_then(|all| publish(ctx.layout, rec, all).err().map(|e| e.to_string()));
-    if let Some(e) = ctx.world.bcast(0, &publish_err) {
+    if let Some(e) = ctx.world.bcast(0, &publish_err)? {
         return Err(Error::Collective(format!("{what}: {e}")));
     }
     let secs = ctx.world.max_f64(t0.elapsed().as_secs_f64());
