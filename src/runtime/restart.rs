@@ -94,7 +94,7 @@ impl Runtime {
         let t0 = std::time::Instant::now();
         let problem = match self.filemap.datasets.get(&id) {
             Some(rec) if self.settings.crc_on_copy.verify() => {
-                crate::redundancy::check_local(rec, true, self.settings.file_buf_size).err()
+                crate::redundancy::check_local(rec, Some(self.verify_threads()), self.settings.file_buf_size).err()
             }
             Some(_) => None,
             None => Some("holds no record of it".to_string()),
@@ -102,12 +102,13 @@ impl Runtime {
         let intact = self.world.all_true(problem.is_none());
         if self.rank0() && self.settings.crc_on_copy.verify() {
             let secs = t0.elapsed().as_secs_f64();
-            let bytes = self.filemap.datasets.get(&id).map_or(0, |r| r.desc.size);
+            let bytes = self.filemap.datasets.get(&id).map_or(0, |r| r.bytes());
             scr_debug!(
                 1,
-                "verified cached dataset {id} against its CRC32s: {} in {secs:.3} s, {:.1} MiB/s (rank 0)",
+                "verified rank 0's part of cached dataset {id} against its CRC32s: {} in {secs:.3} s, {:.1} MiB/s ({} thread(s))",
                 crate::log::bytes(bytes),
-                crate::log::mib_per_sec(bytes, secs)
+                crate::log::mib_per_sec(bytes, secs),
+                self.verify_threads()
             );
         }
         if !intact && !self.rebuild_or_drop(id, problem)? {
@@ -120,6 +121,14 @@ impl Runtime {
         }
         self.events.record("RESTART", &[("dset", &id), ("name", &rec.desc.name), ("from", &"cache")]);
         Ok(true)
+    }
+
+    /// Threads each process verifies its cached files with at restart: the node's cores
+    /// (as far as this process may run on them) shared by the processes on the node; nothing
+    /// else runs there before the application's restart reads.
+    fn verify_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / self.node.size().max(1) as usize).max(1)
     }
 
     /// Fetch checkpoint `id` from the prefix (collective) and load it; on failure it is
