@@ -81,6 +81,8 @@ static void pause_gate(const char* dir, int step)
   if (crash) {
     if (rank == 0) printf("CRASH at the pause before step %d\n", step);
     fflush(stdout);
+    /* nobody dies before rank 0's line is out (the launcher ends the rest at the first death) */
+    MPI_Barrier(MPI_COMM_WORLD);
     _exit(9);
   }
 }
@@ -235,6 +237,8 @@ int main(int argc, char** argv)
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (SCR_Init() != SCR_SUCCESS) {
     if (rank == 0) printf("SCR_INIT_FAILED\n");
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
 
