@@ -83,7 +83,14 @@ pub fn point(a: &Active, last: bool) {
 /// Directory renames done by any rank apply to every rank's files.
 fn share_renames(a: &Active, comm: &Comm) {
     let mine: Renames = std::mem::take(&mut files().dir_renames);
-    let all: Vec<Renames> = comm.allgather(&mine);
+    let all: Vec<Renames> = match comm.allgather(&mine) {
+        Ok(all) => all,
+        Err(e) => {
+            // agreed by every rank: the renames are applied in the prefix, records follow at restart
+            scr::scr_error!("transparent mode: sharing directory renames: {e}");
+            return;
+        }
+    };
     for (r, list) in all.iter().enumerate() {
         if r as u32 == a.rank {
             continue;
@@ -120,7 +127,15 @@ fn complete(a: &Active, comm: &Comm) -> bool {
     }
     let summary: Vec<(String, i32, u64)> = groups.iter().map(|(n, (fl, ep, _))| (n.clone(), *fl, *ep)).collect();
     let mut names: BTreeMap<String, (i32, u64)> = BTreeMap::new();
-    for list in comm.allgather(&summary) {
+    let lists = match comm.allgather(&summary) {
+        Ok(l) => l,
+        Err(e) => {
+            // agreed by every rank: the files stay pending until the next sync point
+            scr::scr_error!("transparent mode: agreeing on the datasets to complete: {e}");
+            return false;
+        }
+    };
+    for list in lists {
         for (n, fl, ep) in list {
             let e = names.entry(n).or_insert((0, u64::MAX));
             e.0 |= fl;

@@ -338,7 +338,7 @@ pub fn reset_app_layer() {
 }
 
 mod settings;
-pub use settings::{Settings, StoreEntry};
+pub use settings::{CrcOnCopy, Settings, StoreEntry};
 
 #[cfg(test)]
 mod tests {

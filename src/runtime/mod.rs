@@ -12,6 +12,7 @@
 //! ranks combine it, and all return the same result. The front ends (C API, preload) call
 //! these functions and map errors to return codes.
 
+mod checksums;
 mod flights;
 mod init;
 mod manage;
@@ -109,6 +110,8 @@ pub struct Runtime {
     any_rank_log: Option<crate::events::EventLog>,
     /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
     watchdog: Option<watchdog::Watchdog>,
+    /// Background CRC32 of SINGLE datasets ([`checksums`]).
+    checksums: checksums::Checksummer,
 }
 
 enum State {
@@ -339,9 +342,11 @@ impl Runtime {
     }
 
     /// Delete a dataset from this rank's cache: its cached files, its directory, its record.
-    /// A background flush of it finishes first: a dataset is never deleted while it is read.
+    /// A background flush of it finishes first (a dataset is never deleted while it is
+    /// flushed); a background checksum of it is cancelled.
     fn drop_cached(&mut self, id: u64) {
         self.flusher.wait(id);
+        self.cancel_checksum(id);
         if let Some(rec) = self.filemap.datasets.remove(&id) {
             remove_cached_files(&rec);
         }
@@ -395,6 +400,7 @@ impl Runtime {
             }
         }
         self.finish_flights();
+        self.finish_checksums();
         self.flush_owed();
         self.world.barrier();
         self.log_run_end(reason);
