@@ -1,6 +1,7 @@
 //! `SCR_Init`: configuration, identity, descriptors, directories, then the restart: keep
-//! what survives in cache (newest first, dropping what cannot be used), check the halt
-//! conditions, and fetch from the prefix when nothing in cache can restart the job.
+//! what survives in cache (newest first, rebuilding or dropping what lost data), check the
+//! halt conditions, and load the newest checkpoint complete in cache or in the prefix
+//! (`restart.rs`).
 
 use std::time::Instant;
 

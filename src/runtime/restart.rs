@@ -1,5 +1,6 @@
-//! Restart: choosing the checkpoint to offer (newest usable one in cache, else fetched from
-//! the prefix, skipping ones that already failed), the restart phase, and the retry loop:
+//! Restart: choosing the checkpoint to offer (the newest one complete in cache or in the
+//! prefix, written by this run's number of processes and not failed in this run; a cached one
+//! verified against its CRC32s, a prefix one fetched), the restart phase, and the retry loop:
 //! a restart that fails on any rank marks that checkpoint failed and loads the next one.
 
 use std::path::{Path, PathBuf};
