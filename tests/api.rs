@@ -59,6 +59,25 @@ fn scr_config_sets_queries_and_unsets() {
     assert_eq!(r.check("query_subkey"), "SINGLE");
     assert_eq!(r.check("query_env"), "1", "environment wins and is visible");
     assert_eq!(r.check("bad_value"), "(null)");
+    assert_eq!(r.check("query_spaced"), "5");
+    assert_eq!(r.check("query_store_group"), "NODE");
+    assert_eq!(r.check("query_store_after_unset"), "(null)", "STORE= unsets");
+    assert_eq!(r.check("query_unknown"), "(null)", "an unknown key is not stored");
+    assert!(r.stderr.contains("unknown parameter SCR_NOT_A_PARAMETER (ignored)"), "{}", r.dump());
+    assert_eq!(r.check("big_value"), "(null)");
+    // Every rank reports the 2 MB value, each in a line of a few hundred bytes.
+    let big: Vec<&str> = r.stderr.lines().filter(|l| l.contains("SCR_CACHE_SIZE=7777")).collect();
+    assert_eq!(big.len(), 4, "{}", r.dump());
+    for l in big {
+        assert!(
+            l.len() < 400
+                && l.contains(" bytes]...")
+                && l.contains("7777x")
+                && l.contains("expected a non-negative integer"),
+            "{l}"
+        );
+    }
+    assert!(r.stderr.len() < 64 << 10, "stderr is {} bytes", r.stderr.len());
     assert_eq!(r.check("init"), "1");
     assert_eq!(r.check("set_after_init"), "(null)");
     assert_eq!(r.check("query_after_init"), "3");

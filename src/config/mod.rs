@@ -30,7 +30,7 @@ pub const SYSTEM_CONFIG_FILE: &str = match option_env!("SCR_CONFIG_FILE") {
 /// An invalid configuration; `at` names the file and line, the environment variable or the
 /// `SCR_Config` call.
 #[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
-#[error("configuration error at {at}: {msg}")]
+#[error("configuration error at {}: {}", crate::log::clip(at), crate::log::clip(msg))]
 pub struct ConfigError {
     pub at: String,
     pub msg: String,
@@ -132,12 +132,25 @@ pub fn parse_file_text(text: &str, file: &Path, user: bool, warnings: &mut Vec<S
     Ok(layer)
 }
 
-/// Read and parse a config file; a missing file is an empty layer, an unreadable one an error.
-pub fn read_file(file: &Path, user: bool, warnings: &mut Vec<String>) -> Result<Layer, ConfigError> {
+/// Read and parse a config file. A missing file is an empty layer unless `named_by` says which
+/// setting named it (`SCR_CONF_FILE`): then, as an unreadable file always is, it is an error, so
+/// a mistyped path cannot silently drop the settings the file holds.
+pub fn read_file(
+    file: &Path,
+    user: bool,
+    named_by: Option<&Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Layer, ConfigError> {
     match std::fs::read_to_string(file) {
         Ok(text) => parse_file_text(&text, file, user, warnings),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Layer::default()),
-        Err(e) => Err(ConfigError { at: file.display().to_string(), msg: format!("cannot read: {e}") }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && named_by.is_none() => Ok(Layer::default()),
+        Err(e) => Err(match named_by {
+            Some(v) => ConfigError {
+                at: format!("SCR_CONF_FILE={} ({})", v.value, v.origin),
+                msg: format!("cannot read the configuration file {}: {e}", file.display()),
+            },
+            None => ConfigError { at: file.display().to_string(), msg: format!("cannot read: {e}") },
+        }),
     }
 }
 
@@ -236,9 +249,10 @@ pub fn resolve() -> Result<Resolved, ConfigError> {
 fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
     let env = env_layer(warnings)?;
     let app = app_layer();
-    let system = read_file(Path::new(SYSTEM_CONFIG_FILE), false, warnings)?;
-    let user_file = user_config_file(&env, &app, &system);
-    let user = read_file(&user_file, true, warnings)?;
+    let system = read_file(Path::new(SYSTEM_CONFIG_FILE), false, None, warnings)?;
+    let named = env.simple.get("SCR_CONF_FILE").or_else(|| app.simple.get("SCR_CONF_FILE"));
+    let user_file = user_config_file(named, &env, &app, &system);
+    let user = read_file(&user_file, true, named, warnings)?;
     if let Some(v) = user.simple.get("SCR_PREFIX") {
         warnings.push(format!(
             "{}: SCR_PREFIX in the user config file is ignored (the file is found through the prefix)",
@@ -250,9 +264,9 @@ fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
     Ok(resolve_layers(vec![env, user, app, system], std::mem::take(warnings)))
 }
 
-/// `SCR_CONF_FILE`, else `<prefix>/.scrconf`.
-fn user_config_file(env: &Layer, app: &Layer, system: &Layer) -> PathBuf {
-    if let Some(v) = env.simple.get("SCR_CONF_FILE").or_else(|| app.simple.get("SCR_CONF_FILE")) {
+/// `SCR_CONF_FILE` (`named`), else `<prefix>/.scrconf`.
+fn user_config_file(named: Option<&Value>, env: &Layer, app: &Layer, system: &Layer) -> PathBuf {
+    if let Some(v) = named {
         return crate::paths::normalize(Path::new(&v.value), &crate::paths::cwd());
     }
     let prefix = [env, app, system]
@@ -263,9 +277,11 @@ fn user_config_file(env: &Layer, app: &Layer, system: &Layer) -> PathBuf {
     crate::paths::normalize(&prefix, &crate::paths::cwd()).join(".scrconf")
 }
 
-/// `SCR_Config`: set (`KEY=VALUE`, `CKPT=0 TYPE=XOR ...`), unset (`KEY=`), query (`KEY`,
-/// `CKPT=0 TYPE`). Setting and unsetting are refused after `SCR_Init`. A query returns the
-/// effective value from every source but the defaults (`None` if not set).
+/// `SCR_Config`: set (`KEY=VALUE`, `CKPT=0 TYPE=XOR ...`), unset (`KEY=`, which for `STORE`,
+/// `CKPT`, `GROUPS` and `PRELOAD` removes every entry `SCR_Config` made), query (`KEY`,
+/// `CKPT=0 TYPE`). Blanks may surround `=`. Setting and unsetting are refused after
+/// `SCR_Init`. A query returns the effective value from every source but the defaults (`None`
+/// if not set). An unknown key warns and is not stored.
 pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, ConfigError> {
     let at = || format!("SCR_Config(\"{text}\")");
     let err = |msg: String| ConfigError { at: at(), msg };
@@ -298,31 +314,22 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
     // unset: a single KEY= token
     if tokens.len() == 1 && first.value.as_deref() == Some("") {
         if params::multi(&first.key).is_some() {
-            return Err(err(format!("{}= needs a value", first.key)));
+            app.multi.retain(|(k, _), _| *k != first.key);
+        } else if params::find(&first.key).is_some() {
+            app.simple.remove(&first.key);
+        } else {
+            crate::scr_warn!("{}: unknown parameter {} (ignored)", at(), first.key);
         }
-        app.simple.remove(&first.key);
         return Ok(None);
     }
     let env = |k: &str| std::env::var(k).ok();
     let mut warnings = Vec::new();
-    let joined: Vec<String> =
-        tokens.iter().map(|t| format!("{}={}", t.key, quote(t.value.as_deref().unwrap_or_default()))).collect();
-    let line = parse::parse_line(&joined.join(" "), &env, &mut warnings).map_err(err)?;
+    let line = parse::parse_tokens(tokens, &env, &mut warnings).map_err(err)?;
     for w in warnings {
         crate::scr_warn!("{}: {w}", at());
     }
-    if let Some(l) = line {
-        app.add_line(l, &Origin::App);
-    }
+    app.add_line(line, &Origin::App);
     Ok(None)
-}
-
-fn quote(v: &str) -> String {
-    if v.contains(|c: char| c.is_whitespace() || c == '#' || c == '"') {
-        format!("'{v}'")
-    } else {
-        v.to_string()
-    }
 }
 
 /// Forget every `SCR_Config` value (for tests and `SCR_Finalize`).
@@ -368,6 +375,39 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].attr("TYPE"), Some("SINGLE"));
         assert_eq!(e[0].attr("SET_SIZE"), Some("8"));
+    }
+
+    #[test]
+    fn scr_config_unsets_entries_and_never_stores_unknown_keys() {
+        // The only test of the process-wide SCR_Config layer.
+        reset_app_layer();
+        assert_eq!(scr_config("STORE= /dev/shm/foo GROUP = NODE COUNT  =1", false).unwrap(), None);
+        let key = ("STORE".to_string(), "/dev/shm/foo".to_string());
+        assert_eq!(app_layer().multi[&key].attr("COUNT"), Some("1"));
+        scr_config("STORE=", false).unwrap();
+        assert!(app_layer().multi.is_empty());
+        scr_config("SCR_NOT_A_PARAM = 1", false).unwrap();
+        scr_config("STORE=/ssd COUNTT=2", false).unwrap();
+        let app = app_layer();
+        assert!(app.simple.is_empty(), "{app:?}");
+        assert!(app.multi.values().all(|e| e.attrs.is_empty()), "{app:?}");
+        assert_eq!(scr_config("SCR_NOT_A_PARAM", false).unwrap(), None);
+        scr_config("SCR_COPY_TYPE = PARTNER", false).unwrap();
+        assert_eq!(app_layer().simple["SCR_COPY_TYPE"].value, "PARTNER");
+        scr_config("SCR_COPY_TYPE =", false).unwrap();
+        assert!(!app_layer().simple.contains_key("SCR_COPY_TYPE"));
+        reset_app_layer();
+    }
+
+    #[test]
+    fn a_named_config_file_must_exist() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("scr.conff");
+        let mut w = Vec::new();
+        assert!(read_file(&missing, true, None, &mut w).unwrap().simple.is_empty());
+        let named = Value { value: missing.display().to_string(), origin: Origin::Env };
+        let e = read_file(&missing, true, Some(&named), &mut w).unwrap_err().to_string();
+        assert!(e.contains("SCR_CONF_FILE=") && e.contains("(environment)") && e.contains("scr.conff"), "{e}");
     }
 
     #[test]
