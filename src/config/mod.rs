@@ -283,6 +283,11 @@ fn user_config_file(named: Option<&Value>, env: &Layer, app: &Layer, system: &La
 /// `SCR_Init`. A query returns the effective value from every source but the defaults (`None`
 /// if not set). An unknown key warns and is not stored.
 pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, ConfigError> {
+    scr_config_reply(text, initialized).map(Reply::value)
+}
+
+/// [`scr_config`], saying whether the string was a query.
+pub fn scr_config_reply(text: &str, initialized: bool) -> Result<Reply, ConfigError> {
     let at = || format!("SCR_Config(\"{text}\")");
     let err = |msg: String| ConfigError { at: at(), msg };
     let tokens = parse::tokenize(text).map_err(err)?;
@@ -293,17 +298,20 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
     if query {
         if tokens.len() == 1 {
             let r = resolve().map_err(|e| err(e.to_string()))?;
-            return Ok(r.simple.get(&first.key).filter(|v| v.origin != Origin::Default).map(|v| v.value.clone()));
+            return Ok(Reply::Query(
+                r.simple.get(&first.key).filter(|v| v.origin != Origin::Default).map(|v| v.value.clone()),
+            ));
         }
         if tokens.len() == 2 && first.value.is_some() {
             let r = resolve().map_err(|e| err(e.to_string()))?;
             let val = first.value.as_deref().unwrap_or_default();
             let sub = &tokens[1].key;
-            return Ok(r
-                .multi
-                .iter()
-                .find(|e| e.key == first.key && e.value == val)
-                .and_then(|e| e.attr(sub).map(str::to_string)));
+            return Ok(Reply::Query(
+                r.multi
+                    .iter()
+                    .find(|e| e.key == first.key && e.value == val)
+                    .and_then(|e| e.attr(sub).map(str::to_string)),
+            ));
         }
         return Err(err("a query names one parameter (KEY) or one sub-key (KEY=VALUE SUBKEY)".into()));
     }
@@ -320,7 +328,7 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
         } else {
             crate::scr_warn!("{}: unknown parameter {} (ignored)", at(), first.key);
         }
-        return Ok(None);
+        return Ok(Reply::Done);
     }
     let env = |k: &str| std::env::var(k).ok();
     let mut warnings = Vec::new();
@@ -329,7 +337,26 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
         crate::scr_warn!("{}: {w}", at());
     }
     app.add_line(line, &Origin::App);
-    Ok(None)
+    Ok(Reply::Done)
+}
+
+/// What `SCR_Config` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A parameter was set or unset.
+    Done,
+    /// A query, and the value if the parameter is set.
+    Query(Option<String>),
+}
+
+impl Reply {
+    /// The value a query found (what the C API returns).
+    pub fn value(self) -> Option<String> {
+        match self {
+            Reply::Done => None,
+            Reply::Query(v) => v,
+        }
+    }
 }
 
 /// Forget every `SCR_Config` value (for tests and `SCR_Finalize`).
@@ -381,7 +408,7 @@ mod tests {
     fn scr_config_unsets_entries_and_never_stores_unknown_keys() {
         // The only test of the process-wide SCR_Config layer.
         reset_app_layer();
-        assert_eq!(scr_config("STORE= /dev/shm/foo GROUP = NODE COUNT  =1", false).unwrap(), None);
+        assert_eq!(scr_config_reply("STORE= /dev/shm/foo GROUP = NODE COUNT  =1", false).unwrap(), Reply::Done);
         let key = ("STORE".to_string(), "/dev/shm/foo".to_string());
         assert_eq!(app_layer().multi[&key].attr("COUNT"), Some("1"));
         scr_config("STORE=", false).unwrap();
@@ -391,7 +418,7 @@ mod tests {
         let app = app_layer();
         assert!(app.simple.is_empty(), "{app:?}");
         assert!(app.multi.values().all(|e| e.attrs.is_empty()), "{app:?}");
-        assert_eq!(scr_config("SCR_NOT_A_PARAM", false).unwrap(), None);
+        assert_eq!(scr_config_reply("SCR_NOT_A_PARAM", false).unwrap(), Reply::Query(None));
         scr_config("SCR_COPY_TYPE = PARTNER", false).unwrap();
         assert_eq!(app_layer().simple["SCR_COPY_TYPE"].value, "PARTNER");
         scr_config("SCR_COPY_TYPE =", false).unwrap();
