@@ -249,40 +249,6 @@ fn a_cache_directory_owned_by_another_user_is_refused() {
 }
 
 #[test]
-fn pkg_config_file_builds_an_scr3_program() {
-    // Lay out an installation as scripts/install.sh does, from this build.
-    let job = Job::new();
-    let inst = job.root.join("install");
-    std::fs::create_dir_all(inst.join("lib/pkgconfig")).unwrap();
-    std::fs::create_dir_all(inst.join("include")).unwrap();
-    common::program("test_api"); // builds libscr.so
-    std::os::unix::fs::symlink(common::target_dir().join("libscr.so"), inst.join("lib/libscr.so")).unwrap();
-    std::fs::copy(common::repo().join("include/scr.h"), inst.join("include/scr.h")).unwrap();
-    let pc = std::fs::read_to_string(common::repo().join("scr.pc.in")).unwrap();
-    std::fs::write(inst.join("lib/pkgconfig/scr.pc"), pc.replace("@PREFIX@", &inst.display().to_string())).unwrap();
-    let flags = std::process::Command::new("pkg-config")
-        .args(["--cflags", "--libs", "scr"])
-        .env("PKG_CONFIG_PATH", inst.join("lib/pkgconfig"))
-        .output()
-        .expect("pkg-config runs");
-    assert!(flags.status.success(), "{}", String::from_utf8_lossy(&flags.stderr));
-    let flags = String::from_utf8_lossy(&flags.stdout).trim().to_string();
-    assert!(flags.contains("-lscr") && flags.contains(&format!("-I{}/include", inst.display())), "{flags}");
-    let out = job.root.join("prog");
-    let status = std::process::Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "mpicc -Wall -Werror {} -o {} {}",
-            common::repo().join("examples/c/api_checks.c").display(),
-            out.display(),
-            flags
-        ))
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
-#[test]
 fn halt_file_conditions_set_by_another_process_are_honoured() {
     // Write the halt file the way scr_halt will: locked read-modify-write of the shared file.
     let mut job = Job::new();
