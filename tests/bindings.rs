@@ -38,6 +38,11 @@ fn install() -> &'static Path {
     })
 }
 
+/// Run program `exe` with `args` on 4 ranks in `job`.
+fn run(job: &Job, exe: &str, args: &[&str]) -> Run {
+    job.run_exe(4, std::slice::from_ref(&exe.to_string()), &args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+}
+
 /// Run a build command; panic with its output if it fails.
 fn build(cmd: &mut Command, what: &str) -> String {
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e} (scripts/setup.sh installs the tools)"));
@@ -73,7 +78,7 @@ fn fortran_value(rank: i32, step: i32, i: i32) -> i32 {
 
 /// The checks every program passes: run 1 writes checkpoints 1-3 (2 also output) and is
 /// killed after 3; only the output reaches the prefix (SCR_FLUSH=0); run 2 restarts from the
-/// cached checkpoint 3 and goes on. `run(args)` runs the program with its own arguments for
+/// cached checkpoint 3 and goes on. `program(args)` runs the program with its own arguments for
 /// (steps, crash-after, output-step); `check_file` checks a rank's file of checkpoint 2 in
 /// the prefix.
 fn checkpoint_crash_restart(job: &Job, run: impl Fn(&[&str]) -> Run, check_file: impl Fn(&[u8], i32)) {
@@ -121,12 +126,12 @@ fn fortran_file_check(bytes: &[u8], rank: i32) {
 fn fixed_form_fortran_against_scrf_h() {
     let exe = fortran("test_api.F", &[]);
     let job = fortran_job();
-    let run = |a: &[&str]| {
-        let r = job.run_exe(4, &[exe.clone()], &a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+    let program = |a: &[&str]| {
+        let r = run(&job, &exe, a);
         fortran_config_lines(&r);
         r
     };
-    checkpoint_crash_restart(&job, run, fortran_file_check);
+    checkpoint_crash_restart(&job, program, fortran_file_check);
 }
 
 #[test]
@@ -134,20 +139,20 @@ fn free_form_fortran_against_scrf_h_and_the_scr_module() {
     for extra in [&[][..], &["-DUSE_SCR_MODULE"]] {
         let exe = fortran("test_api.F90", extra);
         let job = fortran_job();
-        let run = |a: &[&str]| {
-            let r = job.run_exe(4, &[exe.clone()], &a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        let program = |a: &[&str]| {
+            let r = run(&job, &exe, a);
             fortran_config_lines(&r);
             for line in ["CONFIG short_val_fails=T", "VERSION scr-rs 0.1.0"] {
                 assert!(r.has(line), "{extra:?}: missing {line}\n{}", r.dump());
             }
             r
         };
-        checkpoint_crash_restart(&job, run, fortran_file_check);
-        let first = job.run_exe(4, &[exe.clone()], &["0".into()]);
+        checkpoint_crash_restart(&job, program, fortran_file_check);
+        let first = run(&job, &exe, &["0"]);
         assert!(first.has("RESTARTED ckpt.5 step=5"), "{}", first.dump());
         // The short VAL is reported, naming the call and the fix.
         assert!(first.stderr.contains("SCR_CONFIG: VAL holds 4 characters"), "{}", first.dump());
-        let fresh = fortran_job().run_exe(4, &[exe], &["0".into()]);
+        let fresh = run(&fortran_job(), &exe, &["0"]);
         assert!(fresh.has("NO_RESTART name_blank=T"), "{extra:?}: {}", fresh.dump());
     }
 }
@@ -158,7 +163,7 @@ fn python_module_under_mpi4py() {
     let mut job = Job::new();
     job.set("SCR_FLUSH", "0").set("PYTHONPATH", &python.display().to_string());
     let example = python.join("scr_example.py").display().to_string();
-    let run = |a: &[&str]| {
+    let program = |a: &[&str]| {
         let args: Vec<String> = ["--size", "100000", "--steps", a[0], "--crash-after", a[1], "--output-step", a[2]]
             .iter()
             .map(|s| s.to_string())
@@ -167,7 +172,7 @@ fn python_module_under_mpi4py() {
         assert!(r.has("CONFIG SCR_CACHE_SIZE=2"), "{}", r.dump());
         r
     };
-    checkpoint_crash_restart(&job, run, |bytes, rank| {
+    checkpoint_crash_restart(&job, program, |bytes, rank| {
         let seed = format!("rank {rank} step 2;");
         assert_eq!(bytes.len(), 100000);
         assert!(bytes.chunks(seed.len()).all(|c| seed.as_bytes().starts_with(c)), "rank {rank}");
@@ -199,15 +204,14 @@ fn python_module_under_mpi4py() {
     assert_eq!(Path::new(lines[4]), install().join("lib/libscr.so"), "{text}");
 }
 
-/// The installed C test program's output lines are those of examples/c/test_api.c.
+/// examples/c/test_api.c built by CMake: killed after checkpoint 2, it restarts from it.
 fn c_checkpoint_crash_restart(exe: &Path) {
     let mut job = Job::new();
     job.set("SCR_FLUSH", "0");
     let exe = exe.display().to_string();
-    let r =
-        job.run_exe(4, &[exe.clone()], &["--size", "100000", "--steps", "2", "--crash-after", "2"].map(String::from));
+    let r = run(&job, &exe, &["--size", "100000", "--steps", "2", "--crash-after", "2"]);
     assert!(r.has("CHECKPOINT ckpt.2 ok=1") && r.code != Some(0), "{}", r.dump());
-    let r = job.run_exe(4, &[exe], &["--size", "100000", "--steps", "1"].map(String::from));
+    let r = run(&job, &exe, &["--size", "100000", "--steps", "1"]);
     assert!(r.has("RESTARTED ckpt.2 step=2") && r.has("DONE steps=3..3"), "{}", r.dump());
 }
 
@@ -251,8 +255,7 @@ fn cmake_package_shared_and_static_targets() {
     for exe in ["test_api_f_shared", "test_api_f90_static"] {
         let exe = bdir.join(exe).display().to_string();
         let job = fortran_job();
-        let run = |a: &[&str]| job.run_exe(4, &[exe.clone()], &a.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        checkpoint_crash_restart(&job, run, fortran_file_check);
+        checkpoint_crash_restart(&job, |a| run(&job, &exe, a), fortran_file_check);
     }
 
     // The package reports the SCR API version: a build that needs SCR 4 (or 2) is refused.
@@ -302,7 +305,7 @@ fn pkg_config_and_plain_compiler_lines_build_shared_and_static() {
         );
         assert_eq!(needs(&out, "libscr"), name == "shared", "{name}");
         let job = Job::new();
-        let r = job.run_exe(4, &[out.display().to_string()], &["legacy".to_string()]);
+        let r = run(&job, &out.display().to_string(), &["legacy"]);
         assert_eq!(r.check("complete_checkpoint"), "1", "{name}: {}", r.dump());
         assert_eq!(r.check("version"), "scr-rs 0.1.0");
     }
@@ -326,7 +329,7 @@ fn pkg_config_and_plain_compiler_lines_build_shared_and_static() {
             &format!("mpif90 mixed ({name})"),
         );
         assert_eq!(needs(&out, "libscr"), name == "shared", "{name}");
-        let r = Job::new().run_exe(4, &[out.display().to_string()], &["1".to_string()]);
+        let r = run(&Job::new(), &out.display().to_string(), &["1"]);
         assert!(r.has("MIXED c_sees_init=1") && r.has("DONE steps=1..1"), "{name}: {}", r.dump());
     }
     // Commands report both versions.
