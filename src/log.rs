@@ -56,8 +56,8 @@ const CLIP_LINE: usize = 4096;
 
 /// Keep messages readable when they quote bad input (a 2 MB configuration value, a runaway
 /// key): every run of more than 512 non-blank characters keeps its first 48 and last 8 bytes
-/// around `...[N bytes]...`, and a line still longer than 4096 bytes keeps its first 2048 and last 512
-/// bytes around `...[N bytes left out]...`. Paths and ordinary values pass unchanged.
+/// around `...[N bytes]...`, and a line still longer than 4096 bytes keeps its first 2048 and
+/// last 512 bytes around `...[N bytes left out]...`. Paths and ordinary values pass unchanged.
 pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
     let long_run = text.split(char::is_whitespace).any(|w| w.len() > CLIP_RUN);
     let long_line = text.lines().any(|l| l.len() > CLIP_LINE);

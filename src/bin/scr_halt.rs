@@ -59,6 +59,7 @@ OPTIONS
         Accepted for compatibility: a command that sets a condition creates PREFIX/.scr and
         the halt file anyway (see PREFIX below).
     -h, --help
+        Print this text.
 
 PREFIX
     Each PREFIX must be an existing directory. Before a job's first run it has no .scr
@@ -66,7 +67,6 @@ PREFIX
     PREFIX/.scr/halt.scr and says so, and the first run honours it (user guide 2.9.3, NOTE).
     --list and --remove change nothing there. A path that does not exist is refused, so a
     mistyped prefix never receives a halt file no job reads.
-        Print this text.
 
 TIME
     YYYY-MM-DDTHH:MM:SS as in the user guide ('2023-07-04T21:00:00', local time; a space may
@@ -76,8 +76,9 @@ TIME
 
 EXIT STATUS
     0 on success; 1 if a prefix does not exist (or, for --list and --remove, has no .scr), the
-    halt file is damaged (it is left as it is) or a run cannot be stopped; 2 for bad usage (unknown option, malformed time,
-    contradicting options). Nothing is changed unless the whole command line is valid.
+    halt file is damaged (it is left as it is) or a run cannot be stopped; 2 for bad usage
+    (unknown option, malformed time, contradicting options). Nothing is changed unless the
+    whole command line is valid.
 
 EXAMPLES
     scr_halt                                    halt after the next checkpoint

@@ -96,8 +96,10 @@ impl From<crate::config::ConfigError> for OpError {
 pub type OpResult<T> = Result<T, OpError>;
 
 /// Run a command's body and turn its outcome into an exit status: `--help`/`-h` prints `help`
-/// and exits 0, `--version` prints the implementation's and the SCR API's versions; an error is printed as `<cmd>: error: ...` (usage errors add a pointer to
-/// `--help`). `body` returns the exit status on success (0 unless it has more to say).
+/// and exits 0, `--version` prints the implementation's and the SCR API's versions; an error
+/// is printed as `<cmd>: error: ...` (usage errors add a pointer to `--help`), long input in
+/// it shortened by [`crate::log::clip`]. `body` returns the exit status on success (0 unless
+/// it has more to say).
 /// `wrapper`: the command's first positional argument starts another command line, whose
 /// `--help` and `--version` are not ours.
 pub fn main(cmd: &str, help: &str, wrapper: bool, body: impl FnOnce(Vec<String>) -> OpResult<i32>) -> i32 {
