@@ -139,6 +139,31 @@ pub fn drop(layout: &Layout, name: &str) -> OpResult<u64> {
     Ok(id)
 }
 
+/// `--drop-after NAME`: forget every entry newer than the newest called `NAME` (their files
+/// stay), so the next restart cannot pick one of them. Returns the dropped ids and names, oldest
+/// first, and whether the current mark was among them (it is then cleared).
+pub fn drop_after(layout: &Layout, name: &str) -> OpResult<(Vec<(u64, String)>, bool)> {
+    let dropped = Index::try_update(&layout.index(), |ix| -> OpResult<(Vec<(u64, String)>, bool)> {
+        let id = ix.by_name(name).map(|e| e.desc.id).ok_or_else(|| not_found(name))?;
+        let later: Vec<(u64, String)> = ix.datasets.range(id + 1..).map(|(i, e)| (*i, e.desc.name.clone())).collect();
+        for (i, _) in &later {
+            ix.datasets.remove(i);
+        }
+        let current_dropped = ix.current.as_ref().is_some_and(|c| later.iter().any(|(_, n)| n == c));
+        if current_dropped {
+            ix.current = None;
+        }
+        Ok((later, current_dropped))
+    })??;
+    // marked in their directories, so a rebuild of the index does not bring them back
+    for (id, _) in &dropped.0 {
+        recover::mark_dropped(&layout.index(), *id, true).map_err(|e| {
+            OpError::failed(format!("dataset {id} was dropped from the index, but marking its directory failed: {e}"))
+        })?;
+    }
+    Ok(dropped)
+}
+
 /// `--add NAME`: index a dataset whose `summary.scr` and `rank2file.scr` are in its dataset
 /// directory and whose files are all in place (sizes checked; fetch checks CRC32s).
 pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
@@ -287,6 +312,26 @@ mod tests {
         let listing = list(&l).unwrap();
         assert_eq!(listing.current, None);
         assert_eq!(listing.datasets.len(), 2);
+    }
+
+    #[test]
+    fn drop_after_forgets_newer_entries_and_their_current_mark() {
+        let (_d, l) = layout();
+        Index::update(&l.index(), |ix| {
+            for id in 1..=4 {
+                ix.datasets.insert(id, complete_entry(desc(id, &format!("ckpt.{id}")), None));
+            }
+            ix.current = Some("ckpt.3".into());
+        })
+        .unwrap();
+        let (dropped, current) = drop_after(&l, "ckpt.2").unwrap();
+        assert_eq!(dropped, vec![(3, "ckpt.3".to_string()), (4, "ckpt.4".to_string())]);
+        assert!(current);
+        let listing = list(&l).unwrap();
+        assert_eq!(listing.datasets.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(listing.current, None);
+        assert_eq!(drop_after(&l, "ckpt.2").unwrap(), (vec![], false), "nothing newer: nothing to do");
+        assert!(drop_after(&l, "ckpt.9").unwrap_err().to_string().contains("no dataset named ckpt.9"));
     }
 
     #[test]

@@ -268,8 +268,8 @@ pub fn drop_entry(name: &str) -> Result<()> {
 }
 
 /// `SCR_Config`: allowed before `SCR_Init` (set, unset, query) and after (query only).
-pub fn config(text: &str) -> Result<Option<String>> {
-    crate::config::scr_config(text, is_initialized()).map_err(Error::from)
+pub fn config(text: &str) -> Result<crate::config::Reply> {
+    crate::config::scr_config_reply(text, is_initialized()).map_err(Error::from)
 }
 
 impl Runtime {
