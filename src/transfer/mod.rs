@@ -6,7 +6,8 @@
 //! The number of ranks touching the prefix at once is bounded by `SCR_FLUSH_WIDTH` /
 //! `SCR_FETCH_WIDTH`.
 //!
-//! Without MPI: [`background`] (a flush in a thread), [`scavenge`] (a node's cached parts to
+//! Over MPI between two ranks: [`sendfile`] (a file from a rank that holds it to one that
+//! needs it). Without MPI: [`background`] (a flush in a thread), [`scavenge`] (a node's cached parts to
 //! the prefix) and [`build`] (those parts into an indexed dataset, rebuilding lost ones from
 //! redundancy data), which the commands and `SCR_Init` (elastic restart) share.
 
@@ -16,6 +17,7 @@ pub mod copy;
 pub mod fetch;
 pub mod flush;
 pub mod scavenge;
+pub mod sendfile;
 
 use crate::comm::Comm;
 use crate::config::Settings;
