@@ -53,6 +53,14 @@ int SCR_Have_restart(int* flag, char* name);
 int SCR_Start_restart(char* name);
 int SCR_Complete_restart(int valid);
 
+/* The checkpoint being restarted (scr-rs; local, valid between SCR_Start_restart and
+ * SCR_Complete_restart): how many processes wrote it (another number than this run's with
+ * SCR_RESTART_ELASTIC=1) and how many files it has; then file i (0 <= i < nfiles): its path in
+ * the prefix, the name to give SCR_Route_file, and the rank that wrote it (-1: a shared file).
+ * Any rank may route any file of the checkpoint. */
+int SCR_Restart_info(int* ranks, int* nfiles);
+int SCR_Restart_file(int i, char* name, int* writer);
+
 /* General */
 char* SCR_Get_version(void);                        /* local; do not free */
 int SCR_Should_exit(int* flag);

@@ -58,7 +58,7 @@ impl Runtime {
         let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)))?;
         let (user, job) = who;
         let layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
-        let (node, nnodes, _) = world.split_by_string(&host)?;
+        let (node, nnodes, node_id) = world.split_by_string(&host)?;
         if world.rank() == 0 {
             scr_debug!(
                 1,
@@ -74,6 +74,7 @@ impl Runtime {
             mode,
             world,
             node,
+            node_id: node_id as u32,
             host,
             settings,
             descs,

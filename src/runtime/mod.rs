@@ -12,6 +12,7 @@
 //! ranks combine it, and all return the same result. The front ends (C API, preload) call
 //! these functions and map errors to return codes.
 
+mod catalog;
 mod checksums;
 mod flights;
 mod init;
@@ -21,6 +22,7 @@ mod policy;
 mod rebuild;
 mod report;
 mod restart;
+mod restart_files;
 mod sets;
 mod transparent;
 pub mod watchdog;
@@ -59,6 +61,16 @@ struct Loaded {
     name: String,
     /// Files are read in place from the prefix (fetch bypass, global restart).
     in_prefix: bool,
+    /// Every file of it and where its copies are (built at `SCR_Start_restart`).
+    catalog: Option<catalog::Catalog>,
+    /// Files of other ranks copied into this rank's cache for it: (name below the prefix, path).
+    received: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Loaded {
+    fn new(id: u64, name: &str, in_prefix: bool) -> Loaded {
+        Loaded { id, name: name.to_string(), in_prefix, catalog: None, received: Vec::new() }
+    }
 }
 
 /// Which front end runs SCR in this process.
@@ -77,6 +89,8 @@ pub struct Runtime {
     mode: Mode,
     world: Comm,
     node: Comm,
+    /// This node's number among the run's nodes (by host name), the same on every rank.
+    node_id: u32,
     host: String,
     settings: Settings,
     descs: Descriptors,
@@ -245,6 +259,16 @@ pub fn have_restart() -> Result<Option<String>> {
 
 pub fn start_restart() -> Result<String> {
     with_rt("SCR_Start_restart", |rt| rt.start_restart())
+}
+
+/// `SCR_Restart_info`: (processes that wrote the checkpoint, its number of files).
+pub fn restart_info() -> Result<(u32, usize)> {
+    with_rt("SCR_Restart_info", |rt| rt.restart_info())
+}
+
+/// `SCR_Restart_file`: (path in the prefix, writer or -1 for a shared file) of file `i`.
+pub fn restart_file(i: i64) -> Result<(PathBuf, i32)> {
+    with_rt("SCR_Restart_file", |rt| rt.restart_file(i))
 }
 
 pub fn complete_restart(valid: bool) -> Result<bool> {

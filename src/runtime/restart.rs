@@ -1,9 +1,9 @@
 //! Restart: choosing the checkpoint to offer (the newest one complete in cache or in the
 //! prefix, written by this run's number of processes and not failed in this run; a cached one
 //! verified against its CRC32s, a prefix one fetched), the restart phase, and the retry loop:
-//! a restart that fails on any rank marks that checkpoint failed and loads the next one.
-
-use std::path::{Path, PathBuf};
+//! a restart that fails on any rank marks that checkpoint failed and loads the next one,
+//! unless what failed were files held in caches on other nodes, which are copied and the same
+//! checkpoint offered again (the files of the restart phase: `restart_files.rs`).
 
 use super::{Loaded, Phase, Runtime};
 use crate::error::{Error, Result};
@@ -116,7 +116,7 @@ impl Runtime {
             return Ok(false);
         }
         let rec = &self.filemap.datasets[&id];
-        self.restart = Some(Loaded { id, name: rec.desc.name.clone(), in_prefix: rec.reddesc.bypass });
+        self.restart = Some(Loaded::new(id, &rec.desc.name, rec.reddesc.bypass));
         if self.rank0() {
             scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
         }
@@ -192,7 +192,7 @@ impl Runtime {
                 }
                 self.set_location(id, Some(Location::Pfs));
                 self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
-                self.restart = Some(Loaded { id, name, in_prefix: bypass });
+                self.restart = Some(Loaded::new(id, &name, bypass));
                 true
             }
             Err(e) => {
@@ -266,37 +266,10 @@ impl Runtime {
             ));
         };
         let name = r.name.clone();
+        self.build_catalog()?;
         self.phase = Phase::Restart;
         self.policy.restart_started();
         Ok(name)
-    }
-
-    /// `SCR_Route_file` inside a restart phase: where to read `name` from.
-    pub(super) fn route_restart(&self, name: &str) -> Result<PathBuf> {
-        let loaded = self.restart.as_ref().expect("a restart phase has a loaded checkpoint");
-        let rec = self.filemap.datasets.get(&loaded.id);
-        let rel = self.layout.prefix.relative(Path::new(name));
-        let found = rec.and_then(|rec| match &rel {
-            Some(rel) => rec.file(rel),
-            // deprecated: a bare file name looked up in the checkpoint's files
-            None if !name.contains('/') => {
-                rec.files.iter().find(|f| f.rel.file_name().map(|n| n == name).unwrap_or(false))
-            }
-            None => None,
-        });
-        let path = match (found, &rel) {
-            (Some(f), _) if loaded.in_prefix => self.layout.prefix.join(&f.rel),
-            (Some(f), _) => f.path.clone(),
-            (None, Some(rel)) if loaded.in_prefix => self.layout.prefix.join(rel),
-            _ => {
-                return Err(Error::usage(
-                    "SCR_Route_file",
-                    format!("{name} is not a file of checkpoint {} written by rank {}", loaded.name, self.world.rank()),
-                ))
-            }
-        };
-        readable(&path).map_err(|e| Error::io("SCR_Route_file: cannot read", &path, e))?;
-        Ok(path)
     }
 
     pub(super) fn complete_restart(&mut self, valid: bool) -> Result<bool> {
@@ -305,7 +278,7 @@ impl Runtime {
         }
         self.phase = Phase::Idle;
         let all = self.world.all_true(valid);
-        let loaded = self.restart.take().expect("a restart phase has a loaded checkpoint");
+        let mut loaded = self.restart.take().expect("a restart phase has a loaded checkpoint");
         let secs = self.world.max_f64(self.policy.restart_elapsed());
         if all {
             if self.rank0() {
@@ -320,6 +293,11 @@ impl Runtime {
             }
             self.policy.compute_started();
             return Ok(true);
+        }
+        if self.copy_requested(&mut loaded, valid)? {
+            // the same checkpoint again: what was missing is on every node that asked for it now
+            self.restart = Some(loaded);
+            return Ok(false);
         }
         let summary = self.ctx().summarize_failures(
             &format!("restart from checkpoint {}", loaded.name),
@@ -348,8 +326,4 @@ impl Runtime {
         self.policy.compute_started();
         Ok(false)
     }
-}
-
-fn readable(path: &Path) -> std::io::Result<()> {
-    std::fs::File::open(path).map(drop)
 }
