@@ -16,7 +16,7 @@ fn restarted(r: &Run, step: u32, attempts: usize) -> bool {
 
 /// Three checkpoints of 4 ranks; ckpt.3 is the one in cache.
 fn checkpointed(job: &Job) {
-    let r = job.run("elastic", &["--steps", "3"]);
+    let r = job.run("elastic", &["--steps", "3", "--info-outside"]);
     assert!(r.has("NO_RESTART") && r.has("DONE steps=1..3") && r.code == Some(0), "{}", r.dump());
     assert!(r.has("INFO_OUTSIDE rc=1") && r.stderr.contains("SCR_Restart_info: called outside"), "{}", r.dump());
 }

@@ -11,11 +11,12 @@
  * usual restart loop (SCR_Complete_restart(0), SCR_Have_restart again).
  *
  *   elastic [--steps N] [--size BYTES] [--header-size BYTES] [--read mine|rank0] [--time]
+ *           [--info-outside]
  *
  * Output (rank 0): "ATTEMPT <name> rc=<0|1>" per attempt, "RESTARTED <name> step=<S>
  * writers=<W> files=<F> data_read=<D> header_read=<H>" (D: data files read by all ranks, H: ranks
- * that read the header), "NO_RESTART", "INFO_OUTSIDE rc=<rc>" (SCR_Restart_info before any
- * restart phase), "RESTART_SECS <s>" with --time (slowest rank, first SCR_Have_restart to the
+ * that read the header), "NO_RESTART", "INFO_OUTSIDE rc=<rc>" (--info-outside: SCR_Restart_info
+ * called before any restart phase), "RESTART_SECS <s>" with --time (slowest rank, first SCR_Have_restart to the
  * successful SCR_Complete_restart), "CHECKPOINT <name> ok=<0|1>", "DONE steps=<a>..<b>".
  */
 #include <errno.h>
@@ -156,13 +157,14 @@ static int attempt(const char* name, size_t size, size_t header_size, int read_r
 int main(int argc, char** argv)
 {
   size_t size = 100003, header_size = 100;
-  int steps = 3, read_rank0 = 0, timed = 0;
+  int steps = 3, read_rank0 = 0, timed = 0, outside = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--header-size") && i + 1 < argc) header_size = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--read") && i + 1 < argc) read_rank0 = !strcmp(argv[++i], "rank0");
     else if (!strcmp(argv[i], "--time")) timed = 1;
+    else if (!strcmp(argv[i], "--info-outside")) outside = 1;
     else {
       fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -179,9 +181,11 @@ int main(int argc, char** argv)
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
-  int dummy[2];
-  int rc = SCR_Restart_info(&dummy[0], &dummy[1]);
-  if (rank == 0) printf("INFO_OUTSIDE rc=%d\n", rc);
+  if (outside) {
+    int dummy[2];
+    int rc = SCR_Restart_info(&dummy[0], &dummy[1]);
+    if (rank == 0) printf("INFO_OUTSIDE rc=%d\n", rc);
+  }
 
   int start = 0, have = 0;
   char name[SCR_MAX_FILENAME];

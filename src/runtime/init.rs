@@ -87,6 +87,7 @@ impl Runtime {
             restart: None,
             wanted: None,
             failed: Vec::new(),
+            elastic: Default::default(),
             policy: Policy::started_at(t0),
             events: crate::events::EventLog::disabled(),
             sets: Vec::new(),

@@ -14,6 +14,7 @@
 
 mod catalog;
 mod checksums;
+mod elastic;
 mod flights;
 mod init;
 mod manage;
@@ -61,6 +62,9 @@ struct Loaded {
     name: String,
     /// Files are read in place from the prefix (fetch bypass, global restart).
     in_prefix: bool,
+    /// The number of processes that wrote it (another number than this run's: an elastic
+    /// restart, read from the prefix).
+    writers: u32,
     /// Every file of it and where its copies are (built at `SCR_Start_restart`).
     catalog: Option<catalog::Catalog>,
     /// Files of other ranks copied into this rank's cache for it: (name below the prefix, path).
@@ -68,8 +72,8 @@ struct Loaded {
 }
 
 impl Loaded {
-    fn new(id: u64, name: &str, in_prefix: bool) -> Loaded {
-        Loaded { id, name: name.to_string(), in_prefix, catalog: None, received: Vec::new() }
+    fn new(id: u64, name: &str, in_prefix: bool, writers: u32) -> Loaded {
+        Loaded { id, name: name.to_string(), in_prefix, writers, catalog: None, received: Vec::new() }
     }
 }
 
@@ -106,6 +110,8 @@ pub struct Runtime {
     wanted: Option<String>,
     /// Checkpoints whose restart failed in this run.
     failed: Vec<u64>,
+    /// Elastic restart (`SCR_RESTART_ELASTIC`): cached checkpoints of other sizes.
+    elastic: elastic::Elastic,
     policy: policy::Policy,
     /// The event log (`SCR_LOG_ENABLE`); enabled on rank 0 only.
     events: crate::events::EventLog,

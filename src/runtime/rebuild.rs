@@ -39,14 +39,14 @@ impl Runtime {
                 if on_node.contains(&rank) {
                     continue;
                 }
-                if rank >= size {
-                    scr_warn!(
+                match Filemap::load(&path) {
+                    // written by a run of another size (reported with the checkpoints skipped,
+                    // or restarted elastically from the prefix)
+                    Ok(fm) if rank >= size && fm.datasets.values().all(|d| d.desc.ranks != size as u32) => {}
+                    Ok(_) if rank >= size => scr_warn!(
                         "{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored",
                         path.display()
-                    );
-                    continue;
-                }
-                match Filemap::load(&path) {
+                    ),
                     Ok(fm) => {
                         foreign.insert(rank, fm);
                     }

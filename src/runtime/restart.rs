@@ -19,8 +19,12 @@ use crate::{scr_debug, scr_error, scr_warn};
 enum Candidate {
     /// A complete dataset in cache (intact on every rank by size).
     Cache(u64),
-    /// A complete dataset in the prefix, newer than anything usable in cache.
-    Prefix { id: u64, ckpt: u64, name: String, bytes: u64, files: u64 },
+    /// A complete dataset in the prefix, newer than anything usable in cache (written by
+    /// `ranks` processes: another number than this run's with `SCR_RESTART_ELASTIC`).
+    Prefix { id: u64, ckpt: u64, name: String, bytes: u64, files: u64, ranks: u32 },
+    /// A complete cached dataset of another number of processes, newer than the others
+    /// (`SCR_RESTART_ELASTIC`): to publish to the prefix, then to try again.
+    Publish(u64),
 }
 
 impl Runtime {
@@ -31,18 +35,30 @@ impl Runtime {
 
     /// Choose the checkpoint to offer (collective): the newest checkpoint that is complete
     /// somewhere, in cache or in the prefix (a newer prefix copy beats an older cached one),
-    /// skipping ones that failed in this run and ones written by another number of processes.
-    /// A cached one is verified first (CRC32) and rebuilt or dropped if that fails; a prefix
-    /// one is fetched (and verified); the first that succeeds is loaded.
+    /// skipping ones that failed in this run and, unless `SCR_RESTART_ELASTIC=1`, ones written
+    /// by another number of processes. A cached one is verified first (CRC32) and rebuilt or
+    /// dropped if that fails; a prefix one is fetched (and verified), or with another number of
+    /// processes checked for read in place; the first that succeeds is loaded.
     pub(super) fn load_checkpoint(&mut self) -> Result<()> {
         self.restart = None;
+        if self.elastic() {
+            self.find_cached_other_sizes()?;
+        }
         loop {
             let next = if self.rank0() { self.next_candidate() } else { None };
             let loaded = match self.world.bcast(0, &next)? {
                 None => return Ok(()),
                 Some(Candidate::Cache(id)) => self.load_cached(id)?,
-                Some(Candidate::Prefix { id, ckpt, name, bytes, files }) => {
+                Some(Candidate::Prefix { id, name, ranks, .. }) if !self.fits(ranks) => {
+                    self.load_elastic(id, name, ranks)?
+                }
+                Some(Candidate::Prefix { id, ckpt, name, bytes, files, .. }) => {
                     self.fetch_one(id, ckpt, name, bytes, files)
+                }
+                Some(Candidate::Publish(id)) => {
+                    // complete in the prefix now (the next candidate), or skipped from now on
+                    self.publish_cached(id)?;
+                    false
                 }
             };
             if loaded {
@@ -67,25 +83,32 @@ impl Runtime {
             ix.restart_candidates(&self.failed)
                 .into_iter()
                 .map(|id| &ix.datasets[&id])
-                .find(|e| self.fits(e.desc.ranks) && wanted(&e.desc.name))
+                .find(|e| (self.fits(e.desc.ranks) || self.elastic()) && wanted(&e.desc.name))
                 .map(|e| Candidate::Prefix {
                     id: e.desc.id,
                     ckpt: e.desc.ckpt.unwrap_or(e.desc.id),
                     name: e.desc.name.clone(),
                     bytes: e.desc.size,
                     files: e.desc.files,
+                    ranks: e.desc.ranks,
                 })
         } else {
             None
         };
-        match (cached, prefix) {
-            (Some(c), Some(p @ Candidate::Prefix { id, .. })) if id > c => {
-                scr_debug!(1, "the prefix holds dataset {id}, newer than cached dataset {c}: fetching it");
-                Some(p)
-            }
-            (Some(c), _) => Some(Candidate::Cache(c)),
-            (None, p) => p,
+        let publish = if self.elastic() { self.publish_candidate(wanted) } else { None };
+        // the newest; on a tie the cached one of this size, then the prefix (nothing to copy)
+        let newest = [
+            cached.map(|id| (id, 2, Candidate::Cache(id))),
+            prefix.map(|p| (if let Candidate::Prefix { id, .. } = p { id } else { 0 }, 1, p)),
+            publish.map(|id| (id, 0, Candidate::Publish(id))),
+        ];
+        let (id, _, next) = newest.into_iter().flatten().max_by_key(|(id, rank, _)| (*id, *rank))?;
+        match (&next, cached) {
+            (Candidate::Cache(_), _) => {}
+            (_, Some(c)) => scr_debug!(1, "dataset {id} is newer than cached dataset {c}: trying it first"),
+            (_, None) => {}
         }
+        Some(next)
     }
 
     /// Offer cached dataset `id` once every rank's files check out against their CRC32s
@@ -116,7 +139,7 @@ impl Runtime {
             return Ok(false);
         }
         let rec = &self.filemap.datasets[&id];
-        self.restart = Some(Loaded::new(id, &rec.desc.name, rec.reddesc.bypass));
+        self.restart = Some(Loaded::new(id, &rec.desc.name, rec.reddesc.bypass, rec.desc.ranks));
         if self.rank0() {
             scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
         }
@@ -146,7 +169,41 @@ impl Runtime {
         let result = crate::transfer::fetch::fetch(&self.ctx(), id, &dir, bypass);
         let ok = result.is_ok();
         let why = result.as_ref().err().map(|e| e.to_string());
-        let secs = t0.elapsed().as_secs_f64();
+        self.fetch_event(id, &name, (bytes, files), t0.elapsed().as_secs_f64(), ok, bypass);
+        self.record_fetch(id, &name, why);
+        match result {
+            Ok((desc, files)) => {
+                self.filemap
+                    .datasets
+                    .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
+                if let Err(e) = self.save_filemap() {
+                    scr_error!("{e}");
+                }
+                self.set_location(id, Some(Location::Pfs));
+                self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
+                self.restart = Some(Loaded::new(id, &name, bypass, self.world.size() as u32));
+                true
+            }
+            Err(e) => {
+                if self.rank0() {
+                    scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
+                }
+                self.failed.push(id);
+                false
+            }
+        }
+    }
+
+    /// The `FETCH` event of checkpoint `id`: (bytes, files), seconds, outcome, read in place.
+    pub(super) fn fetch_event(
+        &self,
+        id: u64,
+        name: &str,
+        (bytes, files): (u64, u64),
+        secs: f64,
+        ok: bool,
+        bypass: bool,
+    ) {
         self.events.record(
             "FETCH",
             &[
@@ -160,54 +217,39 @@ impl Runtime {
                 ("bypass", &flag(bypass)),
             ],
         );
-        if self.rank0() {
-            let r = Index::update(&self.layout.index(), |ix| {
-                if let Some(e) = ix.datasets.get_mut(&id) {
-                    e.fetches.push(FetchRecord {
-                        time: identity::iso_time(identity::now_secs()),
-                        ok,
-                        why: why.clone(),
-                    });
-                    if ok {
-                        ix.current = Some(name.clone());
-                    } else {
-                        e.failed = true;
-                        if ix.current.as_deref() == Some(name.as_str()) {
-                            ix.current = None;
-                        }
+    }
+
+    /// Rank 0: record a fetch attempt of checkpoint `id` in the index (`why` it failed, if it
+    /// did): a success makes it current, a failure marks it failed (never fetched again).
+    pub(super) fn record_fetch(&self, id: u64, name: &str, why: Option<String>) {
+        if !self.rank0() {
+            return;
+        }
+        let ok = why.is_none();
+        let r = Index::update(&self.layout.index(), |ix| {
+            if let Some(e) = ix.datasets.get_mut(&id) {
+                e.fetches.push(FetchRecord { time: identity::iso_time(identity::now_secs()), ok, why });
+                if ok {
+                    ix.current = Some(name.to_string());
+                } else {
+                    e.failed = true;
+                    if ix.current.as_deref() == Some(name) {
+                        ix.current = None;
                     }
                 }
-            });
-            if let Err(e) = r {
-                scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
             }
-        }
-        match result {
-            Ok((desc, files)) => {
-                self.filemap
-                    .datasets
-                    .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
-                if let Err(e) = self.save_filemap() {
-                    scr_error!("{e}");
-                }
-                self.set_location(id, Some(Location::Pfs));
-                self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
-                self.restart = Some(Loaded::new(id, &name, bypass));
-                true
-            }
-            Err(e) => {
-                if self.rank0() {
-                    scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
-                }
-                self.failed.push(id);
-                false
-            }
+        });
+        if let Err(e) = r {
+            scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
         }
     }
 
     /// Say once which checkpoints this run skips because another number of processes wrote
     /// them (collective). They stay where they are, unmarked, for a run of their own size.
     pub(super) fn report_other_sizes(&self) {
+        if self.elastic() {
+            return;
+        }
         let mine: Vec<(u64, String, u32)> = self
             .filemap
             .datasets
@@ -280,9 +322,14 @@ impl Runtime {
         let all = self.world.all_true(valid);
         let mut loaded = self.restart.take().expect("a restart phase has a loaded checkpoint");
         let secs = self.world.max_f64(self.policy.restart_elapsed());
+        let elastic_load = !self.fits(loaded.writers);
         if all {
             if self.rank0() {
-                let bytes = self.filemap.datasets.get(&loaded.id).map_or(0, |r| r.desc.size);
+                let bytes = match (self.filemap.datasets.get(&loaded.id), &loaded.catalog) {
+                    (Some(r), _) if !elastic_load => r.desc.size,
+                    (_, Some(cat)) => cat.entries.iter().map(|e| e.size).sum(),
+                    _ => 0,
+                };
                 scr_debug!(
                     1,
                     "restart from {} complete in {secs:.3} s ({} read, {:.1} MiB/s)",
@@ -303,7 +350,13 @@ impl Runtime {
             &format!("restart from checkpoint {}", loaded.name),
             (!valid).then(|| "the application reported valid=0".to_string()),
         );
-        if self.rank0() {
+        if self.rank0() && elastic_load {
+            scr_error!(
+                "{summary}; it was written by {} processes, so it is not marked failed (a run of that size may still \
+                 restart from it); loading the next most recent checkpoint",
+                loaded.writers
+            );
+        } else if self.rank0() {
             scr_error!("{summary}; marking it failed and loading the next most recent checkpoint");
             let r = Index::update(&self.layout.index(), |ix| {
                 if let Some(e) = ix.datasets.get_mut(&loaded.id) {
@@ -321,7 +374,9 @@ impl Runtime {
         if self.wanted.as_deref() == Some(loaded.name.as_str()) {
             self.wanted = None;
         }
-        self.drop_cached(loaded.id);
+        if !elastic_load {
+            self.drop_cached(loaded.id);
+        }
         self.load_checkpoint()?;
         self.policy.compute_started();
         Ok(false)

@@ -63,7 +63,10 @@ impl Runtime {
         let prefix = self.layout.prefix.clone();
         let loaded = self.restart.as_mut().expect("a restart phase has a loaded checkpoint");
         let rel = prefix.relative(Path::new(name));
-        let own = self.filemap.datasets.get(&loaded.id).and_then(|rec| match &rel {
+        // rank numbers mean the same processes only in a run of the checkpoint's own size
+        let mine =
+            (loaded.writers == self.world.size() as u32).then(|| self.filemap.datasets.get(&loaded.id)).flatten();
+        let own = mine.and_then(|rec| match &rel {
             Some(rel) => rec.file(rel),
             // deprecated: a bare file name looked up among this rank's own files
             None if !name.contains('/') => {

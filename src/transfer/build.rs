@@ -103,8 +103,8 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
         )));
     }
     // Nothing is changed unless the index can be updated afterwards (a damaged one is
-    // rebuilt from the dataset directories here).
-    Index::load(&layout.index())?;
+    // rebuilt from the dataset directories here, a missing one created).
+    Index::update(&layout.index(), |_| ())?;
     let (fms, damaged) = read_rank_files(&dir)?;
     let mut notes = damaged.clone();
     let Some(desc) = fms.values().find(|f| f.desc.id == id).map(|f| f.desc.clone()) else {
