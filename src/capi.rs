@@ -252,24 +252,50 @@ pub unsafe extern "C" fn SCR_Start_output(name: *const c_char, flags: c_int) -> 
     }))
 }
 
+/// A route call: `f` maps the name to a path, which is copied into `file`.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string, `file` NULL or a buffer of
+/// `SCR_MAX_FILENAME` bytes.
+unsafe fn route_into(
+    call: &'static str,
+    name: *const c_char,
+    file: *mut c_char,
+    f: impl FnOnce(&str) -> Result<std::path::PathBuf>,
+) -> c_int {
+    code(guard(call, || {
+        // SAFETY: per this function's contract.
+        let n = unsafe { arg(call, "name", name) }?;
+        if file.is_null() {
+            return Err(Error::usage(call, "file buffer is NULL"));
+        }
+        let routed = f(n)?;
+        let routed = routed
+            .to_str()
+            .ok_or_else(|| Error::usage(call, format!("{} is not valid UTF-8", routed.display())))?
+            .to_string();
+        // SAFETY: per this function's contract.
+        unsafe { put(call, file, &routed) }
+    }))
+}
+
 /// # Safety
 /// `name` must be a NUL-terminated string, `file` a buffer of `SCR_MAX_FILENAME` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn SCR_Route_file(name: *const c_char, file: *mut c_char) -> c_int {
-    code(guard("SCR_Route_file", || {
-        // SAFETY: per this function's contract.
-        let n = unsafe { arg("SCR_Route_file", "name", name) }?;
-        if file.is_null() {
-            return Err(Error::usage("SCR_Route_file", "file buffer is NULL"));
-        }
-        let routed = runtime::route_file(n)?;
-        let routed = routed
-            .to_str()
-            .ok_or_else(|| Error::usage("SCR_Route_file", format!("{} is not valid UTF-8", routed.display())))?
-            .to_string();
-        // SAFETY: per this function's contract.
-        unsafe { put("SCR_Route_file", file, &routed) }
-    }))
+    // SAFETY: per this function's contract.
+    unsafe { route_into("SCR_Route_file", name, file, runtime::route_file) }
+}
+
+/// `int SCR_Route_shared_file(const char* name, char* file)`: declare `name` a file several
+/// ranks write in this output phase; `file` receives the path every writer writes.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string, `file` a buffer of `SCR_MAX_FILENAME` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Route_shared_file(name: *const c_char, file: *mut c_char) -> c_int {
+    // SAFETY: per this function's contract.
+    unsafe { route_into("SCR_Route_shared_file", name, file, runtime::route_shared_file) }
 }
 
 /// Both the call's failure and an invalid dataset return failure, as in SCR.

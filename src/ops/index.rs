@@ -207,7 +207,8 @@ pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
     let r2f_path = layout.rank2file(id);
     let r2f = Rank2File::load(&r2f_path)?
         .ok_or_else(|| OpError::failed(format!("{} is missing; run scr_index --build {id}", r2f_path.display())))?;
-    let missing = crate::transfer::build::missing_files(layout, &r2f);
+    let mut missing = crate::transfer::build::missing_files(layout, &r2f);
+    missing.extend(summary.desc.missing_shared(&layout.prefix.path));
     if !missing.is_empty() {
         return Err(OpError::failed(format!(
             "{name} (dataset {id}) is not complete in the prefix: {}; run scr_index --build {id} to rebuild what \

@@ -90,8 +90,8 @@ pub(super) struct Catalog {
 
 impl Catalog {
     /// A catalog from every rank's [`Part`] (rank order), for a checkpoint written by this
-    /// run's number of processes (writer `r` is rank `r`).
-    pub fn from_parts(parts: Vec<Part>, in_prefix: bool) -> Catalog {
+    /// run's number of processes (writer `r` is rank `r`), with its `shared` files.
+    pub fn from_parts(parts: Vec<Part>, shared: Vec<Entry>, in_prefix: bool) -> Catalog {
         let writers = parts.len() as u32;
         let nodes = parts.iter().map(|p| p.node).collect();
         let mut listed: Vec<(Entry, Option<Copy>)> = Vec::new();
@@ -102,6 +102,7 @@ impl Catalog {
             }
             received.extend(part.received.into_iter().map(|(rel, path)| (rel, Copy { rank: rank as i32, path })));
         }
+        listed.extend(shared.into_iter().map(|e| (e, None)));
         let mut cat = Catalog::new(writers, Vec::new(), in_prefix);
         cat.nodes = nodes;
         listed.sort_by(|a, b| order(&a.0).cmp(&order(&b.0)));
@@ -273,7 +274,7 @@ mod tests {
                 Part { node: r / 2, files, received: Vec::new() }
             })
             .collect();
-        Catalog::from_parts(parts, in_prefix)
+        Catalog::from_parts(parts, Vec::new(), in_prefix)
     }
 
     #[test]
@@ -333,8 +334,25 @@ mod tests {
         let mut parts: Vec<Part> = (0..4).map(|r| Part { node: r / 2, ..Default::default() }).collect();
         parts[0].files.push((entry(0, "ckpt/header", b"head"), Some("/c0h".into())));
         parts[2].received.push(("ckpt/header".into(), "/copy".into()));
-        let mut cat = Catalog::from_parts(parts, false);
+        let mut cat = Catalog::from_parts(parts, Vec::new(), false);
         let prefix = Prefix::new(Path::new("/nonexistent"));
         assert_eq!(cat.route(Path::new("ckpt/header"), 3, 1, &prefix, true), Ok("/copy".into()));
+    }
+
+    #[test]
+    fn a_shared_file_is_listed_last_and_read_in_the_prefix() {
+        let d = tempfile::tempdir().unwrap();
+        let prefix = Prefix::new(d.path());
+        std::fs::create_dir_all(d.path().join("ckpt")).unwrap();
+        std::fs::write(d.path().join("ckpt/all"), b"everyone").unwrap();
+        let shared = Entry { writer: None, ..entry(0, "ckpt/all", b"everyone") };
+        let parts = vec![Part { files: vec![(entry(0, "ckpt/z", b"z"), Some("/z".into()))], ..Default::default() }];
+        let mut cat = Catalog::from_parts(parts, vec![shared], false);
+        assert_eq!(cat.entries.last().unwrap().writer, None);
+        // the checkpoint is not in the prefix, its shared file is
+        assert_eq!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, true), Ok(d.path().join("ckpt/all")));
+        std::fs::write(d.path().join("ckpt/all"), b"everyon!").unwrap();
+        let mut cat = Catalog::new(1, vec![Entry { writer: None, ..entry(0, "ckpt/all", b"everyone") }], false);
+        assert!(matches!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, true), Err(Miss::Damaged(_))));
     }
 }

@@ -165,13 +165,14 @@ impl Runtime {
             let summary = summary.ok_or_else(|| format!("{} is missing", self.layout.summary(id).display()))?;
             let r2f = Rank2File::load(&self.layout.rank2file(id)).map_err(|e| e.to_string())?;
             let r2f = r2f.ok_or_else(|| format!("{} is missing", self.layout.rank2file(id).display()))?;
-            let entries = r2f
+            let mut entries: Vec<Entry> = r2f
                 .files
                 .iter()
                 .flat_map(|(r, files)| {
                     files.iter().map(|f| Entry { rel: f.rel.clone(), writer: Some(*r), size: f.size, crc: f.crc })
                 })
                 .collect();
+            entries.extend(super::restart_files::shared_entries(&summary.desc));
             Ok((summary.desc.size, entries))
         });
         let listed = self.world.bcast(0, &listed.unwrap_or(Err(String::new())))?;

@@ -25,9 +25,11 @@ mod report;
 mod restart;
 mod restart_files;
 mod sets;
+mod shared;
 mod transparent;
 pub mod watchdog;
 
+pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{
     adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup,
 };
@@ -379,6 +381,7 @@ impl Runtime {
         self.cancel_checksum(id);
         if let Some(rec) = self.filemap.datasets.remove(&id) {
             remove_cached_files(&rec);
+            self.forget_shared(&rec);
         }
         if let Err(e) = self.save_filemap() {
             scr_error!("{e}");

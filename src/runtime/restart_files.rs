@@ -18,6 +18,7 @@ use std::time::Instant;
 use super::catalog::{plan_copies, Catalog, Entry, Miss, Move, Part};
 use super::{Loaded, Phase, Runtime};
 use crate::error::{Error, Result};
+use crate::state::dataset::DatasetDesc;
 use crate::transfer::sendfile::{recv_file, send_file};
 
 const ROUTE: &str = "SCR_Route_file";
@@ -49,8 +50,9 @@ impl Runtime {
                     &(self.rank0()
                         && self.load_index().datasets.get(&loaded.id).is_some_and(|e| e.complete && !e.failed)),
                 )?);
+        let shared = rec.map_or(Vec::new(), |rec| shared_entries(&rec.desc));
         let parts = self.world.allgather(&part)?;
-        let cat = Catalog::from_parts(parts, in_prefix);
+        let cat = Catalog::from_parts(parts, shared, in_prefix);
         if let Some(l) = self.restart.as_mut() {
             l.catalog = Some(cat);
         }
@@ -212,4 +214,9 @@ impl Runtime {
         loaded.received.extend(received);
         Ok(true)
     }
+}
+
+/// The catalog entries of a dataset's shared files (always read in the prefix).
+pub(super) fn shared_entries(desc: &DatasetDesc) -> Vec<Entry> {
+    desc.shared.iter().map(|s| Entry { rel: s.rel.clone(), writer: None, size: s.size, crc: s.crc }).collect()
 }

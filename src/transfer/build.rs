@@ -210,7 +210,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
         }
     }
     rebuilt.sort_unstable();
-    let missing: Vec<String> = found
+    let mut missing: Vec<String> = found
         .iter()
         .filter_map(|(r, f)| f.data.as_ref().map(|d| (r, d)))
         .map(|(r, d)| match unrecoverable.get(r) {
@@ -218,6 +218,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
             None => format!("rank {r}: {d}"),
         })
         .collect();
+    missing.extend(desc.missing_shared(&layout.prefix.path));
     let complete = missing.is_empty();
     for f in found.values() {
         for e in f.fm.iter().flat_map(|fm| &fm.files) {
@@ -263,7 +264,8 @@ fn build_flushed(layout: &Layout, id: u64) -> Result<Report> {
     let r2f = Rank2File::load(&layout.rank2file(id))?.ok_or_else(|| {
         Error::Other(format!("{} is missing: the flush of dataset {id} never finished", layout.rank2file(id).display()))
     })?;
-    let missing = missing_files(layout, &r2f);
+    let mut missing = missing_files(layout, &r2f);
+    missing.extend(summary.desc.missing_shared(&layout.prefix.path));
     let complete = missing.is_empty();
     let now = crate::identity::iso_time(crate::identity::now_secs());
     Index::update(&layout.index(), |ix| {
