@@ -7,8 +7,9 @@
  * At restart it asks SCR what the checkpoint holds (SCR_Restart_info, SCR_Restart_file),
  * checks the list (one data file per writer, one header), and every rank reads the header and
  * the data files of the writers w with w % ranks == rank (with --read rank0: writer 0's file),
- * each by name through SCR_Route_file, verifying every byte. A failed attempt goes through the
- * usual restart loop (SCR_Complete_restart(0), SCR_Have_restart again).
+ * each by name through SCR_Route_file (all routed first, then read), verifying every byte. A
+ * failed attempt goes through the usual restart loop (SCR_Complete_restart(0),
+ * SCR_Have_restart again).
  *
  *   elastic [--steps N] [--size BYTES] [--header-size BYTES] [--read mine|rank0] [--time]
  *           [--info-outside]
@@ -94,14 +95,6 @@ static unsigned char* data_bytes(size_t n, int writer, int step)
   return buf;
 }
 
-/* Route `name` and check it holds `want`. */
-static int read_routed(const char* name, const unsigned char* want, size_t n)
-{
-  char routed[SCR_MAX_FILENAME];
-  if (SCR_Route_file(name, routed) != SCR_SUCCESS) return 0;
-  return check_file(routed, want, n);
-}
-
 static const char* base(const char* p)
 {
   const char* s = strrchr(p, '/');
@@ -132,20 +125,31 @@ static int attempt(const char* name, size_t size, size_t header_size, int read_r
   }
   ok = ok && nfiles == writers + 1 && header[0];
   for (int w = 0; w < writers && ok; w++) ok = data[w] != NULL;
+  /* Route every file this rank needs before reading any: one failed attempt then tells SCR
+   * about all the files it must bring to this node. */
+  char routed_header[SCR_MAX_FILENAME];
+  char (*routed)[SCR_MAX_FILENAME] = calloc((size_t) writers + 1, sizeof *routed);
+  int routes_ok = ok && SCR_Route_file(header, routed_header) == SCR_SUCCESS;
+  for (int w = 0; w < writers && ok; w++) {
+    if (read_rank0 ? w != 0 : w % ranks != rank) continue;
+    routes_ok = (SCR_Route_file(data[w], routed[w]) == SCR_SUCCESS) && routes_ok;
+  }
+  ok = ok && routes_ok;
   if (ok) {
     unsigned char* want = malloc(header_size);
     header_bytes(want, header_size, step, writers);
-    ok = read_routed(header, want, header_size);
+    ok = check_file(routed_header, want, header_size);
     free(want);
     counts[1] += ok;
   }
   for (int w = 0; w < writers && ok; w++) {
     if (read_rank0 ? w != 0 : w % ranks != rank) continue;
     unsigned char* want = data_bytes(data_size(size, w), w, step);
-    ok = read_routed(data[w], want, data_size(size, w));
+    ok = check_file(routed[w], want, data_size(size, w));
     free(want);
     counts[0] += ok;
   }
+  free(routed);
   for (int w = 0; w < writers; w++) free(data[w]);
   free(data);
   counts[2] = writers;
