@@ -84,13 +84,10 @@ impl Runtime {
                 .into_iter()
                 .map(|id| &ix.datasets[&id])
                 .find(|e| (self.fits(e.desc.ranks) || self.elastic()) && wanted(&e.desc.name))
-                .map(|e| Candidate::Prefix {
-                    id: e.desc.id,
-                    ckpt: e.desc.ckpt.unwrap_or(e.desc.id),
-                    name: e.desc.name.clone(),
-                    bytes: e.desc.size,
-                    files: e.desc.files,
-                    ranks: e.desc.ranks,
+                .map(|e| {
+                    let (id, ckpt) = (e.desc.id, e.desc.ckpt.unwrap_or(e.desc.id));
+                    let (name, bytes, files, ranks) = (e.desc.name.clone(), e.desc.size, e.desc.files, e.desc.ranks);
+                    (id, Candidate::Prefix { id, ckpt, name, bytes, files, ranks })
                 })
         } else {
             None
@@ -99,14 +96,12 @@ impl Runtime {
         // the newest; on a tie the cached one of this size, then the prefix (nothing to copy)
         let newest = [
             cached.map(|id| (id, 2, Candidate::Cache(id))),
-            prefix.map(|p| (if let Candidate::Prefix { id, .. } = p { id } else { 0 }, 1, p)),
+            prefix.map(|(id, p)| (id, 1, p)),
             publish.map(|id| (id, 0, Candidate::Publish(id))),
         ];
-        let (id, _, next) = newest.into_iter().flatten().max_by_key(|(id, rank, _)| (*id, *rank))?;
-        match (&next, cached) {
-            (Candidate::Cache(_), _) => {}
-            (_, Some(c)) => scr_debug!(1, "dataset {id} is newer than cached dataset {c}: trying it first"),
-            (_, None) => {}
+        let (id, _, next) = newest.into_iter().flatten().max_by_key(|(id, tie, _)| (*id, *tie))?;
+        if let (false, Some(c)) = (matches!(next, Candidate::Cache(_)), cached) {
+            scr_debug!(1, "dataset {id} is newer than cached dataset {c}: trying it first");
         }
         Some(next)
     }

@@ -42,7 +42,8 @@ impl Runtime {
                 .collect()
         });
         let part = Part { node: self.node_id, files, received: loaded.received.clone() };
-        // Complete in the prefix: read in place there, or flushed and still in the index.
+        // Complete in the prefix: read in place there, or flushed and still in the index (both
+        // conditions are the same on every rank, so all or none take part in the broadcast).
         let in_prefix = loaded.in_prefix
             || (self.flushed(loaded.id)
                 && self.world.bcast(
