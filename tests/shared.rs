@@ -99,6 +99,14 @@ fn an_undeclared_shared_file_is_refused() {
     assert!(r.stderr.contains("Declare it with SCR_Route_shared_file"), "{}", r.dump());
     let r = job.run("shared", &["--steps", "0"]);
     assert!(r.has("NO_RESTART"), "{}", r.dump());
+
+    // SCR 3's way: with SCR_CACHE_BYPASS=1 every route leads to the prefix, one name is one file
+    let mut job = Job::new();
+    job.set("SCR_CACHE_BYPASS", "1");
+    let r = job.run("shared", &["--steps", "1", "--mode", "undeclared"]);
+    assert!(all_results(&r, 1, 1) && !r.stderr.contains("declared shared"), "{}", r.dump());
+    let r = job.run("shared", &["--steps", "0"]);
+    assert!(restarted(&r, 1, 8), "{}", r.dump());
 }
 
 #[test]

@@ -13,7 +13,8 @@
 //! * `SCR_Complete_output` (collective) first checks the names every rank routed
 //!   ([`plan_shared`]): a name routed by several ranks without being declared, or declared by
 //!   some and routed privately by others, makes the dataset invalid on every rank, with one
-//!   message naming the file, the ranks and the remedy. The dataset is then valid only if every
+//!   message naming the file, the ranks and the remedy (not in a bypass dataset, where every
+//!   route leads to the prefix and one name is one file, as SCR 3 has it). The dataset is then valid only if every
 //!   rank, so every writer, reported it valid; then the file's CRC32 is computed once, after all
 //!   writers finished: in slices read by all ranks at once and combined (one read of the data,
 //!   spread over the job), and rank 0 renames it into place. Every rank records the list
@@ -133,7 +134,9 @@ impl Runtime {
     fn agree_names(&self, id: u64) -> Result<std::result::Result<Vec<SharedFile>, String>> {
         let rec = &self.filemap.datasets[&id];
         let routed = Routed {
-            private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
+            // with SCR_CACHE_BYPASS every file goes to the prefix: ranks routing one name reach
+            // one file there, which is SCR 3's way to write shared files
+            private: if rec.reddesc.bypass { Vec::new() } else { rec.files.iter().map(|f| hash(&f.rel)).collect() },
             shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
         };
         let all = self.world.gather(0, &routed)?;
