@@ -108,3 +108,23 @@ fn after_a_lost_node_with_xor() {
         job.map(&["a", "a", "b", "b"]);
     }
 }
+
+#[test]
+fn a_checkpoint_this_run_cannot_rebuild_is_left_for_its_own_size() {
+    // XOR over 4 nodes tolerates one lost member; a run of 2 on [a, e] reaches only a's part
+    let mut job = Job::cluster(&["a", "b", "c", "d"]);
+    job.set("SCR_FLUSH", "0").set("SCR_COPY_TYPE", "XOR").set(ELASTIC, "1");
+    checkpoint_with_4(&job);
+    job.map(&["a", "e"]);
+    let r = job.run_np(2, "elastic", &["--steps", "0"]);
+    assert!(r.has("NO_RESTART") && r.code == Some(0), "{}", r.dump());
+    assert!(
+        r.stderr.contains("cannot be restarted with 2 processes") && r.stderr.contains("stays in cache"),
+        "{}",
+        r.dump()
+    );
+    // nothing was harmed: the run of 4 restarts from its caches (rank 0's header copied over MPI)
+    job.map(&["a", "b", "c", "d"]);
+    let r = job.run("elastic", &["--steps", "0"]);
+    assert!(restarted(&r, 3, 4, 2), "{}", r.dump());
+}
