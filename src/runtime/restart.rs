@@ -1,6 +1,7 @@
 //! Restart: choosing the checkpoint to offer (the newest one complete in cache or in the
-//! prefix, written by this run's number of processes and not failed in this run; a cached one
-//! verified against its CRC32s, a prefix one fetched), the restart phase, and the retry loop:
+//! prefix, written by this run's number of processes, or by any with `SCR_RESTART_ELASTIC`
+//! (`elastic.rs`), and not failed in this run; a cached one verified against its CRC32s, a
+//! prefix one fetched), the restart phase, and the retry loop:
 //! a restart that fails on any rank marks that checkpoint failed and loads the next one,
 //! unless what failed were files held in caches on other nodes, which are copied and the same
 //! checkpoint offered again (the files of the restart phase: `restart_files.rs`).
