@@ -100,11 +100,16 @@ fn an_undeclared_shared_file_is_refused() {
     let r = job.run("shared", &["--steps", "0"]);
     assert!(r.has("NO_RESTART"), "{}", r.dump());
 
-    // SCR 3's way: with SCR_CACHE_BYPASS=1 every route leads to the prefix, one name is one file
+    // SCR 3's way: with SCR_CACHE_BYPASS=1 every route leads to the prefix, one name is one
+    // file, the dataset's shared file
     let mut job = Job::new();
     job.set("SCR_CACHE_BYPASS", "1");
     let r = job.run("shared", &["--steps", "1", "--mode", "undeclared"]);
     assert!(all_results(&r, 1, 1) && !r.stderr.contains("declared shared"), "{}", r.dump());
+    check_shared(&job, 1);
+    // a shared file of the dataset (sized after every writer finished), not a file of each rank
+    let summary = job.meta(&job.prefix.join(".scr/scr.dataset.1/summary.scr"));
+    assert_eq!(summary["desc"]["shared"][0]["writers"], serde_json::json!([0, 1, 2, 3]), "{summary}");
     let r = job.run("shared", &["--steps", "0"]);
     assert!(restarted(&r, 1, 8), "{}", r.dump());
 }

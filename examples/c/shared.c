@@ -11,7 +11,8 @@
  * --mode mpiio       SCR_Route_shared_file, then MPI_File_open on MPI_COMM_WORLD and
  *                    MPI_File_write_at_all
  * --mode undeclared  SCR_Route_file by every rank for the same name (a misuse SCR refuses,
- *                    except with SCR_CACHE_BYPASS=1, where every route leads to the prefix)
+ *                    except with SCR_CACHE_BYPASS=1, where every route leads to the prefix and
+ *                    the name becomes a shared file)
  * --fail-rank R --fail-step K  rank R reports valid=0 for checkpoint K (after writing its part)
  *
  * At restart every rank lists the checkpoint (SCR_Restart_info, SCR_Restart_file: the shared
@@ -108,8 +109,7 @@ static int attempt(const char* name, size_t size, int* step, int* writers_out, i
     int w = -2, k = -1;
     ok = SCR_Restart_file(i, path, &w) == SCR_SUCCESS;
     if (!ok) break;
-    if (!strcmp(base(path), "shared.dat")) {
-      /* writer -1 when declared; with SCR_CACHE_BYPASS=1 and --mode undeclared, rank 0 */
+    if (w == -1 && !strcmp(base(path), "shared.dat")) {
       ok = SCR_Route_file(path, routed) == SCR_SUCCESS;
       for (int r = 0; r < writers && ok; r++) {
         unsigned char* want = bytes_of(r, *step, size);

@@ -107,12 +107,6 @@ impl Catalog {
         cat.nodes = nodes;
         listed.sort_by(|a, b| order(&a.0).cmp(&order(&b.0)));
         for (e, copy) in listed {
-            // one name several ranks routed in a bypass dataset (one file in the prefix, SCR 3's
-            // shared file): listed once, as the lowest writer's
-            if let Some(&i) = cat.by_rel.get(&e.rel) {
-                cat.copies[i].extend(copy);
-                continue;
-            }
             cat.by_rel.insert(e.rel.clone(), cat.entries.len());
             cat.entries.push(e);
             cat.copies.push(copy.into_iter().collect());

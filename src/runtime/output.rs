@@ -241,8 +241,6 @@ impl Runtime {
             }
         }
         let local_err = (!problems.is_empty()).then(|| problems.join("; "));
-        let bytes = rec.bytes();
-        let nfiles = rec.files.len() as u64;
         let name = rec.desc.name.clone();
         if !self.world.all_true(local_err.is_none()) {
             let summary = self.ctx().summarize_failures(&format!("dataset {id} ({name})"), local_err);
@@ -256,6 +254,10 @@ impl Runtime {
             self.drop_cached(id);
             return Ok(false);
         };
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        // a name several ranks routed in a bypass dataset is the dataset's, not each rank's
+        rec.files.retain(|f| !shared.iter().any(|s| s.rel == f.rel));
+        let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
         let total = self.world.sum_u64(bytes) + shared.iter().map(|s| s.size).sum::<u64>();
         let files = self.world.sum_u64(nfiles) + shared.len() as u64;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");

@@ -13,8 +13,10 @@
 //! * `SCR_Complete_output` (collective) first checks the names every rank routed
 //!   ([`plan_shared`]): a name routed by several ranks without being declared, or declared by
 //!   some and routed privately by others, makes the dataset invalid on every rank, with one
-//!   message naming the file, the ranks and the remedy (not in a bypass dataset, where every
-//!   route leads to the prefix and one name is one file, as SCR 3 has it). The dataset is then valid only if every
+//!   message naming the file, the ranks and the remedy. In a bypass dataset
+//!   (`SCR_CACHE_BYPASS=1`) every route leads to the prefix, and ranks that route one name write
+//!   one file there, as SCR 3 has it: such a name becomes a shared file of the dataset, written
+//!   in place (no staging name). The dataset is then valid only if every
 //!   rank, so every writer, reported it valid; then the file's CRC32 is computed once, after all
 //!   writers finished: in slices read by all ranks at once and combined (one read of the data,
 //!   spread over the job), and rank 0 renames it into place. Every rank records the list
@@ -81,9 +83,9 @@ impl Runtime {
             return Err(self.phase_error(ROUTE_SHARED, "in an output phase (after SCR_Start_output)"));
         };
         let rel = self.dataset_rel(ROUTE_SHARED, name)?;
-        let staging = self.layout.shared_staging(&rel);
         let me = self.world.rank() as u32;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        let staging = shared_target(&self.layout, rec, &rel);
         if rec.file(&rel).is_some() {
             return Err(Error::usage(
                 ROUTE_SHARED,
@@ -106,13 +108,14 @@ impl Runtime {
     }
 
     /// `SCR_Complete_output` of valid dataset `id` (collective): check the names every rank
-    /// routed and complete the shared files; `None` (said once, by rank 0) makes the dataset
-    /// invalid on every rank.
+    /// routed and complete the shared files (in a bypass dataset, the names several ranks
+    /// routed become shared files: the caller drops them from the ranks' own files); `None`
+    /// (said once, by rank 0) makes the dataset invalid on every rank.
     pub(super) fn complete_shared(&self, id: u64) -> Option<Vec<SharedFile>> {
         let agreed = self.agree_names(id).unwrap_or_else(|e| Err(e.to_string()));
         let done = match agreed {
             Ok(list) if list.is_empty() => Ok(list),
-            Ok(list) => self.finish_shared(list).unwrap_or_else(|e| Err(e.to_string())),
+            Ok(list) => self.finish_shared(id, list).unwrap_or_else(|e| Err(e.to_string())),
             Err(e) => Err(e),
         };
         match done {
@@ -133,14 +136,13 @@ impl Runtime {
     /// names all ranks routed (collective): `Err` names a misused file.
     fn agree_names(&self, id: u64) -> Result<std::result::Result<Vec<SharedFile>, String>> {
         let rec = &self.filemap.datasets[&id];
+        let bypass = rec.reddesc.bypass;
         let routed = Routed {
-            // with SCR_CACHE_BYPASS every file goes to the prefix: ranks routing one name reach
-            // one file there, which is SCR 3's way to write shared files
-            private: if rec.reddesc.bypass { Vec::new() } else { rec.files.iter().map(|f| hash(&f.rel)).collect() },
+            private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
             shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
         };
         let all = self.world.gather(0, &routed)?;
-        let first = all.as_ref().map(|all| match plan_shared(all, &BTreeMap::new()) {
+        let first = all.as_ref().map(|all| match plan_shared(all, &BTreeMap::new(), bypass) {
             Err(Clash::Hashes(h)) => First::Names(h),
             Err(Clash::Named(msg)) => First::Done(Err(msg)),
             Ok(list) => First::Done(Ok(list)),
@@ -160,7 +162,7 @@ impl Runtime {
                     by_rank.insert((r as u32, h), rel);
                 }
             }
-            match plan_shared(&all, &by_rank) {
+            match plan_shared(&all, &by_rank, bypass) {
                 Ok(list) => Ok(list),
                 Err(Clash::Named(msg)) => Err(msg),
                 Err(Clash::Hashes(_)) => Err("the names the ranks routed could not be compared".to_string()),
@@ -169,11 +171,17 @@ impl Runtime {
         Ok(self.world.bcast(0, &done.unwrap_or(Ok(Vec::new())))?)
     }
 
-    /// Complete the shared files of a valid dataset (collective): rank 0 checks each staging
-    /// file, all ranks compute slices of its CRC32 (unless `SCR_CRC_ON_COPY=0`), rank 0
-    /// combines them and renames the file into place. Returns the files with size and CRC32.
-    fn finish_shared(&self, mut list: Vec<SharedFile>) -> Result<std::result::Result<Vec<SharedFile>, String>> {
-        let staged: Vec<PathBuf> = list.iter().map(|s| self.layout.shared_staging(&s.rel)).collect();
+    /// Complete the shared files of valid dataset `id` (collective): rank 0 checks each one
+    /// where its writers wrote it, all ranks compute slices of its CRC32 (unless
+    /// `SCR_CRC_ON_COPY=0`), rank 0 combines them and renames the file into place. Returns the
+    /// files with size and CRC32.
+    fn finish_shared(
+        &self,
+        id: u64,
+        mut list: Vec<SharedFile>,
+    ) -> Result<std::result::Result<Vec<SharedFile>, String>> {
+        let rec = &self.filemap.datasets[&id];
+        let staged: Vec<PathBuf> = list.iter().map(|s| shared_target(&self.layout, rec, &s.rel)).collect();
         let sizes = self.rank0().then(|| {
             staged
                 .iter()
@@ -227,7 +235,9 @@ impl Runtime {
                 let mine: Vec<(u32, u64)> = parts.iter().filter(|p| p.0 == k).map(|p| (p.2, p.3)).collect();
                 s.crc = verify.then(|| crate::checksum::combine(&mine));
                 let to = self.layout.prefix.join(&s.rel);
-                std::fs::rename(&staged[k], &to).map_err(|e| format!("rename {} into place: {e}", to.display()))?;
+                if staged[k] != to {
+                    std::fs::rename(&staged[k], &to).map_err(|e| format!("rename {} into place: {e}", to.display()))?;
+                }
             }
             Ok(list)
         });
@@ -239,7 +249,9 @@ impl Runtime {
     /// reached the prefix, unless another cached dataset wrote the same name.
     pub(super) fn forget_shared(&self, rec: &DatasetRecord) {
         for s in &rec.desc.shared {
-            let _ = crate::paths::remove_file_if_exists(&self.layout.shared_staging(&s.rel));
+            if !rec.reddesc.bypass {
+                let _ = crate::paths::remove_file_if_exists(&self.layout.shared_staging(&s.rel));
+            }
             let others = self.filemap.datasets.values().filter(|r| r.desc.id != rec.desc.id);
             let kept = others.flat_map(|r| &r.desc.shared).any(|o| o.rel == s.rel);
             if rec.complete && self.rank0() && !self.flushed(rec.desc.id) && !kept {
@@ -256,6 +268,16 @@ impl Runtime {
     }
 }
 
+/// Where the writers of shared file `rel` of dataset `rec` write it: its staging name, or in a
+/// bypass dataset its place in the prefix.
+pub(super) fn shared_target(layout: &crate::state::layout::Layout, rec: &DatasetRecord, rel: &Path) -> PathBuf {
+    if rec.reddesc.bypass {
+        layout.prefix.join(rel)
+    } else {
+        layout.shared_staging(rel)
+    }
+}
+
 /// Why the names of an output phase cannot stand.
 #[derive(Debug, PartialEq)]
 pub(super) enum Clash {
@@ -267,29 +289,37 @@ pub(super) enum Clash {
 
 /// Rank 0: from every rank's [`Routed`] (and, in a second round, the names `names` behind the
 /// hashes of [`Clash::Hashes`], by (rank, hash)), the shared files with their writers, or the
-/// first misuse found.
-pub(super) fn plan_shared(all: &[Routed], names: &BTreeMap<(u32, u64), PathBuf>) -> Result<Vec<SharedFile>, Clash> {
-    let mut shared: BTreeMap<&Path, Vec<u32>> = BTreeMap::new();
+/// first misuse found. In a `bypass` dataset a name several ranks routed is a shared file.
+pub(super) fn plan_shared(
+    all: &[Routed],
+    names: &BTreeMap<(u32, u64), PathBuf>,
+    bypass: bool,
+) -> Result<Vec<SharedFile>, Clash> {
+    let mut shared: BTreeMap<PathBuf, Vec<u32>> = BTreeMap::new();
     let mut private: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for (r, routed) in all.iter().enumerate() {
         for rel in &routed.shared {
-            shared.entry(rel.as_path()).or_default().push(r as u32);
+            shared.entry(rel.clone()).or_default().push(r as u32);
         }
         for &h in &routed.private {
             private.entry(h).or_default().push(r as u32);
         }
     }
     let mut misuse: Vec<String> = Vec::new();
-    for (rel, writers) in &shared {
-        if let Some(others) = private.get(&hash(rel)) {
-            misuse.push(format!(
-                "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
-                 rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
-                rel.display(),
-                ranks(writers),
-                ranks(others)
-            ));
+    for (rel, writers) in shared.iter_mut() {
+        let Some(others) = private.remove(&hash(rel)) else { continue };
+        if bypass {
+            writers.extend(others);
+            writers.sort_unstable();
+            continue;
         }
+        misuse.push(format!(
+            "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
+             rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
+            rel.display(),
+            ranks(writers),
+            ranks(&others)
+        ));
     }
     let several: Vec<(u64, &Vec<u32>)> = private.iter().filter(|(_, r)| r.len() > 1).map(|(h, r)| (*h, r)).collect();
     if misuse.is_empty() && !several.is_empty() && names.is_empty() {
@@ -304,6 +334,10 @@ pub(super) fn plan_shared(all: &[Routed], names: &BTreeMap<(u32, u64), PathBuf>)
             }
         }
         for (rel, rs) in by_name.into_iter().filter(|(_, rs)| rs.len() > 1) {
+            if bypass {
+                shared.insert(rel.to_path_buf(), rs);
+                continue;
+            }
             misuse.push(format!(
                 "{} was routed by rank(s) {} without being declared shared: each rank would keep its own copy in its \
                  node's cache, and a restart would read one of them. Declare it with SCR_Route_shared_file on every \
@@ -318,10 +352,7 @@ pub(super) fn plan_shared(all: &[Routed], names: &BTreeMap<(u32, u64), PathBuf>)
             if misuse.len() > 1 { format!(" (and {} more such file(s))", misuse.len() - 1) } else { String::new() };
         return Err(Clash::Named(format!("{first}{more}")));
     }
-    Ok(shared
-        .into_iter()
-        .map(|(rel, writers)| SharedFile { rel: rel.to_path_buf(), writers, size: 0, crc: None })
-        .collect())
+    Ok(shared.into_iter().map(|(rel, writers)| SharedFile { rel, writers, size: 0, crc: None }).collect())
 }
 
 /// Ranks for a message: the first 8, then how many more.
@@ -345,7 +376,7 @@ mod tests {
     #[test]
     fn declared_files_are_gathered_with_their_writers() {
         let all = [routed(&["c/r0"], &["c/shared", "c/h"]), routed(&["c/r1"], &["c/shared"]), routed(&["c/r2"], &[])];
-        let list = plan_shared(&all, &BTreeMap::new()).unwrap();
+        let list = plan_shared(&all, &BTreeMap::new(), false).unwrap();
         let got: Vec<(String, Vec<u32>)> =
             list.iter().map(|s| (s.rel.display().to_string(), s.writers.clone())).collect();
         assert_eq!(got, [("c/h".to_string(), vec![0]), ("c/shared".to_string(), vec![0, 1])]);
@@ -354,18 +385,23 @@ mod tests {
     #[test]
     fn undeclared_and_half_declared_files_are_named_with_their_ranks() {
         let all = [routed(&["c/x"], &[]), routed(&["c/x"], &[]), routed(&["c/y"], &[])];
-        let Err(Clash::Hashes(h)) = plan_shared(&all, &BTreeMap::new()) else { panic!("names are needed") };
+        let Err(Clash::Hashes(h)) = plan_shared(&all, &BTreeMap::new(), false) else { panic!("names are needed") };
         assert_eq!(h, vec![hash(Path::new("c/x"))]);
         let names: BTreeMap<(u32, u64), PathBuf> = [((0, h[0]), "c/x".into()), ((1, h[0]), "c/x".into())].into();
-        let Err(Clash::Named(msg)) = plan_shared(&all, &names) else { panic!() };
+        let Err(Clash::Named(msg)) = plan_shared(&all, &names, false) else { panic!() };
         assert!(msg.starts_with("c/x was routed by rank(s) 0, 1 without being declared shared"), "{msg}");
         assert!(msg.contains("SCR_Route_shared_file"), "{msg}");
         // equal hashes, different names (as if FNV collided): no clash
+        // in a bypass dataset the name is one file in the prefix: a shared file
+        let list = plan_shared(&all, &names, true).unwrap();
+        assert_eq!((list[0].rel.as_path(), list[0].writers.as_slice()), (Path::new("c/x"), &[0, 1][..]));
         let names: BTreeMap<(u32, u64), PathBuf> = [((0, h[0]), "c/x".into()), ((1, h[0]), "c/z".into())].into();
-        assert!(plan_shared(&all, &names).unwrap().is_empty());
+        assert!(plan_shared(&all, &names, false).unwrap().is_empty());
 
         let all = [routed(&[], &["c/s"]), routed(&["c/s"], &[]), routed(&["c/s"], &[])];
-        let Err(Clash::Named(msg)) = plan_shared(&all, &BTreeMap::new()) else { panic!() };
+        let list = plan_shared(&all, &BTreeMap::new(), true).unwrap();
+        assert_eq!(list[0].writers, [0, 1, 2]);
+        let Err(Clash::Named(msg)) = plan_shared(&all, &BTreeMap::new(), false) else { panic!() };
         assert!(msg.contains("c/s was declared shared (SCR_Route_shared_file) by rank(s) 0"), "{msg}");
         assert!(msg.contains("routed with SCR_Route_file by rank(s) 1, 2"), "{msg}");
         assert_eq!(ranks(&(0..20).collect::<Vec<_>>()), "0, 1, 2, 3, 4, 5, 6, 7, ... (20 ranks)");
