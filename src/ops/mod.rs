@@ -14,7 +14,8 @@
 //! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
 //! | [`build`] | scanning a dataset directory, rebuilding lost files, publishing it (`scr_index --build`) |
 //! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
-//! | [`nodes`] | node lists: the allocation, `SCR_EXCLUDE_NODES`, host-list syntax |
+//! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
+//! | [`slurm`] | what the commands ask Slurm: the nodes that cannot take a run |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
 //! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
 //!
@@ -35,6 +36,7 @@ pub mod nodes;
 pub mod prefix;
 pub mod run;
 pub mod scavenge;
+pub mod slurm;
 pub mod times;
 
 use std::fmt;
