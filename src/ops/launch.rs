@@ -86,6 +86,8 @@ pub struct Prepared {
     pub nodes: Vec<String>,
     /// On the simulated cluster, the node of each rank.
     pub map: Option<Vec<String>>,
+    /// The Slurm job the run is a step of (`srun` inside an allocation).
+    pub slurm_job: Option<String>,
 }
 
 impl Launch {
@@ -190,7 +192,8 @@ impl Launch {
         }
         let mut shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         shown.extend(argv);
-        Ok(Prepared { command, shown, nodes, map })
+        let slurm_job = if self.kind == Kind::Srun { crate::identity::slurm_job() } else { None };
+        Ok(Prepared { command, shown, nodes, map, slurm_job })
     }
 
     /// How to reach a node for the scavenge when not told: `sim-node.sh` on the simulated

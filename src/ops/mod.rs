@@ -15,7 +15,7 @@
 //! | [`build`] | scanning a dataset directory, rebuilding lost files, publishing it (`scr_index --build`) |
 //! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
 //! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
-//! | [`slurm`] | what the commands ask Slurm: the nodes that cannot take a run |
+//! | [`slurm`] | what the commands ask Slurm: unusable nodes, a run's job step, cancelling it |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
 //! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
 //!

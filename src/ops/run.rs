@@ -233,7 +233,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             Ok(p) => p,
             Err(why) => break Stop::Nodes(why),
         };
-        let Prepared { command: mut cmd, shown: argv, nodes: run_nodes, map } = prepared;
+        let Prepared { command: mut cmd, shown: argv, nodes: run_nodes, map, slurm_job } = prepared;
         attempt += 1;
         say(format!(
             "run {attempt}{} on nodes {}{}: {}",
@@ -258,6 +258,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             command: argv.clone(),
             ended: None,
             status: None,
+            slurm_job,
         };
         if let Err(e) = rec.save(&layout.run_file()) {
             say(format!("warning: {e} (scr_halt --immediate cannot find this run)"));

@@ -1,9 +1,14 @@
 //! What the commands ask Slurm, through its client commands (each under
 //! [`crate::identity::rm_query`]'s time limit, so a controller that does not answer cannot hang
-//! a relaunch decision): which nodes of the allocation cannot take the next run: those `sinfo`
-//! reports down, drained or draining, failing, not responding (`*`), powered down or rebooting,
-//! and those no longer in the job (`squeue`), which is what a failed node becomes in a
-//! `--no-kill` allocation (user guide 2.8.3).
+//! a relaunch decision or `scr_halt`):
+//!
+//! * which nodes of the allocation cannot take the next run: those `sinfo` reports down,
+//!   drained or draining, failing, not responding (`*`), powered down or rebooting, and those
+//!   no longer in the job (`squeue`), which is what a failed node becomes in a `--no-kill`
+//!   allocation (user guide 2.8.3);
+//! * the job step a run launched by `srun` became, found by the `srun` process that launched it
+//!   (`scontrol show step`: `SrunHost:Pid`), so `scr_halt --immediate` can cancel exactly that
+//!   step (`scancel JOBID.STEP`) from any host, never the allocation.
 
 use super::nodes::expand;
 use crate::identity::rm_query;
@@ -53,6 +58,44 @@ fn usable_state(state: &str) -> bool {
     !bad_base.iter().any(|b| base.contains(b)) && !flags.contains(['*', '~', '#', '%', '!', '^'])
 }
 
+/// The step (`JOBID.STEP`) of job `job` that the `srun` process `pid` on `host` launched, if
+/// Slurm still lists it.
+pub fn step_of(job: &str, host: &str, pid: u32) -> Result<Option<String>, String> {
+    match rm_query("scontrol", &["-o", "show", "step", job], &[]) {
+        Ok(out) => Ok(step_from(&out, host, pid)),
+        // A job that ended has no steps left to show.
+        Err(e) if e.contains("Invalid job id") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`step_of`] from `scontrol -o show step` output: the line whose `SrunHost:Pid` is
+/// `host:pid`.
+fn step_from(out: &str, host: &str, pid: u32) -> Option<String> {
+    let want = format!("SrunHost:Pid={host}:{pid}");
+    out.lines()
+        .find(|l| l.split_whitespace().any(|f| f == want))
+        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("StepId=")).map(str::to_string))
+}
+
+/// Cancel one job step (`JOBID.STEP`), leaving the allocation.
+pub fn cancel_step(step: &str) -> Result<(), String> {
+    if !step.contains('.') {
+        return Err(format!("{step:?} is not a job step (JOBID.STEP); refusing to cancel a whole allocation"));
+    }
+    rm_query("scancel", &[step], &[]).map(|_| ())
+}
+
+/// Whether Slurm still lists the step `JOBID.STEP`.
+pub fn step_listed(step: &str) -> Result<bool, String> {
+    let job = step.split('.').next().unwrap_or(step);
+    match rm_query("squeue", &["-h", "-s", "-j", job, "-o", "%i"], &[]) {
+        Ok(out) => Ok(out.lines().any(|l| l.trim() == step)),
+        Err(e) if e.contains("Invalid job id") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +126,16 @@ mod tests {
             vec![("n2".to_string(), "down* in Slurm".to_string()), ("n4".into(), "no longer in the Slurm job".into())]
         );
         assert!(unusable_from("n1 mixed\n", &[], &nodes).is_empty(), "job no longer listed: nothing known");
+    }
+
+    #[test]
+    fn the_step_of_a_launcher() {
+        let out = "StepId=10.batch UserId=0 State=RUNNING NodeList=n1 Name=batch SrunHost:Pid=(null):0\n\
+                   StepId=10.0 UserId=0 State=RUNNING NodeList=n[1-2] Name=app SrunHost:Pid=n1:29047\n\
+                   StepId=10.1 UserId=0 State=RUNNING NodeList=n3 Name=app SrunHost:Pid=n1:290470\n";
+        assert_eq!(step_from(out, "n1", 29047).as_deref(), Some("10.0"));
+        assert_eq!(step_from(out, "n1", 290470).as_deref(), Some("10.1"));
+        assert_eq!(step_from(out, "n2", 29047), None);
+        assert!(cancel_step("10").unwrap_err().contains("refusing"));
     }
 }
