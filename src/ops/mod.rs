@@ -13,7 +13,8 @@
 //! | [`index`] | listing and editing the index (`scr_index`) |
 //! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
 //! | [`scavenge`] | `scr_copy` on one node and `scr_scavenge` over the nodes (the copy and the build, `scr_index --build`, are [`crate::transfer::scavenge`] and [`crate::transfer::build`]) |
-//! | [`nodes`] | node lists: the allocation, `SCR_EXCLUDE_NODES`, host-list syntax |
+//! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
+//! | [`slurm`] | what the commands ask Slurm: unusable nodes, a run's job step, cancelling it |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
 //! | [`should_exit`] | the same stop-or-relaunch decision for job scripts that loop themselves |
 //! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
@@ -35,6 +36,7 @@ pub mod prefix;
 pub mod run;
 pub mod scavenge;
 pub mod should_exit;
+pub mod slurm;
 pub mod times;
 
 use std::fmt;

@@ -23,7 +23,6 @@ use super::{Loaded, Runtime};
 use crate::error::Result;
 use crate::state::filemap::Filemap;
 use crate::state::flushfile::Location;
-use crate::state::index::Index;
 use crate::state::summary::{Rank2File, Summary};
 use crate::{scr_debug, scr_error, scr_warn};
 
@@ -100,8 +99,8 @@ impl Runtime {
         Ok(ok)
     }
 
-    /// Rank 0: say what publishing dataset `id` did, make it current if it is complete, and
-    /// return whether it is.
+    /// Rank 0: say what publishing dataset `id` did (a complete build made it current), and
+    /// return whether it is complete.
     fn report_publish(
         &self,
         id: u64,
@@ -129,10 +128,6 @@ impl Runtime {
                 return false;
             }
         };
-        // as a flush does: the newest checkpoint in the prefix is where restarts start
-        if let Err(e) = Index::update(&self.layout.index(), |ix| ix.current = Some(rep.name.clone())) {
-            scr_warn!("cannot make {} current in the index: {e}", rep.name);
-        }
         let secs = t0.elapsed().as_secs_f64();
         crate::log::emit(
             "INFO",

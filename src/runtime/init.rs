@@ -68,6 +68,22 @@ impl Runtime {
                 layout.prefix.path.display(),
                 layout.cntl_dir.display()
             );
+            if settings.halt_seconds > 0 {
+                match identity::end_time() {
+                    Some(end) => scr_debug!(
+                        1,
+                        "the allocation ends at {} UTC ({} s from now); SCR_HALT_SECONDS={}",
+                        identity::iso_time(end),
+                        end - identity::now_secs(),
+                        settings.halt_seconds
+                    ),
+                    None => scr_warn!(
+                        "SCR_HALT_SECONDS={} but the allocation's end time is unknown (no SCR_END_TIME, and no \
+                         Slurm job that reports one): the job is not halted before its allocation ends",
+                        settings.halt_seconds
+                    ),
+                }
+            }
         }
 
         let mut rt = Runtime {

@@ -253,6 +253,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
                 fetches,
             },
         );
+        ix.promote_current(id);
     })?;
     Ok(Report { id, name: desc.name, ranks: n, complete, rebuilt, missing, notes })
 }
@@ -276,6 +277,7 @@ fn build_flushed(layout: &Layout, id: u64) -> Result<Report> {
             e.failed = old.failed;
         }
         ix.datasets.insert(id, e);
+        ix.promote_current(id);
     })?;
     Ok(Report {
         id,

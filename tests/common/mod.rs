@@ -1,7 +1,10 @@
 //! Test harness: compiles the C example programs against `scr.h` and `libscr.so` with
 //! `mpicc`, and runs them under a real `mpirun` with 4 oversubscribed ranks in a private
-//! job directory (prefix, cache and control directories of its own).
+//! job directory (prefix, cache and control directories of its own). [`slurm`] starts a
+//! private Slurm cluster for the tests that run jobs the way a batch script does.
 #![allow(dead_code)]
+
+pub mod slurm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
