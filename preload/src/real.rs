@@ -49,6 +49,13 @@ macro_rules! real_fns {
 }
 
 use libc::{c_int, c_uint, mode_t, size_t, ssize_t, FILE};
+
+/// `scandir`'s filter and comparison functions (`dirent` and `dirent64` have one layout on
+/// the 64-bit Linux ABIs this library supports).
+pub type Filter = Option<unsafe extern "C" fn(*const libc::dirent64) -> c_int>;
+pub type Compar = Option<unsafe extern "C" fn(*mut *const libc::dirent64, *mut *const libc::dirent64) -> c_int>;
+/// `nftw`'s callback: path, stat buffer, type flag, `struct FTW { int base; int level; }`.
+pub type NftwFn = Option<unsafe extern "C" fn(*const c_char, *const libc::stat, c_int, *mut [c_int; 2]) -> c_int>;
 use mpi::ffi::{MPI_Comm, MPI_Datatype, MPI_Op};
 
 real_fns! {
@@ -99,6 +106,42 @@ real_fns! {
     __fxstatat: fn(c_int, c_int, *const c_char, *mut libc::stat, c_int) -> c_int;
     __fxstatat64: fn(c_int, c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
     statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
+    rmdir: fn(*const c_char) -> c_int;
+    link: fn(*const c_char, *const c_char) -> c_int;
+    linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
+    truncate: fn(*const c_char, libc::off_t) -> c_int;
+    truncate64: fn(*const c_char, libc::off64_t) -> c_int;
+    chmod: fn(*const c_char, mode_t) -> c_int;
+    fchmodat: fn(c_int, *const c_char, mode_t, c_int) -> c_int;
+    chown: fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int;
+    lchown: fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int;
+    fchownat: fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int;
+    utime: fn(*const c_char, *const libc::utimbuf) -> c_int;
+    utimes: fn(*const c_char, *const libc::timeval) -> c_int;
+    lutimes: fn(*const c_char, *const libc::timeval) -> c_int;
+    futimesat: fn(c_int, *const c_char, *const libc::timeval) -> c_int;
+    utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int;
+    readlink: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+    readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t;
+    realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
+    __realpath_chk: fn(*const c_char, *mut c_char, size_t) -> *mut c_char;
+    canonicalize_file_name: fn(*const c_char) -> *mut c_char;
+    statfs: fn(*const c_char, *mut libc::statfs) -> c_int;
+    statfs64: fn(*const c_char, *mut libc::statfs64) -> c_int;
+    statvfs: fn(*const c_char, *mut libc::statvfs) -> c_int;
+    statvfs64: fn(*const c_char, *mut libc::statvfs64) -> c_int;
+    opendir: fn(*const c_char) -> *mut libc::DIR;
+    fdopendir: fn(c_int) -> *mut libc::DIR;
+    readdir: fn(*mut libc::DIR) -> *mut libc::dirent;
+    readdir64: fn(*mut libc::DIR) -> *mut libc::dirent64;
+    rewinddir: fn(*mut libc::DIR) -> ();
+    closedir: fn(*mut libc::DIR) -> c_int;
+    scandir: fn(*const c_char, *mut *mut *mut libc::dirent64, Filter, Compar) -> c_int;
+    scandir64: fn(*const c_char, *mut *mut *mut libc::dirent64, Filter, Compar) -> c_int;
+    scandirat: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, Filter, Compar) -> c_int;
+    scandirat64: fn(c_int, *const c_char, *mut *mut *mut libc::dirent64, Filter, Compar) -> c_int;
+    nftw: fn(*const c_char, NftwFn, c_int, c_int) -> c_int;
+    nftw64: fn(*const c_char, NftwFn, c_int, c_int) -> c_int;
     PMPI_Init: fn(*mut c_int, *mut *mut *mut c_char) -> c_int;
     PMPI_Init_thread: fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int;
     PMPI_Finalize: fn() -> c_int;

@@ -95,6 +95,8 @@ impl Runtime {
             run_stamp: 0,
             any_rank_log: None,
             watchdog: None,
+            pinned: Vec::new(),
+            version_of: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
         rt.make_directories()?;

@@ -1,0 +1,371 @@
+//! Directory listings that show the files SCR holds, each once, in its prefix directory.
+//!
+//! A directory stream below the prefix returns the prefix's own entries first, then the
+//! held files (and the directories leading to deeper ones) the prefix does not have
+//! ([`Merge`]). Extra entries carry the cached file's inode number and type, read in one pass
+//! over each cache directory involved (no `stat` per file), so a listing of a directory with
+//! many cached files costs about two plain listings. [`walk`] is the tree walk `nftw` makes,
+//! over the same merged listings.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::{CStr, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use super::prefix::{reserved, PATH_MAX};
+use super::session::{routing, table, Session};
+use super::table::Table;
+use crate::reentry::Inside;
+
+/// An entry a listing adds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    /// `DT_REG` or `DT_DIR`.
+    pub dtype: u8,
+}
+
+/// The extra entries of one directory stream and how far it got.
+#[derive(Debug)]
+pub struct Merge {
+    extra: Vec<Entry>,
+    shown: Vec<bool>,
+    next: usize,
+}
+
+impl Merge {
+    fn new(mut extra: Vec<Entry>) -> Merge {
+        extra.sort_by(|a, b| a.name.cmp(&b.name));
+        extra.dedup_by(|a, b| a.name == b.name);
+        let shown = vec![false; extra.len()];
+        Merge { extra, shown, next: 0 }
+    }
+
+    /// The stream returned a real entry `name`: it is not repeated.
+    pub fn real(&mut self, name: &[u8]) {
+        if let Ok(i) = self.extra.binary_search_by(|e| e.name.as_slice().cmp(name)) {
+            self.shown[i] = true;
+        }
+    }
+
+    /// The next extra entry, once the real entries are exhausted.
+    pub fn next_extra(&mut self) -> Option<&Entry> {
+        while self.next < self.extra.len() {
+            let i = self.next;
+            self.next += 1;
+            if !self.shown[i] {
+                self.shown[i] = true;
+                return Some(&self.extra[i]);
+            }
+        }
+        None
+    }
+
+    /// `rewinddir`.
+    pub fn rewind(&mut self) {
+        self.shown.fill(false);
+        self.next = 0;
+    }
+}
+
+/// The merge for a directory stream opened on `path` (relative to `dirfd`), if SCR holds
+/// files below that directory.
+pub fn listing(dirfd: i32, path: &CStr) -> Option<Merge> {
+    let s = routing()?;
+    let rel = resolve_dir(s, dirfd, path.to_bytes())?;
+    extras_of(s, &rel)
+}
+
+/// As [`listing`], for `fdopendir(fd)`.
+pub fn listing_fd(fd: i32) -> Option<Merge> {
+    let s = routing()?;
+    let mut buf = [0u8; PATH_MAX];
+    let n = (s.base)(fd, &mut buf)?;
+    let rel = resolve_dir(s, libc::AT_FDCWD, &buf[..n])?;
+    extras_of(s, &rel)
+}
+
+fn resolve_dir(s: &Session, dirfd: i32, path: &[u8]) -> Option<PathBuf> {
+    let mut buf = [0u8; PATH_MAX];
+    let base = match path.first() {
+        None => return None,
+        Some(b'/') => None,
+        Some(_) => (s.base)(dirfd, &mut buf).map(|n| &buf[..n]),
+    };
+    if !s.prefix.may_contain(path, base) || !s.is_owner() {
+        return None;
+    }
+    s.prefix.relative(path, base).filter(|rel| !reserved(rel))
+}
+
+fn extras_of(s: &Session, rel: &Path) -> Option<Merge> {
+    let _inside = Inside::enter();
+    let t = table();
+    let _ = s;
+    if !t.any_below(rel) {
+        return None;
+    }
+    Some(Merge::new(extras(&t, rel)))
+}
+
+/// The entries of directory `dir` (relative to the prefix) that SCR's files make.
+pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
+    // files directly in `dir`, by the cache directory that holds their bytes
+    let mut by_cache_dir: HashMap<&Path, HashMap<&OsStr, &OsStr>> = HashMap::new();
+    // directories leading to deeper files: name -> bytes of one file below
+    let mut dirs: BTreeMap<&OsStr, (&Path, usize)> = BTreeMap::new();
+    for (rel, cache) in t.visible_below(dir) {
+        let Ok(rest) = rel.strip_prefix(dir) else { continue };
+        let mut comps = rest.components();
+        let Some(first) = comps.next() else { continue };
+        let depth = comps.count();
+        if depth == 0 {
+            if let (Some(cdir), Some(cname)) = (cache.parent(), cache.file_name()) {
+                by_cache_dir.entry(cdir).or_default().insert(cname, first.as_os_str());
+            }
+        } else {
+            dirs.entry(first.as_os_str()).or_insert((cache, depth));
+        }
+    }
+    let mut out = Vec::new();
+    for (cdir, wanted) in by_cache_dir {
+        let Ok(rd) = std::fs::read_dir(cdir) else { continue };
+        for e in rd.flatten() {
+            let n = e.file_name();
+            if let Some(name) = wanted.get(n.as_os_str()) {
+                out.push(Entry { name: name.as_bytes().to_vec(), ino: e.ino(), dtype: libc::DT_REG });
+            }
+        }
+    }
+    for (name, (cache, depth)) in dirs {
+        // the cache directory standing for it: `depth` levels above a file below it
+        let ino = cache.ancestors().nth(depth).and_then(|d| std::fs::metadata(d).ok()).map_or(1, |m| m.ino());
+        out.push(Entry { name: name.as_bytes().to_vec(), ino, dtype: libc::DT_DIR });
+    }
+    out
+}
+
+/// What `nftw` reports of a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    /// A directory, before its entries (after them with `depth_first`: `DirPost`).
+    Dir,
+    DirPost,
+    DirUnreadable,
+    Symlink,
+    SymlinkDangling,
+    NoStat,
+}
+
+/// One callback of a walk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// As the application names it (the walk's root joined with the names below it).
+    pub path: PathBuf,
+    /// What to `stat` for it (the cached bytes of a held file).
+    pub stat: PathBuf,
+    pub kind: Kind,
+    pub level: i32,
+    /// Offset of the last component in `path`.
+    pub base: usize,
+    /// Where the walk continues when the callback skips this directory's entries.
+    pub skip_subtree: usize,
+    /// Where it continues when the callback skips the rest of this directory level.
+    pub skip_siblings: usize,
+}
+
+/// How to walk (`nftw` flags).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WalkFlags {
+    /// `FTW_PHYS`: report symbolic links, do not follow them.
+    pub phys: bool,
+    /// `FTW_DEPTH`: a directory after its entries.
+    pub depth_first: bool,
+    /// `FTW_MOUNT`: stay on the root's file system.
+    pub mount: bool,
+}
+
+/// The walk `nftw(root)` makes, with SCR's files in their directories; `None` when SCR holds
+/// nothing below `root` (the real `nftw` walks then). `Err(errno)`: `root` itself cannot be
+/// examined.
+pub fn walk(root: &CStr, flags: WalkFlags) -> Option<Result<Vec<Step>, i32>> {
+    let s = routing()?;
+    let bytes = root.to_bytes();
+    let mut buf = [0u8; PATH_MAX];
+    let base = if bytes.first() == Some(&b'/') { None } else { (s.base)(libc::AT_FDCWD, &mut buf).map(|n| &buf[..n]) };
+    let abs = match base {
+        None => crate::paths::normalize(Path::new(OsStr::from_bytes(bytes)), Path::new("/")),
+        Some(b) => crate::paths::normalize(Path::new(OsStr::from_bytes(bytes)), Path::new(OsStr::from_bytes(b))),
+    };
+    let _inside = Inside::enter();
+    let t = table();
+    // held files below the root (the root below the prefix, or the prefix below the root)
+    let concerned = match s.prefix.relative(abs.as_os_str().as_bytes(), None) {
+        Some(rel) => t.any_below(&rel),
+        None => s.prefix.path().starts_with(&abs) && t.any_below(Path::new("")),
+    };
+    if !concerned || !s.is_owner() {
+        return None;
+    }
+    let mut w = Walker { s, t: &t, flags, steps: Vec::new(), seen: BTreeSet::new(), dev: None };
+    let app_root = PathBuf::from(OsStr::from_bytes(bytes));
+    Some(w.visit(&app_root, &abs, 0, true).map(|_| w.steps))
+}
+
+struct Walker<'a> {
+    s: &'a Session,
+    t: &'a Table,
+    flags: WalkFlags,
+    steps: Vec<Step>,
+    /// Directories entered (device, inode), against symbolic link cycles.
+    seen: BTreeSet<(u64, u64)>,
+    dev: Option<u64>,
+}
+
+impl Walker<'_> {
+    /// The held bytes standing for absolute path `abs`, if any.
+    fn held(&self, abs: &Path) -> Option<PathBuf> {
+        let rel = self.s.prefix.relative(abs.as_os_str().as_bytes(), None)?;
+        self.t.held(&rel).map(|h| h.cache().to_path_buf())
+    }
+
+    fn push(&mut self, path: &Path, stat: &Path, kind: Kind, level: i32) -> usize {
+        let base = path.as_os_str().len() - path.file_name().map_or(0, |n| n.len());
+        self.steps.push(Step {
+            path: path.to_path_buf(),
+            stat: stat.to_path_buf(),
+            kind,
+            level,
+            base,
+            skip_subtree: 0,
+            skip_siblings: 0,
+        });
+        self.steps.len() - 1
+    }
+
+    /// Visit `path` (the application's spelling; `abs` normalised). `Err` only for the root.
+    fn visit(&mut self, path: &Path, abs: &Path, level: i32, root: bool) -> Result<(), i32> {
+        let stat = self.held(abs).unwrap_or_else(|| abs.to_path_buf());
+        let md = if self.flags.phys { std::fs::symlink_metadata(&stat) } else { std::fs::metadata(&stat) };
+        let md = match md {
+            Ok(m) => m,
+            Err(e) => {
+                if root {
+                    return Err(e.raw_os_error().unwrap_or(libc::ENOENT));
+                }
+                let kind = match std::fs::symlink_metadata(&stat) {
+                    Ok(l) if l.file_type().is_symlink() => Kind::SymlinkDangling,
+                    _ => Kind::NoStat,
+                };
+                self.push(path, &stat, kind, level);
+                return Ok(());
+            }
+        };
+        if root {
+            self.dev = Some(md.dev());
+        } else if self.flags.mount && Some(md.dev()) != self.dev {
+            return Ok(());
+        }
+        if md.file_type().is_symlink() {
+            self.push(path, &stat, Kind::Symlink, level);
+            return Ok(());
+        }
+        if !md.is_dir() {
+            self.push(path, &stat, Kind::File, level);
+            return Ok(());
+        }
+        if !self.seen.insert((md.dev(), md.ino())) {
+            return Ok(());
+        }
+        let names = match self.entries(abs) {
+            Some(n) => n,
+            None => {
+                self.push(path, &stat, Kind::DirUnreadable, level);
+                return Ok(());
+            }
+        };
+        let pre = (!self.flags.depth_first).then(|| self.push(path, &stat, Kind::Dir, level));
+        let first_child = self.steps.len();
+        for name in names {
+            self.visit(&path.join(&name), &abs.join(&name), level + 1, false)?;
+        }
+        let post = self.flags.depth_first.then(|| self.push(path, &stat, Kind::DirPost, level));
+        let end = self.steps.len();
+        if let Some(i) = pre {
+            self.steps[i].skip_subtree = end;
+        }
+        // skipping the rest of this level continues at this directory's own post-order step
+        let siblings_end = post.unwrap_or(end);
+        for st in &mut self.steps[first_child..siblings_end] {
+            if st.skip_siblings == 0 {
+                st.skip_siblings = siblings_end;
+            }
+        }
+        Ok(())
+    }
+
+    /// The names in directory `abs`: the real ones, then SCR's. `None`: unreadable.
+    fn entries(&self, abs: &Path) -> Option<Vec<OsString>> {
+        let mut names: Vec<OsString> = Vec::new();
+        match std::fs::read_dir(abs) {
+            Ok(rd) => names.extend(rd.flatten().map(|e| e.file_name())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(_) => return None,
+        }
+        if let Some(rel) = self.s.prefix.relative(abs.as_os_str().as_bytes(), None).filter(|r| !reserved(r)) {
+            let mut m = Merge::new(extras(self.t, &rel));
+            for n in &names {
+                m.real(n.as_bytes());
+            }
+            while let Some(e) = m.next_extra() {
+                names.push(OsString::from(OsStr::from_bytes(&e.name)));
+            }
+        }
+        Some(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transparent::table::Committed;
+
+    #[test]
+    fn a_merged_stream_shows_each_name_once_after_the_real_ones() {
+        let e = |n: &str, t| Entry { name: n.as_bytes().to_vec(), ino: 5, dtype: t };
+        let mut m = Merge::new(vec![e("b", libc::DT_REG), e("a", libc::DT_REG), e("sub", libc::DT_DIR), e("a", 8)]);
+        m.real(b".");
+        m.real(b"b");
+        let names: Vec<String> =
+            std::iter::from_fn(|| m.next_extra().map(|e| String::from_utf8_lossy(&e.name).into_owned())).collect();
+        assert_eq!(names, ["a", "sub"]);
+        assert!(m.next_extra().is_none());
+        m.rewind();
+        assert_eq!(std::iter::from_fn(|| m.next_extra().map(|_| ())).count(), 3);
+    }
+
+    #[test]
+    fn extras_carry_the_cached_inode_and_stand_in_for_missing_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = dir.path();
+        std::fs::create_dir_all(c.join("ds/ckpt.2/sub")).unwrap();
+        for f in ["ds/ckpt.2/rank_0", "ds/ckpt.2/rank_1", "ds/ckpt.2/sub/x", "ds/ckpt.2/other"] {
+            std::fs::write(c.join(f), b"x").unwrap();
+        }
+        let mut t = Table::default();
+        let files = ["ckpt.2/rank_0", "ckpt.2/rank_1", "ckpt.2/sub/x"]
+            .map(|r| (PathBuf::from(r), Committed { cache: c.join("ds").join(r), dataset: 1, name: "ckpt.2".into() }));
+        t.set_committed(files);
+        t.remove(Path::new("ckpt.2/rank_1"));
+        let mut got = extras(&t, Path::new("ckpt.2"));
+        got.sort_by(|a, b| a.name.cmp(&b.name));
+        let names: Vec<(&[u8], u8)> = got.iter().map(|e| (e.name.as_slice(), e.dtype)).collect();
+        assert_eq!(names, [(&b"rank_0"[..], libc::DT_REG), (&b"sub"[..], libc::DT_DIR)]);
+        assert_eq!(got[0].ino, std::fs::metadata(c.join("ds/ckpt.2/rank_0")).unwrap().ino());
+        assert_eq!(got[1].ino, std::fs::metadata(c.join("ds/ckpt.2/sub")).unwrap().ino());
+        assert!(extras(&t, Path::new("ckpt.3")).is_empty());
+    }
+}
