@@ -157,6 +157,14 @@ pub fn before_rename_dir(old: &Path) {
 /// says of the flushed datasets below `old`.
 pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
     with_rt("rename (transparent)", |rt| {
+        // a dataset is concerned when it is named by the directory or has files below it
+        // here (a rank may have none)
+        let concerned = |r: &crate::state::filemap::DatasetRecord| {
+            Path::new(&r.desc.name).starts_with(old) || r.files.iter().any(|f| f.rel.starts_with(old))
+        };
+        if !rt.filemap.datasets.values().any(concerned) {
+            return Ok(());
+        }
         if log {
             let id = rt.dataset_id;
             let path = rt.layout.scr_dir().join(RENAME_LOG);
@@ -166,13 +174,7 @@ pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
                 l.renames.retain(|(upto, _, _)| *upto >= oldest);
                 l.renames.push((id, old.to_path_buf(), new.to_path_buf()))
             })?;
-            let flushed: Vec<u64> = rt
-                .filemap
-                .datasets
-                .values()
-                .filter(|r| r.files.iter().any(|f| f.rel.starts_with(old)))
-                .map(|r| r.desc.id)
-                .collect();
+            let flushed: Vec<u64> = rt.filemap.datasets.values().filter(|r| concerned(r)).map(|r| r.desc.id).collect();
             let ix = rt.load_index();
             for id in flushed.into_iter().filter(|id| ix.datasets.get(id).is_some_and(|e| e.complete)) {
                 crate::transfer::flush::rename_in_prefix(&rt.layout, id, old, new)?;

@@ -324,7 +324,8 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, noreplace: bool, real: &
         None => absolute(s, nd, new),
     };
     let exists = || dest.as_deref().is_some_and(|d| on_disk(d) != OnDisk::Missing);
-    let rule = rules::rename(&t, from.as_deref(), to.as_deref(), to_routed, noreplace, exists);
+    let from_dir = || from.as_deref().is_some_and(|f| on_disk(&s.prefix.join(f)) == OnDisk::Dir);
+    let rule = rules::rename(&t, from.as_deref(), to.as_deref(), to_routed, noreplace, from_dir, exists);
     let Some(dest) = dest.filter(|_| rule != Rename::Pass) else {
         drop(t);
         return real_done(real);
@@ -354,7 +355,8 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, noreplace: bool, real: &
             crate::runtime::before_rename_dir(&from);
             let r = real();
             let e = std::io::Error::last_os_error();
-            if r != 0 && e.kind() != std::io::ErrorKind::NotFound {
+            // a directory that exists only in cache (its files are SCR's) is renamed there
+            if r != 0 && (e.kind() != std::io::ErrorKind::NotFound || !t.any_below(&from)) {
                 return Err(errno_of(&e));
             }
             match &to {

@@ -119,7 +119,8 @@ pub enum Rename {
     InCache,
     /// The held source's bytes go to the target path the application named.
     Out,
-    /// The source is a directory below which SCR holds files.
+    /// The source is a directory (other ranks may hold files below it), or SCR holds files
+    /// below it.
     Dir,
     /// The source is not SCR's and the target is routed or held: if the source is a plain
     /// file, it becomes the pending file at the target.
@@ -127,14 +128,16 @@ pub enum Rename {
 }
 
 /// Decide a rename. `from`/`to`: the paths relative to the prefix (`None`: outside it);
-/// `to_routed`: a pattern takes the target; `to_exists`: something is at the target in the
-/// prefix (asked only for `RENAME_NOREPLACE`).
+/// `to_routed`: a pattern takes the target; `from_dir`: the source is a directory in the
+/// prefix; `to_exists`: something is at the target in the prefix (asked only for
+/// `RENAME_NOREPLACE`).
 pub fn rename(
     t: &Table,
     from: Option<&Path>,
     to: Option<&Path>,
     to_routed: bool,
     noreplace: bool,
+    from_dir: impl FnOnce() -> bool,
     to_exists: impl FnOnce() -> bool,
 ) -> Rename {
     let held = from.and_then(|f| t.held(f)).is_some();
@@ -148,7 +151,7 @@ pub fn rename(
         } else {
             Rename::Out
         }
-    } else if from.is_some_and(|f| t.any_below(f)) {
+    } else if from.is_some_and(|f| t.any_below(f)) || (from.is_some() && from_dir()) {
         return Rename::Dir;
     } else if to_routed || to_held {
         Rename::Adopt
@@ -282,7 +285,7 @@ mod tests {
     }
 
     fn rn(t: &Table, from: Option<&str>, to: Option<&str>, routed: bool, noreplace: bool, exists: bool) -> Rename {
-        rename(t, from.map(Path::new), to.map(Path::new), routed, noreplace, || exists)
+        rename(t, from.map(Path::new), to.map(Path::new), routed, noreplace, || from == Some("dir"), || exists)
     }
 
     #[test]
@@ -298,6 +301,7 @@ mod tests {
         assert_eq!(rn(&t, Some("ckpt.4/rank_0"), Some("ckpt.4/x"), true, true, true), Rename::Fail(libc::EEXIST));
         // directories holding SCR's files, and files entering the patterns
         assert_eq!(rn(&t, Some("ckpt.4"), Some("ckpt.5"), true, false, false), Rename::Dir);
+        assert_eq!(rn(&t, Some("dir"), Some("ckpt.5"), true, false, false), Rename::Dir, "files of other ranks");
         assert_eq!(rn(&t, Some("tmp/x"), Some("ckpt.6/x"), true, false, false), Rename::Adopt);
         assert_eq!(rn(&t, None, Some("ckpt.6/x"), true, false, false), Rename::Adopt);
         assert_eq!(rn(&t, Some("a"), Some("b"), false, false, false), Rename::Pass);
