@@ -3,8 +3,7 @@
 //! A hook calls one function of `scr::transparent` inside [`fence`]: a panic there is
 //! caught, logged in one line naming the hook and the path, and the hook falls back to the
 //! real call (the path goes to the file system as the application named it). The default
-//! panic message is suppressed for fenced panics (the one line says it all), and nothing
-//! unwinds into C.
+//! panic message is suppressed for fenced panics, and nothing unwinds into C.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
@@ -37,57 +36,37 @@ pub fn install_panic_hook() {
     }));
 }
 
-/// The application's path argument, for messages.
-///
-/// # Safety
-/// `path` is NULL or the application's NUL-terminated argument.
-pub unsafe fn shown(path: *const c_char) -> String {
-    if path.is_null() {
-        return "NULL".into();
-    }
-    // SAFETY: per the contract.
-    unsafe { CStr::from_ptr(path) }.to_string_lossy().into_owned()
-}
-
-/// `core()` with the fence counted; `Err` carries a panic's payload.
-fn fenced<T>(core: impl FnOnce() -> T) -> std::thread::Result<T> {
+/// Run `core` for hook `hook` on `path`; a panic in it logs one line and yields `fallback()`.
+pub fn fence<T>(hook: &str, path: *const c_char, core: impl FnOnce() -> T, fallback: impl FnOnce() -> T) -> T {
     let _ = FENCED.try_with(|f| f.set(f.get() + 1));
     let r = catch_unwind(AssertUnwindSafe(core));
     let _ = FENCED.try_with(|f| f.set(f.get().saturating_sub(1)));
-    r
-}
-
-/// The one line a caught panic leaves.
-fn report(hook: &str, path: *const c_char, payload: &(dyn std::any::Any + Send)) {
-    let msg = payload
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_default();
+    let payload = match r {
+        Ok(v) => return v,
+        Err(p) => p,
+    };
+    let msg =
+        payload.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| payload.downcast_ref::<String>().cloned());
+    // SAFETY: the hook's own path argument, NULL or NUL-terminated.
+    let p = if path.is_null() { "".into() } else { unsafe { CStr::from_ptr(path) }.to_string_lossy() };
     let _inside = scr::reentry::Inside::enter();
-    // SAFETY: the hook's own path argument.
-    let p = unsafe { shown(path) };
     scr::scr_error!(
-        "transparent mode: internal error in {hook}({p}): {msg}; the call goes to the file system unchanged"
+        "transparent mode: internal error in {hook}({p}): {}; the call goes to the file system unchanged",
+        msg.unwrap_or_default()
     );
+    fallback()
 }
 
-/// Run `core` for hook `hook` on `path`; a panic in it logs one line and yields `fallback()`.
-pub fn fence<T>(hook: &str, path: *const c_char, core: impl FnOnce() -> T, fallback: impl FnOnce() -> T) -> T {
-    match fenced(core) {
-        Ok(v) => v,
-        Err(payload) => {
-            report(hook, path, payload.as_ref());
-            fallback()
-        }
-    }
+/// Bookkeeping after a real call (`f` tells the core what happened): fenced, errno kept.
+pub fn quietly(hook: &str, f: impl FnOnce()) {
+    let e = errno();
+    fence(hook, std::ptr::null(), f, || ());
+    set_errno(e);
 }
 
-/// Apply a [`Call`] decided by the core: `real(path, dirfd)` performs the real call.
-///
-/// # Safety
-/// `path` is the application's argument; `real` calls the real function.
-pub unsafe fn apply<R>(
+/// Apply a [`Call`] decided by the core (`saved`: errno before the hook); `real(path,
+/// dirfd)` performs the real call.
+pub fn apply<R>(
     call: Call,
     saved: c_int,
     path: *const c_char,
@@ -129,13 +108,11 @@ pub unsafe fn redirect<R>(
     }
     let saved = errno();
     // SAFETY: non-null, NUL-terminated per the contract.
-    let p = unsafe { CStr::from_ptr(path) };
-    let call = fence(hook, path, || core(dirfd, p), || Call::Pass);
-    // SAFETY: per the contract.
-    unsafe { apply(call, saved, path, dirfd, fail, real) }
+    let call = fence(hook, path, || core(dirfd, unsafe { CStr::from_ptr(path) }), || Call::Pass);
+    apply(call, saved, path, dirfd, fail, real)
 }
 
-/// A call the core performs itself (renames, removals, links): `real` is the application's
+/// A call the core performs itself (renames, links, removals): `real` is the application's
 /// call as it is, which the core may make, and the fallback after a panic.
 pub fn perform(
     hook: &str,
@@ -143,23 +120,27 @@ pub fn perform(
     core: impl FnOnce(&mut dyn FnMut() -> c_int) -> Done,
     mut real: impl FnMut() -> c_int,
 ) -> c_int {
-    if path.is_null() || scr::transparent::routing().is_none() {
+    if scr::transparent::routing().is_none() {
         return real();
     }
     let saved = errno();
-    match fenced(|| core(&mut real)) {
-        Ok(Ok(v)) => {
-            set_errno(saved);
-            v
-        }
-        Ok(Err(e)) => {
+    let mut panicked = false;
+    let r = fence(
+        hook,
+        path,
+        || core(&mut real),
+        || {
+            panicked = true;
+            Ok(0)
+        },
+    );
+    set_errno(saved);
+    match r {
+        _ if panicked => real(),
+        Ok(v) => v,
+        Err(e) => {
             set_errno(e);
             -1
-        }
-        Err(payload) => {
-            report(hook, path, payload.as_ref());
-            set_errno(saved);
-            real()
         }
     }
 }
@@ -170,23 +151,17 @@ pub fn base(dirfd: c_int, buf: &mut [u8; PATH_MAX]) -> Option<usize> {
     if dirfd == libc::AT_FDCWD {
         // SAFETY: buf is writable for its length.
         let p = unsafe { libc::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };
-        if p.is_null() {
-            return None;
-        }
-        return buf.iter().position(|&b| b == 0);
+        return if p.is_null() { None } else { buf.iter().position(|&b| b == 0) };
     }
     if dirfd < 0 {
         return None;
     }
     let mut link = *b"/proc/self/fd/\0\0\0\0\0\0\0\0\0\0\0\0";
     let (mut digits, mut n, mut v) = ([0u8; 10], 0, dirfd as u32);
-    loop {
+    while n == 0 || v > 0 {
         digits[n] = b'0' + (v % 10) as u8;
         n += 1;
         v /= 10;
-        if v == 0 {
-            break;
-        }
     }
     for (i, d) in digits[..n].iter().rev().enumerate() {
         link[14 + i] = *d;

@@ -12,7 +12,7 @@ use scr::reentry::Inside;
 use scr::transparent;
 
 use crate::detour::fence;
-use crate::real;
+use crate::real::next_or;
 
 const MPI_SUCCESS: c_int = 0;
 const MPI_ERR_OTHER: c_int = 16;
@@ -28,11 +28,9 @@ fn started() {
 /// and `exit(0)` would (at a sync point, on every rank).
 fn halt_exit() -> ! {
     transparent::stop();
-    if let Some(f) = real::PMPI_Finalize() {
-        let _inside = Inside::enter();
-        // SAFETY: MPI is initialised and the library holds no communicator any more.
-        unsafe { f() };
-    }
+    let _inside = Inside::enter();
+    // SAFETY: MPI is initialised and the library holds no communicator any more.
+    unsafe { real_finalize() };
     std::process::exit(0);
 }
 
@@ -70,53 +68,55 @@ fn init_with(real: impl FnOnce() -> c_int) -> c_int {
 }
 
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    let Some(f) = real::PMPI_Init() else { return MPI_ERR_OTHER };
+    let f = next_or!(PMPI_Init: fn(*mut c_int, *mut *mut *mut c_char) -> c_int, MPI_ERR_OTHER);
     init_with(|| f(argc, argv))
 }
 
 unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
-    let Some(f) = real::PMPI_Init_thread() else { return MPI_ERR_OTHER };
+    let f =
+        next_or!(PMPI_Init_thread: fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int, MPI_ERR_OTHER);
     init_with(|| f(argc, argv, required, provided))
 }
 
+unsafe fn real_finalize() -> c_int {
+    let f = next_or!(PMPI_Finalize: fn() -> c_int, MPI_ERR_OTHER);
+    f()
+}
+
 unsafe fn finalize() -> c_int {
-    let Some(f) = real::PMPI_Finalize() else { return MPI_ERR_OTHER };
     if !scr::reentry::inside() {
         fence("MPI_Finalize", std::ptr::null(), transparent::finish, || ());
     }
     let _inside = Inside::enter();
-    f()
+    real_finalize()
 }
 
-unsafe fn barrier(comm: MPI_Comm) -> c_int {
-    let Some(f) = real::PMPI_Barrier() else { return MPI_ERR_OTHER };
-    let rc = f(comm);
-    if rc == MPI_SUCCESS {
-        collective_done(comm);
-    }
-    rc
+/// The sync-point collectives: the real one, then a sync point if it spans the world.
+macro_rules! collective {
+    ($($imp:ident = $name:ident($($a:ident: $t:ty),*) on $c:ident;)*) => {$(
+        unsafe fn $imp($($a: $t),*) -> c_int {
+            let f = next_or!($name: fn($($t),*) -> c_int, MPI_ERR_OTHER);
+            let rc = f($($a),*);
+            if rc == MPI_SUCCESS {
+                collective_done($c);
+            }
+            rc
+        }
+    )*};
+}
+collective! {
+    barrier = PMPI_Barrier(comm: MPI_Comm) on comm;
+    allreduce = PMPI_Allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) on comm;
 }
 
-unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    let Some(f) = real::PMPI_Allreduce() else { return MPI_ERR_OTHER };
-    let rc = f(s, r, n, t, op, comm);
-    if rc == MPI_SUCCESS {
-        collective_done(comm);
-    }
-    rc
-}
-
+/// Both names of each entry point, with the MPI standard's contract.
 macro_rules! export {
     ($($name:ident, $pname:ident => fn $imp:ident($($a:ident: $t:ty),*) -> $ret:ty;)*) => {
         $(
-            /// # Safety
-            /// Called by the application with the arguments the MPI standard defines.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
                 $imp($($a),*)
             }
-            /// # Safety
-            /// As the `MPI_` form.
             #[no_mangle]
             pub unsafe extern "C" fn $pname($($a: $t),*) -> $ret {
                 $imp($($a),*)

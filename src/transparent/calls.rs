@@ -276,6 +276,27 @@ pub fn held(dirfd: i32, path: &CStr) -> Call {
     }
 }
 
+/// `fopen` mode string to `open` flags (as glibc's `_IO_file_fopen` reads it).
+pub fn fopen_flags(mode: &CStr) -> i32 {
+    let m = mode.to_bytes();
+    let mut flags = match m.first() {
+        Some(b'r') => libc::O_RDONLY,
+        Some(b'w') => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        Some(b'a') => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        _ => return 0,
+    };
+    for &c in &m[1..] {
+        match c {
+            b'+' => flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR,
+            b'x' => flags |= libc::O_EXCL,
+            b'e' => flags |= libc::O_CLOEXEC,
+            b',' => break,
+            _ => {}
+        }
+    }
+    flags
+}
+
 /// A call that changes a file's bytes through its path (`truncate`): on a pending file
 /// (made from the cached or prefix bytes first, as an open for writing would).
 pub fn update(path: &CStr) -> Call {
@@ -309,9 +330,10 @@ pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
     Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))
 }
 
-/// A rename (`noreplace`: `RENAME_NOREPLACE`). `real` performs the application's call.
-pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, noreplace: bool, real: &mut dyn FnMut() -> i32) -> Done {
-    let Some(s) = routing() else { return real_done(real) };
+/// A rename (`flags`: those of `renameat2`). `real` performs the application's call.
+pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut dyn FnMut() -> i32) -> Done {
+    let Some(s) = routing().filter(|_| flags & libc::RENAME_EXCHANGE == 0) else { return real_done(real) };
+    let noreplace = flags & libc::RENAME_NOREPLACE != 0;
     let (from, to) = (resolve_file(s, od, old), resolve_file(s, nd, new));
     if from.is_none() && to.is_none() {
         return real_done(real);
@@ -508,6 +530,15 @@ pub fn unlink(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     }
 }
 
+/// `unlinkat`: [`rmdir`] with `AT_REMOVEDIR`, else [`unlink`].
+pub fn unlinkat(dirfd: i32, path: &CStr, flags: i32, real: &mut dyn FnMut() -> i32) -> Done {
+    if flags & libc::AT_REMOVEDIR != 0 {
+        rmdir(dirfd, path, real)
+    } else {
+        unlink(dirfd, path, real)
+    }
+}
+
 /// `remove`: [`unlink`] for a file, [`rmdir`] for a directory.
 pub fn remove(path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
@@ -539,9 +570,10 @@ pub fn rmdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     Ok(r)
 }
 
-/// `link`/`linkat` (`real` performs the application's call).
-pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
-    let Some(s) = routing() else { return real_done(real) };
+/// `link`/`linkat` (`flags`: those of `linkat`; `real` performs the application's call).
+pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, flags: i32, real: &mut dyn FnMut() -> i32) -> Done {
+    // AT_EMPTY_PATH links a descriptor, not a path
+    let Some(s) = routing().filter(|_| flags & libc::AT_EMPTY_PATH == 0) else { return real_done(real) };
     let (from, to) = (resolve_file(s, od, old), resolve_file(s, nd, new));
     if from.is_none() {
         return real_done(real);
@@ -599,5 +631,22 @@ pub(super) fn materialize(cache: &Path, dest: &Path, last: bool) {
             dest.display(),
             cache.display()
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fopen_modes_map_to_open_flags() {
+        let f = |m: &CStr| fopen_flags(m);
+        assert_eq!(f(c"r"), libc::O_RDONLY);
+        assert_eq!(f(c"rb+"), libc::O_RDWR);
+        assert_eq!(f(c"w"), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC);
+        assert_eq!(f(c"wxe"), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL | libc::O_CLOEXEC);
+        assert_eq!(f(c"a+"), libc::O_RDWR | libc::O_CREAT | libc::O_APPEND);
+        assert_eq!(f(c"r,ccs=UTF-8x"), libc::O_RDONLY);
+        assert_eq!(f(c"q"), 0);
     }
 }

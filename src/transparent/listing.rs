@@ -5,13 +5,15 @@
 //! ([`Merge`]). Extra entries carry the cached file's inode number and type, read in one pass
 //! over each cache directory involved (no `stat` per file), so a listing of a directory with
 //! many cached files costs about two plain listings. [`walk`] is the tree walk `nftw` makes,
-//! over the same merged listings.
+//! over the same merged listings, with the callback's answers applied ([`Walk::answer`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ffi::{CStr, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use super::prefix::{reserved, PATH_MAX};
 use super::session::{routing, table, Session};
@@ -28,11 +30,12 @@ pub struct Entry {
 }
 
 /// The extra entries of one directory stream and how far it got.
-#[derive(Debug)]
 pub struct Merge {
     extra: Vec<Entry>,
     shown: Vec<bool>,
     next: usize,
+    /// The entry an extra name is returned in (valid until the stream's next entry).
+    ent: libc::dirent64,
 }
 
 impl Merge {
@@ -40,7 +43,8 @@ impl Merge {
         extra.sort_by(|a, b| a.name.cmp(&b.name));
         extra.dedup_by(|a, b| a.name == b.name);
         let shown = vec![false; extra.len()];
-        Merge { extra, shown, next: 0 }
+        let ent = libc::dirent64 { d_ino: 0, d_off: 0, d_reclen: 0, d_type: 0, d_name: [0; 256] };
+        Merge { extra, shown, next: 0, ent }
     }
 
     /// The stream returned a real entry `name`: it is not repeated.
@@ -85,6 +89,60 @@ pub fn listing_fd(fd: i32) -> Option<Merge> {
     let n = (s.base)(fd, &mut buf)?;
     let rel = resolve_dir(s, libc::AT_FDCWD, &buf[..n])?;
     extras_of(s, &rel)
+}
+
+/// Open directory streams with a merge, by handle (the front end's `DIR*`).
+static STREAMS: Mutex<Option<HashMap<usize, Box<Merge>>>> = Mutex::new(None);
+/// How many: until there is one, a stream costs one atomic load per entry.
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+fn streams() -> std::sync::MutexGuard<'static, Option<HashMap<usize, Box<Merge>>>> {
+    STREAMS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Stream `key` (just opened) lists with `merge`.
+pub fn stream_opened(key: usize, merge: Merge) {
+    streams().get_or_insert_with(HashMap::new).insert(key, Box::new(merge));
+    OPEN.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Stream `key` returned the real entry `name` (`None`: the real entries are exhausted). The
+/// entry to return instead of the end, if any: `readdir`'s answer then.
+pub fn stream_next(key: usize, name: Option<&CStr>) -> Option<*mut libc::dirent64> {
+    if OPEN.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let mut g = streams();
+    let m = g.as_mut()?.get_mut(&key)?;
+    if let Some(n) = name {
+        m.real(n.to_bytes());
+        return None;
+    }
+    let e = m.next_extra()?.clone();
+    let n = e.name.len().min(255);
+    m.ent.d_ino = e.ino;
+    m.ent.d_type = e.dtype;
+    m.ent.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
+    for (d, b) in m.ent.d_name.iter_mut().zip(e.name[..n].iter().chain([&0])) {
+        *d = *b as std::ffi::c_char;
+    }
+    Some(&mut m.ent as *mut libc::dirent64)
+}
+
+/// `rewinddir` (`close`: `closedir`) of stream `key`.
+pub fn stream_rewound(key: usize, close: bool) {
+    if OPEN.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let mut g = streams();
+    let Some(map) = g.as_mut() else { return };
+    if close {
+        if map.remove(&key).is_some() {
+            OPEN.fetch_sub(1, Ordering::SeqCst);
+        }
+    } else if let Some(m) = map.get_mut(&key) {
+        m.rewind();
+    }
 }
 
 fn resolve_dir(s: &Session, dirfd: i32, path: &[u8]) -> Option<PathBuf> {
@@ -147,17 +205,23 @@ pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
     out
 }
 
-/// What `nftw` reports of a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    File,
-    /// A directory, before its entries (after them with `depth_first`: `DirPost`).
-    Dir,
-    DirPost,
-    DirUnreadable,
-    Symlink,
-    SymlinkDangling,
-    NoStat,
+/// `nftw`'s flags and type flags (`<ftw.h>`).
+pub mod ftw {
+    pub const PHYS: i32 = 1;
+    pub const MOUNT: i32 = 2;
+    pub const CHDIR: i32 = 4;
+    pub const DEPTH: i32 = 8;
+    pub const ACTIONRETVAL: i32 = 16;
+    pub const F: i32 = 0;
+    pub const D: i32 = 1;
+    pub const DNR: i32 = 2;
+    pub const NS: i32 = 3;
+    pub const SL: i32 = 4;
+    pub const DP: i32 = 5;
+    pub const SLN: i32 = 6;
+    pub const STOP: i32 = 1;
+    pub const SKIP_SUBTREE: i32 = 2;
+    pub const SKIP_SIBLINGS: i32 = 3;
 }
 
 /// One callback of a walk.
@@ -167,31 +231,60 @@ pub struct Step {
     pub path: PathBuf,
     /// What to `stat` for it (the cached bytes of a held file).
     pub stat: PathBuf,
-    pub kind: Kind,
+    /// `FTW_F`, `FTW_D`, ...
+    pub flag: i32,
     pub level: i32,
     /// Offset of the last component in `path`.
     pub base: usize,
     /// Where the walk continues when the callback skips this directory's entries.
-    pub skip_subtree: usize,
+    skip_subtree: usize,
     /// Where it continues when the callback skips the rest of this directory level.
-    pub skip_siblings: usize,
+    skip_siblings: usize,
 }
 
-/// How to walk (`nftw` flags).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct WalkFlags {
-    /// `FTW_PHYS`: report symbolic links, do not follow them.
-    pub phys: bool,
-    /// `FTW_DEPTH`: a directory after its entries.
-    pub depth_first: bool,
-    /// `FTW_MOUNT`: stay on the root's file system.
-    pub mount: bool,
+impl Step {
+    /// Whether the callback gets `lstat`'s answer (`FTW_PHYS`, or a link it reports).
+    pub fn lstat(&self, flags: i32) -> bool {
+        flags & ftw::PHYS != 0 || self.flag == ftw::SL || self.flag == ftw::SLN
+    }
 }
 
-/// The walk `nftw(root)` makes, with SCR's files in their directories; `None` when SCR holds
-/// nothing below `root` (the real `nftw` walks then). `Err(errno)`: `root` itself cannot be
-/// examined.
-pub fn walk(root: &CStr, flags: WalkFlags) -> Option<Result<Vec<Step>, i32>> {
+/// The walk `nftw` makes, as a cursor over its steps.
+#[derive(Debug)]
+pub struct Walk {
+    steps: Vec<Step>,
+    next: usize,
+    flags: i32,
+}
+
+impl Walk {
+    /// The next step.
+    pub fn step(&mut self) -> Option<&Step> {
+        let i = self.next;
+        self.next += 1;
+        self.steps.get(i)
+    }
+
+    /// The callback answered `r` for the last step: `Some(r)` ends the walk with `r`.
+    pub fn answer(&mut self, r: i32) -> Option<i32> {
+        let Some(st) = self.next.checked_sub(1).and_then(|i| self.steps.get(i)) else { return Some(0) };
+        if self.flags & ftw::ACTIONRETVAL == 0 {
+            return (r != 0).then_some(r);
+        }
+        match r {
+            ftw::STOP => return Some(r),
+            ftw::SKIP_SUBTREE if st.flag == ftw::D => self.next = st.skip_subtree,
+            ftw::SKIP_SIBLINGS => self.next = if st.skip_siblings == 0 { self.steps.len() } else { st.skip_siblings },
+            _ => {}
+        }
+        None
+    }
+}
+
+/// The walk `nftw(root, flags)` makes, with SCR's files in their directories; `None` when
+/// SCR holds nothing below `root` (the real `nftw` walks then). `Err(errno)`: `root` itself
+/// cannot be examined.
+pub fn walk(root: &CStr, flags: i32) -> Option<Result<Walk, i32>> {
     let s = routing()?;
     let bytes = root.to_bytes();
     let mut buf = [0u8; PATH_MAX];
@@ -212,13 +305,13 @@ pub fn walk(root: &CStr, flags: WalkFlags) -> Option<Result<Vec<Step>, i32>> {
     }
     let mut w = Walker { s, t: &t, flags, steps: Vec::new(), seen: BTreeSet::new(), dev: None };
     let app_root = PathBuf::from(OsStr::from_bytes(bytes));
-    Some(w.visit(&app_root, &abs, 0, true).map(|_| w.steps))
+    Some(w.visit(&app_root, &abs, 0, true).map(|_| Walk { steps: w.steps, next: 0, flags }))
 }
 
 struct Walker<'a> {
     s: &'a Session,
     t: &'a Table,
-    flags: WalkFlags,
+    flags: i32,
     steps: Vec<Step>,
     /// Directories entered (device, inode), against symbolic link cycles.
     seen: BTreeSet<(u64, u64)>,
@@ -232,12 +325,12 @@ impl Walker<'_> {
         self.t.held(&rel).map(|h| h.cache().to_path_buf())
     }
 
-    fn push(&mut self, path: &Path, stat: &Path, kind: Kind, level: i32) -> usize {
+    fn push(&mut self, path: &Path, stat: &Path, flag: i32, level: i32) -> usize {
         let base = path.as_os_str().len() - path.file_name().map_or(0, |n| n.len());
         self.steps.push(Step {
             path: path.to_path_buf(),
             stat: stat.to_path_buf(),
-            kind,
+            flag,
             level,
             base,
             skip_subtree: 0,
@@ -249,32 +342,32 @@ impl Walker<'_> {
     /// Visit `path` (the application's spelling; `abs` normalised). `Err` only for the root.
     fn visit(&mut self, path: &Path, abs: &Path, level: i32, root: bool) -> Result<(), i32> {
         let stat = self.held(abs).unwrap_or_else(|| abs.to_path_buf());
-        let md = if self.flags.phys { std::fs::symlink_metadata(&stat) } else { std::fs::metadata(&stat) };
+        let md = if self.flags & ftw::PHYS != 0 { std::fs::symlink_metadata(&stat) } else { std::fs::metadata(&stat) };
         let md = match md {
             Ok(m) => m,
             Err(e) => {
                 if root {
                     return Err(e.raw_os_error().unwrap_or(libc::ENOENT));
                 }
-                let kind = match std::fs::symlink_metadata(&stat) {
-                    Ok(l) if l.file_type().is_symlink() => Kind::SymlinkDangling,
-                    _ => Kind::NoStat,
+                let flag = match std::fs::symlink_metadata(&stat) {
+                    Ok(l) if l.file_type().is_symlink() => ftw::SLN,
+                    _ => ftw::NS,
                 };
-                self.push(path, &stat, kind, level);
+                self.push(path, &stat, flag, level);
                 return Ok(());
             }
         };
         if root {
             self.dev = Some(md.dev());
-        } else if self.flags.mount && Some(md.dev()) != self.dev {
+        } else if self.flags & ftw::MOUNT != 0 && Some(md.dev()) != self.dev {
             return Ok(());
         }
         if md.file_type().is_symlink() {
-            self.push(path, &stat, Kind::Symlink, level);
+            self.push(path, &stat, ftw::SL, level);
             return Ok(());
         }
         if !md.is_dir() {
-            self.push(path, &stat, Kind::File, level);
+            self.push(path, &stat, ftw::F, level);
             return Ok(());
         }
         if !self.seen.insert((md.dev(), md.ino())) {
@@ -283,16 +376,17 @@ impl Walker<'_> {
         let names = match self.entries(abs) {
             Some(n) => n,
             None => {
-                self.push(path, &stat, Kind::DirUnreadable, level);
+                self.push(path, &stat, ftw::DNR, level);
                 return Ok(());
             }
         };
-        let pre = (!self.flags.depth_first).then(|| self.push(path, &stat, Kind::Dir, level));
+        let depth_first = self.flags & ftw::DEPTH != 0;
+        let pre = (!depth_first).then(|| self.push(path, &stat, ftw::D, level));
         let first_child = self.steps.len();
         for name in names {
             self.visit(&path.join(&name), &abs.join(&name), level + 1, false)?;
         }
-        let post = self.flags.depth_first.then(|| self.push(path, &stat, Kind::DirPost, level));
+        let post = depth_first.then(|| self.push(path, &stat, ftw::DP, level));
         let end = self.steps.len();
         if let Some(i) = pre {
             self.steps[i].skip_subtree = end;
@@ -345,6 +439,47 @@ mod tests {
         assert!(m.next_extra().is_none());
         m.rewind();
         assert_eq!(std::iter::from_fn(|| m.next_extra().map(|_| ())).count(), 3);
+    }
+
+    fn step(path: &str, flag: i32, skip_subtree: usize, skip_siblings: usize) -> Step {
+        Step { path: path.into(), stat: path.into(), flag, level: 0, base: 0, skip_subtree, skip_siblings }
+    }
+
+    fn answers(flags: i32, reply: impl Fn(&str) -> i32) -> (Vec<String>, i32) {
+        // a/ { a/x, a/sub/ { a/sub/y }, a/z }, b
+        let steps = vec![
+            step("a", ftw::D, 5, 6),
+            step("a/x", ftw::F, 0, 5),
+            step("a/sub", ftw::D, 4, 5),
+            step("a/sub/y", ftw::F, 0, 4),
+            step("a/z", ftw::F, 0, 5),
+            step("b", ftw::F, 0, 6),
+        ];
+        let mut w = Walk { steps, next: 0, flags };
+        let mut seen = Vec::new();
+        while let Some(st) = w.step() {
+            let p = st.path.display().to_string();
+            let r = reply(&p);
+            seen.push(p);
+            if let Some(rc) = w.answer(r) {
+                return (seen, rc);
+            }
+        }
+        (seen, 0)
+    }
+
+    #[test]
+    fn a_walk_follows_the_callbacks_answers() {
+        let (seen, rc) = answers(0, |_| 0);
+        assert_eq!((seen.len(), rc), (6, 0));
+        let (seen, rc) = answers(0, |p| if p == "a/sub" { 7 } else { 0 });
+        assert_eq!((seen, rc), (vec!["a".into(), "a/x".into(), "a/sub".into()], 7));
+        let (seen, _) = answers(ftw::ACTIONRETVAL, |p| if p == "a/sub" { ftw::SKIP_SUBTREE } else { 0 });
+        assert_eq!(seen, ["a", "a/x", "a/sub", "a/z", "b"]);
+        let (seen, _) = answers(ftw::ACTIONRETVAL, |p| if p == "a/x" { ftw::SKIP_SIBLINGS } else { 0 });
+        assert_eq!(seen, ["a", "a/x", "b"]);
+        let (seen, rc) = answers(ftw::ACTIONRETVAL, |p| if p == "a/sub/y" { ftw::STOP } else { 0 });
+        assert_eq!((seen.len(), rc), (4, ftw::STOP));
     }
 
     #[test]
