@@ -103,11 +103,12 @@ pub unsafe fn redirect<R>(
     core: impl FnOnce(c_int, &CStr) -> Call,
     real: impl FnOnce(*const c_char, c_int) -> R,
 ) -> R {
-    if path.is_null() || scr::transparent::routing().is_none() {
+    // SAFETY: non-null, NUL-terminated per the contract.
+    if path.is_null() || !scr::transparent::calls::concerns(unsafe { CStr::from_ptr(path) }) {
         return real(path, dirfd);
     }
     let saved = errno();
-    // SAFETY: non-null, NUL-terminated per the contract.
+    // SAFETY: as above.
     let call = fence(hook, path, || core(dirfd, unsafe { CStr::from_ptr(path) }), || Call::Pass);
     apply(call, saved, path, dirfd, fail, real)
 }

@@ -31,7 +31,7 @@ fn opened(hook: &str, d: *mut DIR, path: *const c_char, merge: impl FnOnce() -> 
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     let f = next_or!(opendir: fn(*const c_char) -> *mut DIR, std::ptr::null_mut());
     let d = f(path);
-    if path.is_null() {
+    if path.is_null() || !scr::transparent::calls::concerns(CStr::from_ptr(path)) {
         return d;
     }
     opened("opendir", d, path, || listing::listing(libc::AT_FDCWD, CStr::from_ptr(path)))
@@ -43,8 +43,12 @@ pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut DIR {
     opened("fdopendir", f(fd), std::ptr::null(), || listing::listing_fd(fd))
 }
 
-/// The next entry of `d`: the real stream's (`e`), then the extra ones.
-unsafe fn next(d: *mut DIR, e: *mut dirent64) -> *mut dirent64 {
+/// The next entry of `d`: the real stream's (`real()`), then the extra ones.
+unsafe fn next(d: *mut DIR, real: impl FnOnce() -> *mut dirent64) -> *mut dirent64 {
+    if let Some(e) = listing::stream_ended(d as usize) {
+        return e;
+    }
+    let e = real();
     let name = if e.is_null() { None } else { Some(CStr::from_ptr((*e).d_name.as_ptr())) };
     listing::stream_next(d as usize, name).unwrap_or(e)
 }
@@ -52,13 +56,13 @@ unsafe fn next(d: *mut DIR, e: *mut dirent64) -> *mut dirent64 {
 #[no_mangle]
 pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut dirent64 {
     let f = next_or!(readdir64: fn(*mut DIR) -> *mut dirent64, std::ptr::null_mut());
-    next(d, f(d))
+    next(d, || f(d))
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut libc::dirent {
     let f = next_or!(readdir: fn(*mut DIR) -> *mut libc::dirent, std::ptr::null_mut());
-    next(d, f(d) as *mut dirent64) as *mut libc::dirent
+    next(d, || f(d) as *mut dirent64) as *mut libc::dirent
 }
 
 macro_rules! readdir_r_hook {
@@ -68,7 +72,7 @@ macro_rules! readdir_r_hook {
             let f = next_or!(readdir64: fn(*mut DIR) -> *mut dirent64, libc::ENOSYS);
             let saved = errno();
             set_errno(0);
-            let e = next(d, f(d));
+            let e = next(d, || f(d));
             let err = errno();
             set_errno(saved);
             *result = if e.is_null() { e } else { std::ptr::copy_nonoverlapping(e, entry, 1); entry };
@@ -121,7 +125,7 @@ unsafe fn scandir_with(
     listing::stream_opened(d as usize, m);
     let mut out: Vec<dirent64> = Vec::new();
     loop {
-        let e = next(d, read(d));
+        let e = next(d, || read(d));
         if e.is_null() {
             break;
         }

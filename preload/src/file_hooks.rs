@@ -22,7 +22,7 @@ unsafe fn open_with(
     flags: c_int,
     call: impl FnOnce(*const c_char, c_int) -> c_int,
 ) -> c_int {
-    if path.is_null() || scr::transparent::routing().is_none() {
+    if path.is_null() || !calls::concerns(CStr::from_ptr(path)) {
         return call(path, dirfd);
     }
     let saved = errno();
@@ -236,6 +236,9 @@ macro_rules! perform_hook {
             }
             let old = CStr::from_ptr($p);
             let _new = old $(; let _new = CStr::from_ptr($q))?;
+            if !calls::concerns(old) && !calls::concerns(_new) {
+                return f($($a),*);
+            }
             perform(stringify!($name), $p, |r| ($core)(libc::AT_FDCWD, old, _new, r), real)
         }
     )*};
@@ -318,7 +321,7 @@ path_hook! {
 /// `realpath` of a held file from the core (`resolved`: the caller's buffer of `PATH_MAX`
 /// bytes, or NULL for a `malloc`ed result); `real` answers for every other path.
 unsafe fn realpath_with(path: *const c_char, resolved: *mut c_char, real: impl FnOnce() -> *mut c_char) -> *mut c_char {
-    if path.is_null() || scr::transparent::routing().is_none() {
+    if path.is_null() || !calls::concerns(CStr::from_ptr(path)) {
         return real();
     }
     let saved = errno();

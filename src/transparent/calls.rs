@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use super::prefix::{reserved, PATH_MAX};
 use super::rules::{self, Disk, Link, OnDisk, Open, Rename};
+pub use super::session::concerns;
 use super::session::{self, owner, routing, table, Session};
 use super::table::{Change, Held, Table};
 use super::{fds, sync};
@@ -118,7 +119,7 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     let mut t = table();
     let abs = s.prefix.join(&rel);
     let disk = || Disk { at: on_disk(&abs), parent: abs.parent().map_or(OnDisk::Dir, on_disk) };
-    match rules::open(&t, &rel, flags, s.routed(&rel), &abs, disk) {
+    match rules::open(&t, &rel, flags, || s.routed(&rel), &abs, disk) {
         Open::Pass => PASS,
         Open::Fail(e) => Opening { call: Call::Fail(e), ..PASS },
         Open::Read(p) => Opening { call: c_path(&p), ..PASS },

@@ -13,7 +13,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::prefix::{reserved, PATH_MAX};
 use super::session::{routing, table, Session};
@@ -31,20 +31,28 @@ pub struct Entry {
 
 /// The extra entries of one directory stream and how far it got.
 pub struct Merge {
-    extra: Vec<Entry>,
+    /// Sorted by name, each name once (shared by the streams of one directory).
+    extra: Arc<[Entry]>,
     shown: Vec<bool>,
     next: usize,
+    /// The real entries are exhausted (the real stream is not read again until a rewind).
+    ended: bool,
     /// The entry an extra name is returned in (valid until the stream's next entry).
     ent: libc::dirent64,
 }
 
+/// Sort entries by name, each name once.
+fn sorted(mut extra: Vec<Entry>) -> Arc<[Entry]> {
+    extra.sort_by(|a, b| a.name.cmp(&b.name));
+    extra.dedup_by(|a, b| a.name == b.name);
+    extra.into()
+}
+
 impl Merge {
-    fn new(mut extra: Vec<Entry>) -> Merge {
-        extra.sort_by(|a, b| a.name.cmp(&b.name));
-        extra.dedup_by(|a, b| a.name == b.name);
+    fn new(extra: Arc<[Entry]>) -> Merge {
         let shown = vec![false; extra.len()];
         let ent = libc::dirent64 { d_ino: 0, d_off: 0, d_reclen: 0, d_type: 0, d_name: [0; 256] };
-        Merge { extra, shown, next: 0, ent }
+        Merge { extra, shown, next: 0, ended: false, ent }
     }
 
     /// The stream returned a real entry `name`: it is not repeated.
@@ -56,12 +64,16 @@ impl Merge {
 
     /// The next extra entry, once the real entries are exhausted.
     pub fn next_extra(&mut self) -> Option<&Entry> {
+        self.next_index().map(|i| &self.extra[i])
+    }
+
+    fn next_index(&mut self) -> Option<usize> {
         while self.next < self.extra.len() {
             let i = self.next;
             self.next += 1;
             if !self.shown[i] {
                 self.shown[i] = true;
-                return Some(&self.extra[i]);
+                return Some(i);
             }
         }
         None
@@ -71,6 +83,7 @@ impl Merge {
     pub fn rewind(&mut self) {
         self.shown.fill(false);
         self.next = 0;
+        self.ended = false;
     }
 }
 
@@ -106,6 +119,17 @@ pub fn stream_opened(key: usize, merge: Merge) {
     OPEN.fetch_add(1, Ordering::SeqCst);
 }
 
+/// Before the real `readdir` of stream `key`: once its real entries are exhausted, the
+/// answer (the next extra entry, or NULL at the end) without asking the real stream again.
+pub fn stream_ended(key: usize) -> Option<*mut libc::dirent64> {
+    if OPEN.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let mut g = streams();
+    let m = g.as_mut()?.get_mut(&key)?;
+    m.ended.then(|| m.fill_next())
+}
+
 /// Stream `key` returned the real entry `name` (`None`: the real entries are exhausted). The
 /// entry to return instead of the end, if any: `readdir`'s answer then.
 pub fn stream_next(key: usize, name: Option<&CStr>) -> Option<*mut libc::dirent64> {
@@ -114,19 +138,32 @@ pub fn stream_next(key: usize, name: Option<&CStr>) -> Option<*mut libc::dirent6
     }
     let mut g = streams();
     let m = g.as_mut()?.get_mut(&key)?;
-    if let Some(n) = name {
-        m.real(n.to_bytes());
-        return None;
+    match name {
+        Some(n) => {
+            m.real(n.to_bytes());
+            None
+        }
+        None => {
+            m.ended = true;
+            Some(m.fill_next())
+        }
     }
-    let e = m.next_extra()?.clone();
-    let n = e.name.len().min(255);
-    m.ent.d_ino = e.ino;
-    m.ent.d_type = e.dtype;
-    m.ent.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
-    for (d, b) in m.ent.d_name.iter_mut().zip(e.name[..n].iter().chain([&0])) {
-        *d = *b as std::ffi::c_char;
+}
+
+impl Merge {
+    /// The next extra entry in `ent`, or NULL.
+    fn fill_next(&mut self) -> *mut libc::dirent64 {
+        let Some(i) = self.next_index() else { return std::ptr::null_mut() };
+        let e = &self.extra[i];
+        let n = e.name.len().min(255);
+        self.ent.d_ino = e.ino;
+        self.ent.d_type = e.dtype;
+        self.ent.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
+        for (d, b) in self.ent.d_name.iter_mut().zip(e.name[..n].iter().chain([&0])) {
+            *d = *b as std::ffi::c_char;
+        }
+        &mut self.ent as *mut libc::dirent64
     }
-    Some(&mut m.ent as *mut libc::dirent64)
 }
 
 /// `rewinddir` (`close`: `closedir`) of stream `key`.
@@ -158,49 +195,66 @@ fn resolve_dir(s: &Session, dirfd: i32, path: &[u8]) -> Option<PathBuf> {
     s.prefix.relative(path, base).filter(|rel| !reserved(rel))
 }
 
-fn extras_of(s: &Session, rel: &Path) -> Option<Merge> {
+/// Extra entries by directory, valid for one generation of the table: listing a directory
+/// again while nothing changed costs no look at the cache.
+type ExtrasCache = Option<(u64, HashMap<PathBuf, Arc<[Entry]>>)>;
+static EXTRAS: Mutex<ExtrasCache> = Mutex::new(None);
+
+fn extras_of(_s: &Session, rel: &Path) -> Option<Merge> {
     let _inside = Inside::enter();
     let t = table();
-    let _ = s;
     if !t.any_below(rel) {
         return None;
     }
-    Some(Merge::new(extras(&t, rel)))
+    let mut cache = EXTRAS.lock().unwrap_or_else(|e| e.into_inner());
+    let (generation, map) = cache.get_or_insert_with(|| (t.generation(), HashMap::new()));
+    if *generation != t.generation() {
+        *generation = t.generation();
+        map.clear();
+    }
+    let extra = map.entry(rel.to_path_buf()).or_insert_with(|| sorted(extras(&t, rel))).clone();
+    Some(Merge::new(extra))
 }
 
 /// The entries of directory `dir` (relative to the prefix) that SCR's files make.
 pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
-    // files directly in `dir`, by the cache directory that holds their bytes
-    let mut by_cache_dir: HashMap<&Path, HashMap<&OsStr, &OsStr>> = HashMap::new();
-    // directories leading to deeper files: name -> bytes of one file below
-    let mut dirs: BTreeMap<&OsStr, (&Path, usize)> = BTreeMap::new();
+    let skip = match dir.as_os_str().len() {
+        0 => 0,
+        n => n + 1,
+    };
+    // files directly in `dir`, by the cache directory that holds their bytes (byte slices:
+    // paths in the table are normalised, and parsing components costs more than the I/O)
+    let mut by_cache_dir: BTreeMap<&[u8], Vec<(&[u8], &[u8])>> = BTreeMap::new();
+    // directories leading to deeper files: name -> bytes of one file below, levels below
+    let mut dirs: BTreeMap<&[u8], (&Path, usize)> = BTreeMap::new();
     for (rel, cache) in t.visible_below(dir) {
-        let Ok(rest) = rel.strip_prefix(dir) else { continue };
-        let mut comps = rest.components();
-        let Some(first) = comps.next() else { continue };
-        let depth = comps.count();
+        let rest = &rel.as_os_str().as_bytes()[skip..];
+        let mut parts = rest.split(|b| *b == b'/');
+        let first = parts.next().unwrap_or_default();
+        let depth = parts.count();
         if depth == 0 {
-            if let (Some(cdir), Some(cname)) = (cache.parent(), cache.file_name()) {
-                by_cache_dir.entry(cdir).or_default().insert(cname, first.as_os_str());
-            }
+            let c = cache.as_os_str().as_bytes();
+            let cut = c.iter().rposition(|b| *b == b'/').unwrap_or(0);
+            by_cache_dir.entry(&c[..cut]).or_default().push((&c[cut + 1..], first));
         } else {
-            dirs.entry(first.as_os_str()).or_insert((cache, depth));
+            dirs.entry(first).or_insert((cache, depth));
         }
     }
     let mut out = Vec::new();
-    for (cdir, wanted) in by_cache_dir {
-        let Ok(rd) = std::fs::read_dir(cdir) else { continue };
+    for (cdir, mut wanted) in by_cache_dir {
+        wanted.sort_unstable();
+        let Ok(rd) = std::fs::read_dir(OsStr::from_bytes(cdir)) else { continue };
         for e in rd.flatten() {
             let n = e.file_name();
-            if let Some(name) = wanted.get(n.as_os_str()) {
-                out.push(Entry { name: name.as_bytes().to_vec(), ino: e.ino(), dtype: libc::DT_REG });
+            if let Ok(i) = wanted.binary_search_by(|w| w.0.cmp(n.as_bytes())) {
+                out.push(Entry { name: wanted[i].1.to_vec(), ino: e.ino(), dtype: libc::DT_REG });
             }
         }
     }
     for (name, (cache, depth)) in dirs {
         // the cache directory standing for it: `depth` levels above a file below it
         let ino = cache.ancestors().nth(depth).and_then(|d| std::fs::metadata(d).ok()).map_or(1, |m| m.ino());
-        out.push(Entry { name: name.as_bytes().to_vec(), ino, dtype: libc::DT_DIR });
+        out.push(Entry { name: name.to_vec(), ino, dtype: libc::DT_DIR });
     }
     out
 }
@@ -410,7 +464,7 @@ impl Walker<'_> {
             Err(_) => return None,
         }
         if let Some(rel) = self.s.prefix.relative(abs.as_os_str().as_bytes(), None).filter(|r| !reserved(r)) {
-            let mut m = Merge::new(extras(self.t, &rel));
+            let mut m = Merge::new(sorted(extras(self.t, &rel)));
             for n in &names {
                 m.real(n.as_bytes());
             }
@@ -430,7 +484,8 @@ mod tests {
     #[test]
     fn a_merged_stream_shows_each_name_once_after_the_real_ones() {
         let e = |n: &str, t| Entry { name: n.as_bytes().to_vec(), ino: 5, dtype: t };
-        let mut m = Merge::new(vec![e("b", libc::DT_REG), e("a", libc::DT_REG), e("sub", libc::DT_DIR), e("a", 8)]);
+        let mut m =
+            Merge::new(sorted(vec![e("b", libc::DT_REG), e("a", libc::DT_REG), e("sub", libc::DT_DIR), e("a", 8)]));
         m.real(b".");
         m.real(b"b");
         let names: Vec<String> =

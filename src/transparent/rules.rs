@@ -66,10 +66,17 @@ pub enum Open {
     },
 }
 
-/// Decide an open of `rel` with `flags`; `routed`: a checkpoint pattern takes `rel` for this
-/// rank; `disk` says what the prefix holds at `rel` (asked only when needed); `in_prefix` is
+/// Decide an open of `rel` with `flags`; `routed`: whether a checkpoint pattern takes `rel`
+/// for this rank (asked only for writes to paths SCR does not hold); `disk` says what the prefix holds at `rel` (asked only when needed); `in_prefix` is
 /// the application's path.
-pub fn open(t: &Table, rel: &Path, flags: i32, routed: bool, in_prefix: &Path, disk: impl FnOnce() -> Disk) -> Open {
+pub fn open(
+    t: &Table,
+    rel: &Path,
+    flags: i32,
+    routed: impl FnOnce() -> bool,
+    in_prefix: &Path,
+    disk: impl FnOnce() -> Disk,
+) -> Open {
     if tmpfile(flags) {
         return Open::Pass;
     }
@@ -80,7 +87,7 @@ pub fn open(t: &Table, rel: &Path, flags: i32, routed: bool, in_prefix: &Path, d
             None => Open::Pass,
         };
     }
-    if flags & libc::O_DIRECTORY != 0 || (!routed && held.is_none()) {
+    if flags & libc::O_DIRECTORY != 0 || (held.is_none() && !routed()) {
         return Open::Pass;
     }
     let excl = flags & libc::O_CREAT != 0 && flags & libc::O_EXCL != 0;
@@ -221,7 +228,7 @@ mod tests {
     const W: i32 = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
 
     fn o(t: &Table, rel: &str, flags: i32, routed: bool, disk: Disk) -> Open {
-        open(t, &p(rel), flags, routed, &p(&format!("/pfx/{rel}")), || disk)
+        open(t, &p(rel), flags, || routed, &p(&format!("/pfx/{rel}")), || disk)
     }
 
     #[test]

@@ -48,7 +48,7 @@ impl Session {
 
     /// Whether a pattern routes `rel` for this rank.
     pub fn routed(&self, rel: &std::path::Path) -> bool {
-        rel.to_str().is_some_and(|r| self.patterns.route(r, self.rank).is_some())
+        rel.to_str().is_some_and(|r| self.patterns.takes(r, self.rank))
     }
 }
 
@@ -73,6 +73,16 @@ pub fn routing() -> Option<&'static Session> {
         return None;
     }
     SESSION.get()
+}
+
+/// The first test of every path call (no allocation, no lock): may `path` concern
+/// transparent mode now? An absolute path outside the prefix is judged on its bytes first;
+/// then routing must be on (see [`routing`]).
+#[inline]
+pub fn concerns(path: &std::ffi::CStr) -> bool {
+    let Some(s) = SESSION.get() else { return false };
+    let b = path.to_bytes();
+    (b.first() != Some(&b'/') || s.prefix.may_contain(b, None)) && routing().is_some()
 }
 
 /// The session for bookkeeping that continues after [`finish`] (late closes), in the

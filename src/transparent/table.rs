@@ -105,10 +105,22 @@ pub struct Table {
     changes: Vec<Change>,
     /// Sync points passed (the same count on every rank).
     pub epoch: u64,
+    /// Changes with every mutation (listings cache what they derive from the table).
+    generation: u64,
 }
 
 fn strictly_below(p: &Path, dir: &Path) -> bool {
     p != dir && p.starts_with(dir)
+}
+
+/// Whether normalised relative path `p` is strictly below `dir` (`""`: the prefix itself).
+pub(super) fn under(p: &Path, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (p, d) = (p.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    if d.is_empty() {
+        return !p.is_empty();
+    }
+    p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/'
 }
 
 impl Table {
@@ -120,16 +132,23 @@ impl Table {
         self.committed.get(rel).map(Held::Committed)
     }
 
+    /// Changes whenever the table does.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     pub fn get(&self, id: u32) -> Option<&Pending> {
         self.pending.get(&id)
     }
 
     pub fn get_mut(&mut self, id: u32) -> Option<&mut Pending> {
+        self.generation += 1;
         self.pending.get_mut(&id)
     }
 
     /// A new pending file at `rel` (it replaces what `rel` stood for). Its id.
     pub fn add(&mut self, rel: &Path, cache: PathBuf, shares_committed: bool) -> u32 {
+        self.generation += 1;
         let dataset = match self.held(rel) {
             Some(Held::Committed(c)) => Some(c.name.clone()),
             Some(Held::Pending(_, p)) => p.dataset.clone(),
@@ -160,6 +179,7 @@ impl Table {
     /// dropped (at its last close if still open), a committed one is hidden. Returns the
     /// pending file's bytes to delete, and whether SCR held anything at `rel`.
     pub fn remove(&mut self, rel: &Path) -> (Option<PathBuf>, bool) {
+        self.generation += 1;
         let mut bytes = None;
         let mut held = false;
         if let Some(id) = self.by_path.remove(rel) {
@@ -183,6 +203,7 @@ impl Table {
     /// Pending file `id` is now called `to`, its bytes at `cache` (what `to` stood for is
     /// replaced; `id`'s old name is free).
     pub fn rename(&mut self, id: u32, to: &Path, cache: PathBuf) {
+        self.generation += 1;
         let Some(from) = self.pending.get(&id).map(|p| p.rel.clone()) else { return };
         if self.by_path.get(&from) == Some(&id) {
             self.by_path.remove(&from);
@@ -198,6 +219,7 @@ impl Table {
     /// A descriptor of `id` closed: drop a deleted file at its last close. Whether the file
     /// is now closed and still named.
     pub fn closed(&mut self, id: u32, ok: bool) -> bool {
+        self.generation += 1;
         let Some(p) = self.pending.get_mut(&id) else { return false };
         p.writers = p.writers.saturating_sub(1);
         p.failed |= !ok;
@@ -223,6 +245,7 @@ impl Table {
 
     /// Forget pending file `id` (it joined a dataset, or went to the prefix).
     pub fn forget(&mut self, id: u32) {
+        self.generation += 1;
         if let Some(p) = self.pending.remove(&id) {
             if self.by_path.get(&p.rel) == Some(&id) {
                 self.by_path.remove(&p.rel);
@@ -237,18 +260,22 @@ impl Table {
 
     /// The files SCR holds below `dir` (any depth): (path, bytes), each path once, in order.
     pub fn visible_below<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = (&'a Path, &'a Path)> + 'a {
+        // paths are normalised: comparing bytes is exact, and much cheaper than components
+        let below = move |p: &Path| under(p, dir);
+        let start = (std::ops::Bound::Excluded(dir), std::ops::Bound::Unbounded);
         let pending = self
             .by_path
-            .range::<Path, _>((std::ops::Bound::Excluded(dir), std::ops::Bound::Unbounded))
-            .take_while(move |(p, _)| p.starts_with(dir))
+            .range::<Path, _>(start)
+            .skip_while(move |(p, _)| *p == dir)
+            .take_while(move |(p, _)| below(p))
             .filter_map(|(p, id)| Some((p.as_path(), self.pending.get(id)?.cache.as_path())));
         let committed = self
             .committed
-            .range::<Path, _>((std::ops::Bound::Excluded(dir), std::ops::Bound::Unbounded))
-            .take_while(move |(p, _)| p.starts_with(dir))
-            .filter(|(p, _)| !self.by_path.contains_key(*p))
+            .range::<Path, _>(start)
+            .take_while(move |(p, _)| below(p))
+            .filter(|(p, _)| self.by_path.is_empty() || !self.by_path.contains_key(*p))
             .map(|(p, c)| (p.as_path(), c.cache.as_path()));
-        pending.chain(committed).filter(move |(p, _)| strictly_below(p, dir))
+        pending.chain(committed)
     }
 
     /// Pending files below `dir` (for a directory rename or removal): (id, path, bytes, epoch).
@@ -266,6 +293,7 @@ impl Table {
     /// The committed files now, from the runtime (oldest dataset first: a later entry for a
     /// path is the newer file). Removed files whose dataset left the cache are forgotten.
     pub fn set_committed(&mut self, files: impl IntoIterator<Item = (PathBuf, Committed)>) {
+        self.generation += 1;
         self.committed.clear();
         for (rel, c) in files {
             self.committed.insert(rel, c);
