@@ -120,6 +120,16 @@ fn removing_a_checkpoint_tree_removes_the_cached_files() {
 }
 
 #[test]
+fn child_processes_see_and_remove_the_cached_files() {
+    // popen("ls; cat; wc; find") and system("rm -r") from every rank: the shells and the
+    // commands never initialise MPI, and see the rank's cached files through its view
+    let (job, r) = compare(&calls(), &["child"], &[]);
+    assert!(r.has("r0 child f") && r.has("r0 child checkpoint"), "{}", r.dump());
+    assert!(job.cached_files("ckpt.1/").is_empty(), "{:?}", job.cached_files(""));
+    assert!(r.stderr.contains("removed all of its files"), "{}", r.dump());
+}
+
+#[test]
 fn python_listings_and_rmtree() {
     let script = common::repo().join("examples/preload/listing.py").display().to_string();
     for flush in ["0", "1"] {

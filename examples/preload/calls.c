@@ -6,8 +6,8 @@
  * (under transparent mode the checkpoint is complete and in cache there), exercises the
  * family on its files, passes another barrier (a sync point: SCR forms a new version) and
  * looks again. Families: truncate chmod utimes link readlink realpath statfs rename-out
- * listing tree, and panic (a file whose name makes a test build of the preload panic inside
- * its open hook). Lines: "r<rank> <what> <values>", paths relative to DIR. */
+ * listing tree, child (a shell lists, reads and removes the files), and panic (a file whose
+ * name makes a test build of the preload panic inside its open hook). Lines: "r<rank> <what> <values>", paths relative to DIR. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
@@ -221,6 +221,23 @@ static void family(const char *fam, int after) {
     while (d && readdir(d)) again++;
     OUT("fdopendir entries=%d after-rewind=%d", count, again);
     if (d) closedir(d);
+  } else if (!strcmp(fam, "child")) {
+    if (!after) {
+      char cmd[8192], line[512];
+      snprintf(cmd, sizeof cmd, "ls -1 %s; cat %s/f; echo; wc -c < %s/sub/c; find %s -type f | sort", mine, mine, mine,
+               mine);
+      FILE *p = popen(cmd, "r");
+      while (p && fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        OUT("child %s", strncmp(line, dir, strlen(dir)) ? line : line + strlen(dir) + 1);
+      }
+      if (p) pclose(p);
+      snprintf(cmd, sizeof cmd, "rm -r %s", mine);
+      rc("system-rm", system(cmd));
+    }
+    show("f", f);
+    show("sub/c", at("sub/c"));
+    list("ls-ckpt", at(".."));
   } else if (!strcmp(fam, "panic")) {
     if (!after) put(at("SCR_TEST_PANIC"), "still written");
     show("panic", at("SCR_TEST_PANIC"));
@@ -257,7 +274,7 @@ int main(int argc, char **argv) {
   put(at("f"), "checkpoint");
   if (!strcmp(fam, "utimes"))
     put(at("g"), "g"), put(at("h"), "h"), put(at("i"), "i");
-  if (!strcmp(fam, "listing") || !strcmp(fam, "tree")) {
+  if (!strcmp(fam, "listing") || !strcmp(fam, "tree") || !strcmp(fam, "child")) {
     put(at("a"), "aa"), put(at("sub/c"), "ccc");
     put(at("notes.txt"), "not a checkpoint file");
   }

@@ -4,6 +4,7 @@ without transparent mode, the printed lines must be the same. Knows nothing of S
 Usage: listing.py DIR"""
 import os
 import shutil
+import subprocess
 import sys
 
 from mpi4py import MPI
@@ -37,6 +38,7 @@ out("scandir", sorted(entries))
 walk = [(os.path.relpath(root, top), sorted(dirs), sorted(files)) for root, dirs, files in os.walk(mine)]
 out("walk", sorted(walk))
 out("exists", os.path.exists(f"{mine}/f"), os.path.getsize(f"{mine}/sub/c"))
+out("child-ls", subprocess.run(["ls", "-1", mine], capture_output=True, text=True).stdout.split())
 shutil.rmtree(mine)
 out("after-rmtree", os.path.exists(f"{mine}/f"), os.path.exists(f"{mine}/sub/c"), os.path.exists(mine))
 comm.Barrier()  # a sync point: the removal reaches SCR's dataset

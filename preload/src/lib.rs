@@ -26,6 +26,13 @@ mod real;
 
 extern "C" fn constructor() {
     detour::install_panic_hook();
+    // a process started by a rank: the rank's view of its cached files
+    // SAFETY: getenv at load time, before the program's threads exist.
+    let view = unsafe { libc::getenv(scr::transparent::view::ENV.as_ptr()) };
+    if !view.is_null() {
+        // SAFETY: a NUL-terminated environment value.
+        scr::transparent::view::inherited(unsafe { std::ffi::CStr::from_ptr(view) }, detour::base);
+    }
 }
 
 extern "C" fn destructor() {

@@ -114,6 +114,10 @@ const PASS: Opening = Opening { call: Call::Pass, track: 0, created: false };
 pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     let Some(s) = routing() else { return PASS };
     let Some(rel) = resolve_file(s, dirfd, path) else { return PASS };
+    if s.child && rules::writing(flags) {
+        // a child changes no cached file: its writes reach the prefix
+        return PASS;
+    }
     super::test_panic(path);
     let _inside = Inside::enter();
     let mut t = table();
@@ -348,7 +352,12 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
     };
     let exists = || dest.as_deref().is_some_and(|d| on_disk(d) != OnDisk::Missing);
     let from_dir = || from.as_deref().is_some_and(|f| on_disk(&s.prefix.join(f)) == OnDisk::Dir);
-    let rule = rules::rename(&t, from.as_deref(), to.as_deref(), to_routed, noreplace, from_dir, exists);
+    let rule = match rules::rename(&t, from.as_deref(), to.as_deref(), to_routed, noreplace, from_dir, exists) {
+        // a child moves a cached file's bytes out and tells its rank; the rest is the kernel's
+        Rename::InCache | Rename::Out if s.child => Rename::Out,
+        Rename::Dir | Rename::Adopt if s.child => Rename::Pass,
+        r => r,
+    };
     let Some(dest) = dest.filter(|_| rule != Rename::Pass) else {
         drop(t);
         return real_done(real);
@@ -367,6 +376,9 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
                 Some(to) => into_cache(s, &mut t, &from, &to),
                 None => out_of_cache(&mut t, &from, &dest),
             };
+            if s.child && r.is_ok() {
+                super::view::removed_file(s, &from);
+            }
             // a copy of the source in the prefix (flushed) is not the application's any more
             if r.is_ok() {
                 let _ = std::fs::remove_file(from_abs);
@@ -522,6 +534,9 @@ pub fn unlink(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let mut t = table();
     let (bytes, held) = t.remove(&rel);
     drop(t);
+    if s.child && held {
+        super::view::removed_file(s, &rel);
+    }
     if let Some(b) = bytes {
         let _ = std::fs::remove_file(b);
     }
@@ -566,8 +581,12 @@ pub fn rmdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
         return Err(e);
     }
     let r = real_done(real)?;
-    let epoch = t.epoch;
-    t.record(Change::RemovedDir { dir: rel, epoch });
+    if s.child {
+        super::view::removed_dir(s, &rel);
+    } else {
+        let epoch = t.epoch;
+        t.record(Change::RemovedDir { dir: rel, epoch });
+    }
     Ok(r)
 }
 
@@ -587,7 +606,11 @@ pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, flags: i32, real: &mut dyn
     };
     let Some(dest) = dest else { return Err(libc::ENOENT) };
     let to_routed = to.as_deref().is_some_and(|p| s.routed(p));
-    match rules::link(&t, from.as_deref(), to.as_deref(), to_routed, || on_disk(&dest) != OnDisk::Missing) {
+    let rule = match rules::link(&t, from.as_deref(), to.as_deref(), to_routed, || on_disk(&dest) != OnDisk::Missing) {
+        Link::InCache(src) if s.child => Link::Out(src),
+        r => r,
+    };
+    match rule {
         Link::Pass => {
             drop(t);
             real_done(real)

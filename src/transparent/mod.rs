@@ -13,6 +13,7 @@
 //! | [`listing`] | merged directory listings and `nftw` walks |
 //! | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes |
 //! | [`session`] | start (in `MPI_Init`), stop (in `MPI_Finalize`), process exit, the routing gate |
+//! | [`view`] | what the processes a rank starts (shells, `ls`, `rm -r`) see of its cached files |
 //!
 //! Files under the prefix that match a checkpoint pattern (`config::patterns`) are written in
 //! node-local cache (real kernel descriptors; only the path changes), become SCR datasets at
@@ -28,6 +29,7 @@ pub mod rules;
 pub mod session;
 pub mod sync;
 pub mod table;
+pub mod view;
 
 pub use calls::{Call, Done, Opening};
 pub use prefix::{BaseFn, PATH_MAX};

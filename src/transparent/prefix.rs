@@ -45,6 +45,11 @@ impl PrefixPaths {
         &self.spelled
     }
 
+    /// The prefix with symbolic links resolved.
+    pub fn canonical(&self) -> &Path {
+        &self.canonical
+    }
+
     fn forms(&self) -> [&[u8]; 2] {
         [self.spelled.as_os_str().as_bytes(), self.canonical.as_os_str().as_bytes()]
     }

@@ -32,9 +32,32 @@ pub struct Session {
     /// End the run at the sync point after a checkpoint that meets a halt condition.
     pub halt_exit: bool,
     pub base: BaseFn,
+    /// A process the rank started ([`super::view`]): it reads the rank's cached files and
+    /// reports removals, nothing more.
+    pub child: bool,
+    /// The rank: where it publishes its view for the processes it starts.
+    pub view: Option<PathBuf>,
+    /// Where children record what they removed.
+    pub journal: PathBuf,
 }
 
 impl Session {
+    /// The session of a process started by rank `rank` (read-only, see [`super::view`]).
+    pub(super) fn child(rank: u32, prefix: PrefixPaths, journal: PathBuf, base: BaseFn) -> Session {
+        Session {
+            rank,
+            pid: std::process::id(),
+            prefix,
+            pending: PathBuf::new(),
+            patterns: PatternSet::compile(&[]).expect("no patterns compile"),
+            halt_exit: false,
+            base,
+            child: true,
+            view: None,
+            journal,
+        }
+    }
+
     /// Whether this is the process that started (not a fork or vfork child, which shares or
     /// copies this memory but must not act on it).
     pub fn is_owner(&self) -> bool {
@@ -58,9 +81,32 @@ static LIVE: AtomicBool = AtomicBool::new(false);
 /// [`finish`] ran: late closes send pending files to the prefix.
 static FINISHED: AtomicBool = AtomicBool::new(false);
 static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
+/// A process started by a rank: its read-only session, if the rank published a view.
+static CHILD: OnceLock<Option<Session>> = OnceLock::new();
 
+/// The file table (in a rank, with what its children removed absorbed first).
 pub(super) fn table() -> MutexGuard<'static, Table> {
-    TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+    let mut t = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = SESSION.get().filter(|s| s.is_owner()) {
+        super::view::absorb(s, &mut t);
+    }
+    t
+}
+
+/// This process's session as a child of a rank (loaded on first use; never for the library's
+/// own calls, nor in a process that ran transparent mode itself).
+fn child() -> Option<&'static Session> {
+    // (hooks may run before the front end read the environment: nothing is decided then)
+    if crate::reentry::inside() || SESSION.get().is_some() || !super::view::inherited_any() {
+        return None;
+    }
+    CHILD
+        .get_or_init(|| {
+            let (s, files) = super::view::load()?;
+            TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).set_committed(files);
+            Some(s)
+        })
+        .as_ref()
 }
 
 /// The session, if this process routes files now and the caller is the application (not the
@@ -69,7 +115,10 @@ pub(super) fn table() -> MutexGuard<'static, Table> {
 /// only for paths that concern the prefix.
 #[inline]
 pub fn routing() -> Option<&'static Session> {
-    if !LIVE.load(Ordering::Relaxed) || crate::reentry::inside() || crate::runtime::application_controls_output() {
+    if !LIVE.load(Ordering::Relaxed) {
+        return child();
+    }
+    if crate::reentry::inside() || crate::runtime::application_controls_output() {
         return None;
     }
     SESSION.get()
@@ -80,7 +129,7 @@ pub fn routing() -> Option<&'static Session> {
 /// then routing must be on (see [`routing`]).
 #[inline]
 pub fn concerns(path: &std::ffi::CStr) -> bool {
-    let Some(s) = SESSION.get() else { return false };
+    let Some(s) = SESSION.get().or_else(child) else { return false };
     let b = path.to_bytes();
     (b.first() != Some(&b'/') || s.prefix.may_contain(b, None)) && routing().is_some()
 }
@@ -147,6 +196,7 @@ pub fn start(base: BaseFn) -> Result<(), String> {
             setup.pending.display()
         );
     }
+    let (view, journal) = super::view::paths(&setup.pending, setup.rank);
     let session = Session {
         rank: setup.rank,
         pid: std::process::id(),
@@ -155,8 +205,17 @@ pub fn start(base: BaseFn) -> Result<(), String> {
         patterns,
         halt_exit: setup.halt_exit,
         base,
+        child: false,
+        view: Some(view.clone()),
+        journal,
     };
     if SESSION.set(session).is_ok() {
+        if let Some(s) = SESSION.get() {
+            super::view::publish(s, &table());
+        }
+        // the processes this rank starts inherit it (MPI_Init runs before the application
+        // starts threads that could read the environment meanwhile)
+        std::env::set_var(super::view::ENV.to_str().unwrap_or_default(), &view);
         LIVE.store(true, Ordering::SeqCst);
     }
     Ok(())

@@ -73,6 +73,7 @@ pub fn point(last: bool) -> bool {
     if (agreed[1] > 0 || agreed[2] > 0) && (agreed[0] == 0 || last) {
         st.halt_check = complete(s, &st.comm, &mut t);
     }
+    super::view::publish(s, &t);
     false
 }
 
