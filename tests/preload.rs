@@ -145,6 +145,30 @@ fn a_file_written_into_a_completed_checkpoint_joins_it() {
 }
 
 #[test]
+fn a_file_written_after_the_barrier_survives_a_crash_before_the_next_sync_point() {
+    // The crash comes at step 7, before any collective after ckpt.6/meta and the pointer were
+    // written: meta is still pending. The relaunch adds it to the cached ckpt.6 (a plain file
+    // system would have kept it too) instead of leaving a checkpoint the pointer names
+    // without it, on every later relaunch.
+    let job = readme_defaults();
+    let r = run(&job, &["--steps", "10", "--crash-at", "7", "--meta-after"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert!(!job.cached_files("scr.pending/0/ckpt.6/meta").is_empty(), "{:?}", job.cached_files(""));
+    let r = run(&job, &["--steps", "10", "--meta-after"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+    // files of a checkpoint that never completed (a rank died inside it) are not kept
+    let r = run(&job, &["--steps", "14", "--die-in-ckpt", "12"]);
+    assert!(r.has("RESTARTED 10 verified") && !r.has("CHECKPOINT 12"), "{}", r.dump());
+    assert!(!job.cached_files("scr.pending/0/ckpt.12/").is_empty(), "{:?}", job.cached_files(""));
+    let mut job = job;
+    job.set("SCR_DEBUG", "1");
+    let r = run(&job, &["--steps", "12"]);
+    assert!(r.has("RESTARTED 10 verified") && r.has("DONE"), "{}", r.dump());
+    assert_eq!(r.stderr.matches("(ckpt.12, checkpoint) complete").count(), 1, "only this run's: {}", r.dump());
+    assert!(job.cached_files("scr.pending/0/ckpt.12/").is_empty(), "{:?}", job.cached_files(""));
+}
+
+#[test]
 fn a_directory_renamed_into_place_then_given_one_more_file_keeps_all_of_them() {
     let job = readme_defaults();
     let args = ["--layout", "tmpdir", "--uneven", "--meta-after"];

@@ -4,7 +4,7 @@
  *
  *   ckpt_posix --dir DIR [--steps N] [--every K] [--size BYTES] [--layout L] [--stdio]
  *              [--uneven] [--meta] [--meta-after] [--crash-at STEP] [--fail-write STEP]
- *              [--no-finalize] [--hang-at STEP]
+ *              [--no-finalize] [--hang-at STEP] [--die-in-ckpt STEP]
  *
  * Layouts: dir      ckpt.<s>/rank_<r>.dat (rank 0 creates the directory)
  *          flat     ckpt_<s>_<r>.dat
@@ -16,6 +16,8 @@
  * then the pointer file.
  * --hang-at STEP: in a run that did not restart, the last rank hangs (pause(), no CPU) at STEP
  * while the others wait for it in that step's allreduce.
+ * --die-in-ckpt STEP: the last rank exits after writing its file of checkpoint STEP, before
+ * the barrier that would complete it (the others wait there until the launcher ends them).
  * Prints (rank 0): RESTARTED <s> | NO_RESTART, CHECKPOINT <s>, DONE; every rank checks. */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,7 +34,7 @@ static const char *dir = ".";
 static const char *layout = "dir";
 static int use_stdio = 0, uneven = 0, meta = 0, meta_after = 0;
 static long size = 1 << 16;
-static int rank, nranks;
+static int rank, nranks, die_in_ckpt = -1;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -164,6 +166,10 @@ static void checkpoint(int step, int fail_write) {
     }
   }
   if (fail_write) setrlimit(RLIMIT_FSIZE, &saved);
+  if (step == die_in_ckpt && rank == nranks - 1) {
+    fprintf(stderr, "rank %d: DIE inside checkpoint %d\n", rank, step);
+    _exit(9);
+  }
   if (meta && rank == 0) {
     snprintf(path, sizeof path, "%s/ckpt.%d%s/meta.txt", dir, step, !strcmp(layout, "tmpdir") ? ".tmp" : "");
     FILE *f = fopen(path, "w");
@@ -215,6 +221,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--fail-write")) fail_write = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-finalize")) no_finalize = 1;
     else if (!strcmp(argv[i], "--hang-at")) hang_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--die-in-ckpt")) die_in_ckpt = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

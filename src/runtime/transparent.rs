@@ -55,6 +55,9 @@ pub struct Adopt<'a> {
     pub removed: &'a [PathBuf],
     /// No write or close failed on this rank.
     pub valid: bool,
+    /// Only a new version of a cached dataset of this name may form (files a killed run
+    /// left pending): without one, nothing happens ([`Adopted::Invalid`]).
+    pub version_only: bool,
 }
 
 /// What became of an [`Adopt`] (the same on every rank).
@@ -221,6 +224,27 @@ impl Runtime {
         }
     }
 
+    /// Node leader, in `SCR_Init`: the pending area exists and holds nothing but what ranks
+    /// now on this node left there in transparent mode (each rank then recovers or removes
+    /// its own when transparent mode starts); in API mode nothing left pending is kept.
+    pub(super) fn prepare_pending(&self, on_node: &[i32]) -> Result<()> {
+        let pending = self.pending_dir();
+        if self.mode == super::Mode::Api {
+            crate::paths::remove_tree_if_exists(&pending)?;
+        } else if let Ok(rd) = std::fs::read_dir(&pending) {
+            for e in rd.flatten() {
+                let mine =
+                    e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()).is_some_and(|r| on_node.contains(&r));
+                if !mine && e.file_type().is_ok_and(|t| t.is_dir()) {
+                    crate::paths::remove_tree_if_exists(&e.path())?;
+                } else if !mine {
+                    crate::paths::remove_file_if_exists(&e.path())?;
+                }
+            }
+        }
+        crate::paths::ensure_private_dir(&pending)
+    }
+
     /// The pending area of transparent mode (in the store of the first checkpoint).
     pub(super) fn pending_dir(&self) -> PathBuf {
         let store = &self.descs.select(1, true, false).store;
@@ -254,6 +278,9 @@ impl Runtime {
             }
             None
         };
+        if a.version_only && earlier.is_none() {
+            return Ok(Adopted::Invalid);
+        }
         let new: std::collections::HashSet<&Path> = a.files.iter().map(|(rel, _)| rel.as_path()).collect();
         let carried: Vec<FileMeta> = earlier
             .and_then(|id| self.filemap.datasets.get(&id))

@@ -211,6 +211,7 @@ pub fn start(base: BaseFn) -> Result<(), String> {
     };
     if SESSION.set(session).is_ok() {
         if let Some(s) = SESSION.get() {
+            super::sync::recover(s);
             super::view::publish(s, &table());
         }
         // the processes this rank starts inherit it (MPI_Init runs before the application

@@ -71,7 +71,7 @@ pub fn point(last: bool) -> bool {
         share_changes(s, &st.comm, &mut t);
     }
     if (agreed[1] > 0 || agreed[2] > 0) && (agreed[0] == 0 || last) {
-        st.halt_check = complete(s, &st.comm, &mut t);
+        st.halt_check = complete(s, &st.comm, &mut t, false);
     }
     super::view::publish(s, &t);
     false
@@ -114,8 +114,36 @@ struct Group {
     removed: Vec<PathBuf>,
 }
 
-/// Complete the pending datasets; whether a checkpoint completed.
-fn complete(s: &Session, comm: &Comm, t: &mut Table) -> bool {
+/// At start (collective, after the restart): files a killed run of this rank left pending
+/// under the name of a checkpoint now in cache (a `meta` written after its barrier, the
+/// crash before the next sync point) join it as a new version, as a plain file system would
+/// have kept them. They only add files: a pending copy of a file the checkpoint has (an
+/// update cut short) is not used. The rest never became a checkpoint and is removed.
+pub(super) fn recover(s: &Session) {
+    let _inside = Inside::enter();
+    let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(st) = g.as_mut() else { return };
+    let mut t = session::table();
+    let mut found = Vec::new();
+    crate::paths::walk_files(&s.pending, &mut |p| found.push(p.to_path_buf()));
+    let mut added = 0u64;
+    for p in found {
+        let Ok(rel) = p.strip_prefix(&s.pending) else { continue };
+        if t.held(rel).is_none() && !super::prefix::reserved(rel) {
+            t.add(rel, p.clone(), false);
+            added += 1;
+        }
+    }
+    if st.comm.max_u64s(&[added])[0] > 0 {
+        complete(s, &st.comm, &mut t, true);
+    }
+    // (completing forgot every file it looked at: what is left on disk joined nothing)
+    let _ = crate::paths::remove_tree_if_exists(&s.pending);
+}
+
+/// Complete the pending datasets (`versions_only`: only new versions of cached datasets may
+/// form); whether a checkpoint completed.
+fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> bool {
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut homeless = Vec::new();
     for (id, p) in t.closed_pending() {
@@ -160,7 +188,9 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table) -> bool {
         let g = groups.remove(&name).unwrap_or_default();
         let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
         let valid = !g.files.iter().any(|f| f.3);
-        let r = crate::runtime::adopt_output(&Adopt { name: &name, flags, files: &files, removed: &g.removed, valid });
+        let adopt =
+            Adopt { name: &name, flags, files: &files, removed: &g.removed, valid, version_only: versions_only };
+        let r = crate::runtime::adopt_output(&adopt);
         for (id, _, bytes, _) in &g.files {
             t.forget(*id);
             if r.is_err() {
