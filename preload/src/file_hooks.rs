@@ -8,7 +8,7 @@
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t, FILE};
-use scr::transparent::calls;
+use scr::transparent::{calls, names};
 
 use crate::detour::{apply, errno, fence, perform, quietly, redirect, set_errno};
 use crate::real::next_or;
@@ -245,15 +245,15 @@ macro_rules! perform_hook {
 }
 type P = *const c_char;
 perform_hook! {
-    rename(o: P, n: P) paths(o, n) => |at, o, n, r| calls::rename(at, o, at, n, 0, r);
-    renameat(od: c_int, o: P, nd: c_int, n: P) paths(o, n) => |_, o, n, r| calls::rename(od, o, nd, n, 0, r);
-    renameat2(od: c_int, o: P, nd: c_int, n: P, fl: c_uint) paths(o, n) => |_, o, n, r| calls::rename(od, o, nd, n, fl, r);
-    link(o: P, n: P) paths(o, n) => |at, o, n, r| calls::link(at, o, at, n, 0, r);
-    linkat(od: c_int, o: P, nd: c_int, n: P, fl: c_int) paths(o, n) => |_, o, n, r| calls::link(od, o, nd, n, fl, r);
-    unlink(p: P) paths(p) => |at, p, _, r| calls::unlink(at, p, r);
-    unlinkat(d: c_int, p: P, fl: c_int) paths(p) => |_, p, _, r| calls::unlinkat(d, p, fl, r);
-    remove(p: P) paths(p) => |_, p, _, r| calls::remove(p, r);
-    rmdir(p: P) paths(p) => |at, p, _, r| calls::rmdir(at, p, r);
+    rename(o: P, n: P) paths(o, n) => |at, o, n, r| names::rename(at, o, at, n, 0, r);
+    renameat(od: c_int, o: P, nd: c_int, n: P) paths(o, n) => |_, o, n, r| names::rename(od, o, nd, n, 0, r);
+    renameat2(od: c_int, o: P, nd: c_int, n: P, fl: c_uint) paths(o, n) => |_, o, n, r| names::rename(od, o, nd, n, fl, r);
+    link(o: P, n: P) paths(o, n) => |at, o, n, r| names::link(at, o, at, n, 0, r);
+    linkat(od: c_int, o: P, nd: c_int, n: P, fl: c_int) paths(o, n) => |_, o, n, r| names::link(od, o, nd, n, fl, r);
+    unlink(p: P) paths(p) => |at, p, _, r| names::unlink(at, p, r);
+    unlinkat(d: c_int, p: P, fl: c_int) paths(p) => |_, p, _, r| names::unlinkat(d, p, fl, r);
+    remove(p: P) paths(p) => |_, p, _, r| names::remove(p, r);
+    rmdir(p: P) paths(p) => |at, p, _, r| names::rmdir(at, p, r);
 }
 
 /// Calls on a path's metadata: the same call on the cached bytes when SCR holds the path

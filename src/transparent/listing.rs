@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use super::calls::{absolute, resolve};
 use super::prefix::{reserved, PATH_MAX};
 use super::session::{routing, table, Session};
 use super::table::Table;
@@ -91,8 +92,8 @@ impl Merge {
 /// files below that directory.
 pub fn listing(dirfd: i32, path: &CStr) -> Option<Merge> {
     let s = routing()?;
-    let rel = resolve_dir(s, dirfd, path.to_bytes())?;
-    extras_of(s, &rel)
+    let rel = resolve(s, dirfd, path)?;
+    extras_of(&rel)
 }
 
 /// As [`listing`], for `fdopendir(fd)`.
@@ -100,8 +101,10 @@ pub fn listing_fd(fd: i32) -> Option<Merge> {
     let s = routing()?;
     let mut buf = [0u8; PATH_MAX];
     let n = (s.base)(fd, &mut buf)?;
-    let rel = resolve_dir(s, libc::AT_FDCWD, &buf[..n])?;
-    extras_of(s, &rel)
+    buf[n] = 0;
+    let path = CStr::from_bytes_until_nul(&buf).ok()?;
+    let rel = resolve(s, libc::AT_FDCWD, path)?;
+    extras_of(&rel)
 }
 
 /// Open directory streams with a merge, by handle (the front end's `DIR*`).
@@ -182,25 +185,12 @@ pub fn stream_rewound(key: usize, close: bool) {
     }
 }
 
-fn resolve_dir(s: &Session, dirfd: i32, path: &[u8]) -> Option<PathBuf> {
-    let mut buf = [0u8; PATH_MAX];
-    let base = match path.first() {
-        None => return None,
-        Some(b'/') => None,
-        Some(_) => (s.base)(dirfd, &mut buf).map(|n| &buf[..n]),
-    };
-    if !s.prefix.may_contain(path, base) || !s.is_owner() {
-        return None;
-    }
-    s.prefix.relative(path, base).filter(|rel| !reserved(rel))
-}
-
 /// Extra entries by directory, valid for one generation of the table: listing a directory
 /// again while nothing changed costs no look at the cache.
 type ExtrasCache = Option<(u64, HashMap<PathBuf, Arc<[Entry]>>)>;
 static EXTRAS: Mutex<ExtrasCache> = Mutex::new(None);
 
-fn extras_of(_s: &Session, rel: &Path) -> Option<Merge> {
+fn extras_of(rel: &Path) -> Option<Merge> {
     let _inside = Inside::enter();
     let t = table();
     if !t.any_below(rel) {
@@ -341,12 +331,7 @@ impl Walk {
 pub fn walk(root: &CStr, flags: i32) -> Option<Result<Walk, i32>> {
     let s = routing()?;
     let bytes = root.to_bytes();
-    let mut buf = [0u8; PATH_MAX];
-    let base = if bytes.first() == Some(&b'/') { None } else { (s.base)(libc::AT_FDCWD, &mut buf).map(|n| &buf[..n]) };
-    let abs = match base {
-        None => crate::paths::normalize(Path::new(OsStr::from_bytes(bytes)), Path::new("/")),
-        Some(b) => crate::paths::normalize(Path::new(OsStr::from_bytes(bytes)), Path::new(OsStr::from_bytes(b))),
-    };
+    let abs = absolute(s, libc::AT_FDCWD, root)?;
     let _inside = Inside::enter();
     let t = table();
     // held files below the root (the root below the prefix, or the prefix below the root)

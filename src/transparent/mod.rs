@@ -9,6 +9,7 @@
 //! | [`table`] | the file table: pending files, cached datasets' files, removals, namespace changes |
 //! | [`rules`] | the open, rename, link and removal rules, as plain functions over the table |
 //! | [`calls`] | the calls the front end forwards: gather facts, apply a rule, update table and cache |
+//! | [`names`] | renames, links and removals, performed here on the cache and the prefix |
 //! | [`fds`] | which descriptors write pending files |
 //! | [`listing`] | merged directory listings and `nftw` walks |
 //! | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes |
@@ -24,6 +25,7 @@
 pub mod calls;
 pub mod fds;
 pub mod listing;
+pub mod names;
 pub mod prefix;
 pub mod rules;
 pub mod session;

@@ -49,7 +49,7 @@ impl Session {
             pid: std::process::id(),
             prefix,
             pending: PathBuf::new(),
-            patterns: PatternSet::compile(&[]).expect("no patterns compile"),
+            patterns: PatternSet::compile(&[]).expect("an empty pattern list always compiles"),
             halt_exit: false,
             base,
             child: true,

@@ -88,7 +88,7 @@ fn share_changes(s: &Session, comm: &Comm, t: &mut Table) {
         for c in list {
             match c {
                 Change::RenamedDir { from, to } => {
-                    super::calls::move_pending(s, t, from, to);
+                    super::names::move_pending(s, t, from, to);
                     if let Err(e) = crate::runtime::rename_dir(from, to, false) {
                         scr_warn!("transparent mode: applying the rename of {}: {e}", from.display());
                     }
