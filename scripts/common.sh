@@ -5,7 +5,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=$PWD
 scripts/setup.sh
 . scripts/mpienv.sh
-cargo build --release --quiet -p scr
+# cargo shows each crate it compiles; on a fresh machine the first build takes minutes.
+echo "== building scr-rs (release)" >&2
+cargo build --release -p scr
 
 # build_example NAME OUTPUT: compile examples/c/NAME.c against target/release/libscr.so
 build_example() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what building and testing scr-rs needs on Debian/Ubuntu: an MPI implementation
 # (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler,
-# pkg-config, and the compilers and libraries of the transparent-mode examples. As root it
+# pkg-config, CMake, and the compilers and libraries of the transparent-mode examples and the
+# bindings (gfortran, python3-mpi4py). As root it
 # installs what is missing; otherwise it says exactly what to install.
 set -euo pipefail
 
@@ -10,6 +11,9 @@ command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev openmpi-bin)
 command -v mpirun >/dev/null 2>&1 || need+=(openmpi-bin)
 command -v cc >/dev/null 2>&1 || need+=(gcc)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+# the bindings' tests: a CMake project using the installed package (gfortran and mpi4py below)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v readelf >/dev/null 2>&1 || need+=(binutils)
 # transparent mode's example applications: C++, Fortran, mpi4py, HDF5
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v gfortran >/dev/null 2>&1 || need+=(gfortran)

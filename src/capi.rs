@@ -10,6 +10,7 @@
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::config::Reply;
 use crate::error::{Error, Result};
 use crate::runtime::{self, FLAG_CHECKPOINT};
 use crate::scr_error;
@@ -118,28 +119,88 @@ pub extern "C" fn SCR_Finalize() -> c_int {
     code(guard("SCR_Finalize", runtime::finalize))
 }
 
+/// `SCR_Config` behind the guard: `None` on failure (reported), else what it did.
+///
+/// # Safety
+/// `config` must be NULL or a NUL-terminated string.
+unsafe fn config_call(call: &'static str, config: *const c_char) -> Option<Reply> {
+    guard(call, || {
+        // SAFETY: per this function's contract.
+        let text = unsafe { arg(call, "config", config) }?;
+        runtime::config(text)
+    })
+}
+
+/// A `malloc`ed copy of `v` the caller frees with `free()` (NULL if memory is exhausted).
+fn malloc_str(v: &str) -> *mut c_char {
+    // SAFETY: malloc of len+1 bytes, then a copy of len bytes and the NUL into them.
+    unsafe {
+        let p = libc::malloc(v.len() + 1) as *mut c_char;
+        if !p.is_null() {
+            std::ptr::copy_nonoverlapping(v.as_ptr(), p as *mut u8, v.len());
+            *p.add(v.len()) = 0;
+        }
+        p
+    }
+}
+
 /// # Safety
 /// `config` must be a NUL-terminated string. A returned string is `malloc`ed; the caller
 /// frees it.
 #[no_mangle]
 pub unsafe extern "C" fn SCR_Config(config: *const c_char) -> *const c_char {
-    let r = guard("SCR_Config", || {
-        // SAFETY: per this function's contract.
-        let text = unsafe { arg("SCR_Config", "config", config) }?;
-        runtime::config(text)
-    });
-    match r.flatten() {
-        // SAFETY: strdup-like copy into malloc'ed memory the caller frees with free().
-        Some(v) => unsafe {
-            let p = libc::malloc(v.len() + 1) as *mut c_char;
-            if p.is_null() {
-                return std::ptr::null();
-            }
-            std::ptr::copy_nonoverlapping(v.as_ptr(), p as *mut u8, v.len());
-            *p.add(v.len()) = 0;
-            p
-        },
+    // SAFETY: per this function's contract.
+    match unsafe { config_call("SCR_Config", config) }.and_then(Reply::value) {
+        Some(v) => malloc_str(&v),
         None => std::ptr::null(),
+    }
+}
+
+/// `int scr_rs_config(const char* config, char** value)`: `SCR_Config` with a return code, for
+/// the Fortran and Python bindings, which must tell a failed call from a parameter that is not
+/// set (`SCR_Config` returns NULL for both) and a query from a setting. On `SCR_SUCCESS`,
+/// `*value` is NULL after a set or unset, and after a query a `malloc`ed string the caller frees:
+/// the value, or `""` when the parameter is not set (a set value is never empty).
+///
+/// # Safety
+/// `config` must be a NUL-terminated string, `value` NULL or valid for a pointer write.
+#[no_mangle]
+pub unsafe extern "C" fn scr_rs_config(config: *const c_char, value: *mut *mut c_char) -> c_int {
+    // SAFETY: per this function's contract.
+    let r = unsafe { config_call("SCR_Config", config) };
+    let out = match &r {
+        Some(Reply::Query(v)) => {
+            let v = v.as_deref().unwrap_or("");
+            let p = malloc_str(v);
+            if p.is_null() {
+                scr_error!("SCR_Config: cannot allocate {} bytes for the value", v.len() + 1);
+                return SCR_FAILURE;
+            }
+            p
+        }
+        _ => std::ptr::null_mut(),
+    };
+    if !value.is_null() {
+        // SAFETY: non-null, and valid for a pointer write per the contract.
+        unsafe { *value = out };
+    } else if !out.is_null() {
+        // SAFETY: allocated above with malloc and not handed out.
+        unsafe { libc::free(out as *mut libc::c_void) };
+    }
+    code(r.map(|_| ()))
+}
+
+/// `void scr_rs_error(const char* msg)`: print an error of the Fortran bindings the way the
+/// library prints its own (severity, rank and node in front).
+///
+/// # Safety
+/// `msg` must be NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn scr_rs_error(msg: *const c_char) {
+    if !msg.is_null() {
+        // SAFETY: non-null and NUL-terminated per the contract.
+        let text = unsafe { CStr::from_ptr(msg) };
+        let _ = catch_unwind(|| scr_error!("{}", text.to_string_lossy()));
     }
 }
 

@@ -1,9 +1,13 @@
 //! Size and CRC32 of files: the one chunked reader every verification uses (restart checks,
-//! copies, rebuilds, scavenge), so a file's checksum is computed the same way everywhere.
+//! copies, rebuilds, scavenge), so a file's checksum is computed the same way everywhere, and
+//! [`files_crc`], which checks many files with several threads (ranges of a file are summed
+//! apart and combined), for `SCR_Init` on nodes with more cores than processes.
 
 use std::fs::File;
 use std::io::Read;
-use std::path::Path;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, IoContext, Result};
 
@@ -37,4 +41,119 @@ pub(crate) fn stream(path: &Path, buf_size: usize, mut f: impl FnMut(&[u8]) -> R
         size += n as u64;
     }
     Ok(Copied { size, crc: hasher.finalize() })
+}
+
+/// Bytes one thread sums at a time in [`files_crc`].
+const RANGE: u64 = 32 << 20;
+
+/// Size and CRC32 of each of `paths`, computed by up to `threads` threads, each reading
+/// ranges of at most 32 MiB with a `buf_size` buffer; the CRC32s of a file's ranges are
+/// combined in order, so the result equals [`file_crc`]'s.
+pub fn files_crc(paths: &[PathBuf], threads: usize, buf_size: usize) -> Vec<Result<Copied>> {
+    // (file, offset, len) of every range; the file's length as stat saw it
+    let sizes: Vec<Result<u64>> =
+        paths.iter().map(|p| std::fs::metadata(p).map(|m| m.len()).ctx("stat", p.as_path())).collect();
+    let mut ranges = Vec::new();
+    for (i, size) in sizes.iter().enumerate() {
+        if let Ok(size) = size {
+            let mut off = 0;
+            loop {
+                let len = RANGE.min(size - off);
+                ranges.push((i, off, len));
+                off += len;
+                if off >= *size {
+                    break;
+                }
+            }
+        }
+    }
+    let next = AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<crc32fast::Hasher>>>> =
+        ranges.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let work = || {
+        let mut buf = vec![0u8; buf_size.max(4096)];
+        let mut open: Option<(usize, File)> = None;
+        loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&(i, off, len)) = ranges.get(k) else { break };
+            if open.as_ref().is_none_or(|(j, _)| *j != i) {
+                open = File::open(&paths[i]).ok().map(|f| (i, f));
+            }
+            let r = match &open {
+                Some((_, f)) => range_crc(f, &paths[i], off, len, &mut buf),
+                None => File::open(&paths[i]).ctx("open", paths[i].as_path()).map(|_| crc32fast::Hasher::new()),
+            };
+            *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        }
+    };
+    let threads = threads.clamp(1, ranges.len().max(1));
+    if threads == 1 {
+        work();
+    } else {
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(work);
+            }
+        });
+    }
+    let mut out: Vec<Result<Copied>> = sizes.into_iter().map(|s| s.map(|size| Copied { size, crc: 0 })).collect();
+    let mut hashers: Vec<Option<crc32fast::Hasher>> = paths.iter().map(|_| Some(crc32fast::Hasher::new())).collect();
+    for (k, &(i, _, _)) in ranges.iter().enumerate() {
+        let r = results[k].lock().unwrap_or_else(|e| e.into_inner()).take();
+        match (r, hashers[i].as_mut()) {
+            (Some(Ok(h)), Some(acc)) => acc.combine(&h),
+            (Some(Err(e)), Some(_)) => {
+                hashers[i] = None;
+                out[i] = Err(e);
+            }
+            _ => {}
+        }
+    }
+    for (o, h) in out.iter_mut().zip(hashers) {
+        if let (Ok(c), Some(h)) = (o.as_mut(), h) {
+            c.crc = h.finalize();
+        }
+    }
+    out
+}
+
+/// CRC32 of `len` bytes of `f` from `off` (a file shorter than that is an error).
+fn range_crc(f: &File, path: &Path, off: u64, len: u64, buf: &mut [u8]) -> Result<crc32fast::Hasher> {
+    let mut h = crc32fast::Hasher::new();
+    let mut done = 0u64;
+    while done < len {
+        let n = buf.len().min((len - done) as usize);
+        f.read_exact_at(&mut buf[..n], off + done).ctx("read", path)?;
+        h.update(&buf[..n]);
+        done += n as u64;
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_and_ranges_give_the_plain_crc() {
+        let d = tempfile::tempdir().unwrap();
+        let mut paths = Vec::new();
+        for (i, len) in [0usize, 1, 4095, (RANGE as usize) * 2 + 12345].into_iter().enumerate() {
+            let p = d.path().join(format!("f{i}"));
+            let data: Vec<u8> = (0..len).map(|x| (x * 31 + i) as u8).collect();
+            std::fs::write(&p, &data).unwrap();
+            paths.push(p);
+        }
+        paths.push(d.path().join("missing"));
+        for threads in [1, 3] {
+            let got = files_crc(&paths, threads, 64 << 10);
+            for (p, g) in paths.iter().zip(&got) {
+                match (file_crc(p, 1 << 20), g) {
+                    (Ok(want), Ok(got)) => assert_eq!(*got, want, "{}", p.display()),
+                    (Err(_), Err(e)) => assert!(e.to_string().contains("missing"), "{e}"),
+                    (w, g) => panic!("{}: {w:?} vs {g:?}", p.display()),
+                }
+            }
+        }
+    }
 }

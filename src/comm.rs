@@ -3,7 +3,10 @@
 //! `MPI_COMM_WORLD` itself, so library traffic cannot match application messages).
 //!
 //! Variable-size data travels as bytes; typed data as JSON through [`Comm::bcast`],
-//! [`Comm::gather`], [`Comm::allgather`] and [`Comm::scatter`]. The library never initialises
+//! [`Comm::gather`], [`Comm::allgather`] and [`Comm::scatter`]. Data received from another
+//! rank that does not decode (a bug, or memory corrupted on the way) is a [`CommError`], and
+//! the typed collectives agree on it: when any rank fails to decode, every rank returns the
+//! error, so no rank goes on alone into a collective the others never reach. The library never initialises
 //! or finalises MPI on the application's behalf (except `SCR_HALT_EXIT`, which ends the
 //! process by design).
 
@@ -13,6 +16,27 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+/// Typed data from another rank that could not be used; every rank of the collective gets it.
+#[derive(Debug, Clone, thiserror::Error, Serialize, serde::Deserialize)]
+#[error("{op}: {why}")]
+pub struct CommError {
+    pub op: &'static str,
+    pub why: String,
+}
+
+type CResult<T> = Result<T, CommError>;
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    // Only a value that cannot be JSON (a map with non-text keys) fails; the receivers then
+    // fail to decode the empty bytes and the collective reports it.
+    serde_json::to_vec(value).unwrap_or_default()
+}
+
+fn decode<T: DeserializeOwned>(op: &'static str, from: i32, bytes: &[u8]) -> CResult<T> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| CommError { op, why: format!("data from rank {from} does not decode: {e}") })
+}
 
 /// A communicator owned by the library.
 pub struct Comm {
@@ -85,21 +109,22 @@ impl Comm {
     /// Split into groups of processes that gave equal strings (for example host names);
     /// returns the group communicator, the number of groups and this process's group index
     /// (groups numbered in sorted string order, so the result is the same on every run).
-    pub fn split_by_string(&self, s: &str) -> (Comm, usize, usize) {
-        let (ids, groups) = self.group_ids(s);
+    pub fn split_by_string(&self, s: &str) -> CResult<(Comm, usize, usize)> {
+        let (ids, groups) = self.group_ids(s)?;
         let id = ids[self.rank as usize];
-        (self.split(id as i32, self.rank), groups, id)
+        Ok((self.split(id as i32, self.rank), groups, id))
     }
 
     /// Number processes by equal strings: every process's group index (in sorted string
     /// order) and the number of groups, on every process.
-    pub fn group_ids(&self, s: &str) -> (Vec<usize>, usize) {
-        let all: Vec<String> = self.allgather(&s.to_string());
+    pub fn group_ids(&self, s: &str) -> CResult<(Vec<usize>, usize)> {
+        let all: Vec<String> = self.allgather(&s.to_string())?;
         let mut uniq: Vec<&String> = all.iter().collect();
         uniq.sort();
         uniq.dedup();
-        let ids = all.iter().map(|v| uniq.binary_search(&v).expect("every string is listed")).collect();
-        (ids, uniq.len())
+        // every string of `all` is in `uniq`: its position is found
+        let ids = all.iter().map(|v| uniq.binary_search(&v).unwrap_or(0)).collect();
+        Ok((ids, uniq.len()))
     }
 
     /// Send bytes to `dest` (blocking; the receiver must know the length).
@@ -114,18 +139,28 @@ impl Comm {
 
     /// Send a value of any length to `dest`.
     pub fn send_value<T: Serialize>(&self, dest: i32, value: &T) {
-        let bytes = serde_json::to_vec(value).expect("serialises");
+        let bytes = encode(value);
         self.send(dest, &(bytes.len() as u64).to_le_bytes());
         self.send(dest, &bytes);
     }
 
-    /// Receive a value sent with [`Comm::send_value`].
-    pub fn recv_value<T: DeserializeOwned>(&self, src: i32) -> T {
+    /// Receive a value sent with [`Comm::send_value`] (the message is consumed whole even
+    /// when it does not decode, so what follows stays in step).
+    pub fn recv_value<T: DeserializeOwned>(&self, src: i32) -> CResult<T> {
         let mut len = [0u8; 8];
         self.recv_into(src, &mut len);
         let mut bytes = vec![0u8; u64::from_le_bytes(len) as usize];
         self.recv_into(src, &mut bytes);
-        serde_json::from_slice(&bytes).expect("received value deserialises")
+        decode("receive", src, &bytes)
+    }
+
+    /// Every rank gets `Ok(v)` only if every rank's `local` is `Ok`; otherwise every rank
+    /// gets an error (its own, or one saying another rank failed).
+    fn agreed<T>(&self, op: &'static str, local: CResult<T>) -> CResult<T> {
+        if self.all_true(local.is_ok()) {
+            return local;
+        }
+        Err(local.err().unwrap_or_else(|| CommError { op, why: "data another rank received does not decode".into() }))
     }
 
     /// Send `data` to `dest` and receive `buf.len()` bytes from `src` at once (no deadlock
@@ -192,11 +227,11 @@ impl Comm {
         buf
     }
 
-    /// Broadcast a value from `root`.
-    pub fn bcast<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> T {
-        let bytes = if self.rank == root { serde_json::to_vec(value).expect("serialises") } else { Vec::new() };
+    /// Broadcast a value from `root` (agreed: see [`CommError`]).
+    pub fn bcast<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> CResult<T> {
+        let bytes = if self.rank == root { encode(value) } else { Vec::new() };
         let out = self.bcast_bytes(root, bytes);
-        serde_json::from_slice(&out).expect("broadcast value deserialises")
+        self.agreed("broadcast", decode("broadcast", root, &out))
     }
 
     /// Gather byte strings to `root`: `Some(per-rank)` on the root, `None` elsewhere.
@@ -221,12 +256,19 @@ impl Comm {
         }
     }
 
-    /// Gather values to `root`.
-    pub fn gather<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> Option<Vec<T>> {
-        let bytes = serde_json::to_vec(value).expect("serialises");
-        self.gather_bytes(root, &bytes).map(|parts| {
-            parts.iter().map(|p| serde_json::from_slice(p).expect("gathered value deserialises")).collect()
-        })
+    /// Gather values to `root`: `Some(per-rank)` on the root, `None` elsewhere (agreed: see
+    /// [`CommError`]).
+    pub fn gather<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> CResult<Option<Vec<T>>> {
+        let local = match self.gather_bytes(root, &encode(value)) {
+            Some(parts) => parts
+                .iter()
+                .enumerate()
+                .map(|(r, p)| decode("gather", r as i32, p))
+                .collect::<CResult<Vec<T>>>()
+                .map(Some),
+            None => Ok(None),
+        };
+        self.agreed("gather", local)
     }
 
     /// Every rank's byte string, on every rank.
@@ -244,13 +286,15 @@ impl Comm {
         split_parts(&buf, &lens, &displs)
     }
 
-    /// Every rank's value, on every rank.
-    pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: &T) -> Vec<T> {
-        let bytes = serde_json::to_vec(value).expect("serialises");
-        self.allgather_bytes(&bytes)
+    /// Every rank's value, on every rank (agreed: see [`CommError`]).
+    pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: &T) -> CResult<Vec<T>> {
+        let local = self
+            .allgather_bytes(&encode(value))
             .iter()
-            .map(|p| serde_json::from_slice(p).expect("gathered value deserialises"))
-            .collect()
+            .enumerate()
+            .map(|(r, p)| decode("allgather", r as i32, p))
+            .collect::<CResult<Vec<T>>>();
+        self.agreed("allgather", local)
     }
 
     /// Scatter one byte string per rank from `root` (`parts` is used on the root only).
@@ -276,11 +320,12 @@ impl Comm {
         }
     }
 
-    /// Scatter one value per rank from `root`.
-    pub fn scatter<T: Serialize + DeserializeOwned>(&self, root: i32, values: Option<Vec<T>>) -> T {
-        let parts = values.map(|v| v.iter().map(|x| serde_json::to_vec(x).expect("serialises")).collect());
+    /// Scatter one value per rank from `root` (`values` is used on the root only; agreed:
+    /// see [`CommError`]).
+    pub fn scatter<T: Serialize + DeserializeOwned>(&self, root: i32, values: Option<Vec<T>>) -> CResult<T> {
+        let parts = values.map(|v| v.iter().map(encode).collect());
         let bytes = self.scatter_bytes(root, parts);
-        serde_json::from_slice(&bytes).expect("scattered value deserialises")
+        self.agreed("scatter", decode("scatter", root, &bytes))
     }
 }
 
@@ -296,4 +341,19 @@ fn displacements(lens: &[i32]) -> Vec<i32> {
 
 fn split_parts(buf: &[u8], lens: &[i32], displs: &[i32]) -> Vec<Vec<u8>> {
     lens.iter().zip(displs).map(|(l, d)| buf[*d as usize..(*d + *l) as usize].to_vec()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_that_does_not_decode_names_the_operation_and_the_sender() {
+        let e = decode::<Vec<u64>>("gather", 3, b"{not json").unwrap_err();
+        assert!(e.to_string().starts_with("gather: data from rank 3 does not decode"), "{e}");
+        // a NaN travels as null and comes back as an error, not a panic
+        let bytes = encode(&f64::NAN);
+        assert!(decode::<f64>("broadcast", 0, &bytes).is_err());
+        assert_eq!(decode::<(u32, String)>("x", 0, &encode(&(7u32, "a".to_string()))).unwrap(), (7, "a".to_string()));
+    }
 }

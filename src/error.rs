@@ -55,6 +55,12 @@ impl Error {
     }
 }
 
+impl From<crate::comm::CommError> for Error {
+    fn from(e: crate::comm::CommError) -> Self {
+        Error::Collective(e.to_string())
+    }
+}
+
 /// Attach a path and an operation name to an `io::Result`.
 pub trait IoContext<T> {
     fn ctx(self, op: &'static str, path: impl Into<PathBuf>) -> Result<T>;

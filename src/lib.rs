@@ -48,6 +48,11 @@ pub mod transparent;
 /// The version string `SCR_Get_version` reports.
 pub const VERSION: &str = concat!("scr-rs ", env!("CARGO_PKG_VERSION"));
 
+/// The SCR API version this library implements: what `scr.h`'s `SCR_VERSION` leads with, what
+/// pkg-config and the CMake package report (so a build that requires SCR 3 accepts it). The
+/// implementation's own version is [`VERSION`].
+pub const API_VERSION: &str = "3.0";
+
 /// Longest path (including the terminating NUL) the C API hands back, as `SCR_MAX_FILENAME`.
 pub const MAX_FILENAME: usize = 1024;
 
@@ -55,3 +60,12 @@ pub const MAX_FILENAME: usize = 1024;
 /// constants, usable by every layer).
 pub const FLAG_CHECKPOINT: i32 = 1;
 pub const FLAG_OUTPUT: i32 = 2;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn scr_h_reports_the_api_and_crate_versions() {
+        let want = format!("#define SCR_VERSION \"{} ({})\"", super::API_VERSION, super::VERSION);
+        assert!(include_str!("../include/scr.h").contains(&want), "include/scr.h must say {want}");
+    }
+}

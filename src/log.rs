@@ -41,11 +41,73 @@ pub fn prefix(severity: &str) -> String {
 }
 
 /// Print one message line to stderr, unbuffered as a single write so lines from several
-/// ranks do not interleave mid-line.
+/// ranks do not interleave mid-line. Long input quoted in it is shortened by [`clip`].
 pub fn emit(severity: &str, msg: std::fmt::Arguments<'_>) {
     use std::io::Write;
-    let line = format!("{}{}\n", prefix(severity), msg);
+    let msg = msg.to_string();
+    let line = format!("{}{}\n", prefix(severity), clip(&msg));
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// A run of non-blank characters longer than this is shortened in messages.
+const CLIP_RUN: usize = 512;
+/// A message line longer than this keeps its start and end only.
+const CLIP_LINE: usize = 4096;
+
+/// Keep messages readable when they quote bad input (a 2 MB configuration value, a runaway
+/// key): every run of more than 512 non-blank characters keeps its first 48 and last 8 bytes
+/// around `...[N bytes]...`, and a line still longer than 4096 bytes keeps its first 2048 and
+/// last 512 bytes around `...[N bytes left out]...`. Paths and ordinary values pass unchanged.
+pub fn clip(text: &str) -> std::borrow::Cow<'_, str> {
+    let long_run = text.split(char::is_whitespace).any(|w| w.len() > CLIP_RUN);
+    let long_line = text.lines().any(|l| l.len() > CLIP_LINE);
+    if !long_run && !long_line {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::new();
+    for (i, line) in text.split('\n').enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let mut shortened = String::new();
+        let mut rest = line;
+        while !rest.is_empty() {
+            let run_end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+            let (run, after) = rest.split_at(run_end);
+            if run.len() > CLIP_RUN {
+                let tail = ceil_char(run, run.len() - 8);
+                shortened.push_str(&format!(
+                    "{}...[{} bytes]...{}",
+                    &run[..floor_char(run, 48)],
+                    run.len(),
+                    &run[tail..]
+                ));
+            } else {
+                shortened.push_str(run);
+            }
+            let blank_end = after.find(|c: char| !c.is_whitespace()).unwrap_or(after.len());
+            shortened.push_str(&after[..blank_end]);
+            rest = &after[blank_end..];
+        }
+        if shortened.len() > CLIP_LINE {
+            let head = floor_char(&shortened, 2048);
+            let tail = ceil_char(&shortened, shortened.len() - 512);
+            let left_out = tail - head;
+            shortened = format!("{}...[{left_out} bytes left out]...{}", &shortened[..head], &shortened[tail..]);
+        }
+        out.push_str(&shortened);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// The largest char boundary of `s` at or below `i`.
+fn floor_char(s: &str, i: usize) -> usize {
+    (0..=i.min(s.len())).rev().find(|&j| s.is_char_boundary(j)).unwrap_or(0)
+}
+
+/// The smallest char boundary of `s` at or above `i`.
+fn ceil_char(s: &str, i: usize) -> usize {
+    (i..=s.len()).find(|&j| s.is_char_boundary(j)).unwrap_or(s.len())
 }
 
 /// An error the user must see (always printed).
@@ -151,6 +213,30 @@ mod tests {
     fn byte_units() {
         assert_eq!(super::bytes(10), "10 B");
         assert_eq!(super::bytes(64 * 1024 * 1024), "64.00 MiB");
+    }
+
+    #[test]
+    fn clip_shortens_long_input_and_says_how_long_it_was() {
+        let short = "SCR_PREFIX=/p/scratch/user/run1: expected a size";
+        assert_eq!(super::clip(short), short);
+        let value = "7".repeat(2 << 20);
+        let msg = format!("/p/.scrconf:1: SCR_FLUSH={value}: expected a non-negative integer");
+        let c = super::clip(&msg);
+        assert!(c.len() < 200, "{c}");
+        assert!(c.starts_with("/p/.scrconf:1: SCR_FLUSH=7777"), "{c}");
+        assert!(
+            c.contains(&format!("...[{} bytes]...7777777: expected a non-negative integer", value.len() + 11)),
+            "{c}"
+        );
+        // A long value made of short words: the line keeps its start and end.
+        let words = "ab ".repeat(1 << 20);
+        let msg = format!("SCR_Config(\"SCR_PREFIX='{words}'\"): too long\nsecond line");
+        let c = super::clip(&msg);
+        assert!(c.len() < 3000 && c.contains("bytes left out]...") && c.ends_with("too long\nsecond line"), "{c}");
+        // Multi-byte characters are never cut in half.
+        let accents = "é".repeat(1000);
+        let c = super::clip(&accents);
+        assert!(c.starts_with(&"é".repeat(24)) && c.ends_with("...[2000 bytes]...éééé"), "{c}");
     }
 
     #[test]

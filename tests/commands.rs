@@ -22,6 +22,7 @@ fn bin(name: &str) -> PathBuf {
         "scr_scavenge" => env!("CARGO_BIN_EXE_scr_scavenge").into(),
         "scr_copy" => env!("CARGO_BIN_EXE_scr_copy").into(),
         "scr_prerun" => env!("CARGO_BIN_EXE_scr_prerun").into(),
+        "scr_should_exit" => env!("CARGO_BIN_EXE_scr_should_exit").into(),
         other => panic!("no binary {other}"),
     }
 }
@@ -306,14 +307,79 @@ fn concurrent_halt_writers_lose_nothing() {
 }
 
 #[test]
+fn halt_before_the_first_run_creates_the_halt_file_and_the_run_honours_it() {
+    let job = local_job();
+    assert!(!job.prefix.join(".scr").exists());
+    // A batch script sets conditions before the job's first run (user guide 2.9.3, NOTE).
+    let out = cmd(&job, "scr_halt", &["--checkpoints", "2"]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    let halt = job.prefix.join(".scr/halt.scr");
+    assert!(out.stdout.contains(&format!("created {}", halt.display())), "{}", out.dump());
+    assert!(out.stdout.contains("checkpoints left: 2"), "{}", out.dump());
+    assert_eq!(halt_json(&job)["checkpoints_left"], 2);
+    // -v shows what was there before the change (read under the lock) and after it.
+    let out = cmd(&job, "scr_halt", &["-v", "--seconds", "30"]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(!out.stdout.contains("created"), "{}", out.dump());
+    let (before, after) = out.stdout.split_once("after the change:").expect("verbose output");
+    assert!(before.contains("before the change:") && before.contains("checkpoints left: 2"), "{}", out.dump());
+    assert!(!before.contains("halt seconds:"), "{}", out.dump());
+    assert!(after.contains("halt seconds:     30") && after.contains("checkpoints left: 2"), "{}", out.dump());
+    // The first run reads the file: it stops after two checkpoints.
+    let r = job.run("test_api", &["--size", "100000", "--steps", "5"]);
+    assert!(r.has("SHOULD_EXIT at ckpt.2") && !r.stdout.contains("ckpt.3"), "{}", r.dump());
+}
+
+#[test]
+fn should_exit_tells_a_looping_job_script_when_to_stop() {
+    let job = local_job();
+    // No job has run here: the answer cannot be found, and the safe answer is to stop.
+    let out = cmd(&job, "scr_should_exit", &[]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stderr.contains("is not an SCR prefix directory"), "{}", out.dump());
+    // A run that crashed: the job may run again.
+    let r = job.run("test_api", &["--size", "100000", "--steps", "2", "--crash-after", "1"]);
+    assert!(r.has("CHECKPOINT ckpt.1 ok=1"), "{}", r.dump());
+    let out = cmd(&job, "scr_should_exit", &["--verbose"]);
+    assert_eq!(out.code, Some(1), "{}", out.dump());
+    assert!(out.stdout.contains("may run again") && out.stdout.contains("a run needs 1"), "{}", out.dump());
+    // This host is down: no node left for a run.
+    let host = scr::identity::host_name();
+    let out = cmd(&job, "scr_should_exit", &["--down", &host]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("stop: 0 usable node(s) left, a run needs 1"), "{}", out.dump());
+    assert_eq!(cmd(&job, "scr_should_exit", &["--down", "n["]).code, Some(0), "bad usage: stop");
+    // scr_halt asks the job to stop.
+    assert_eq!(cmd(&job, "scr_halt", &[]).code, Some(0));
+    let out = cmd(&job, "scr_should_exit", &[]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("JOB_HALTED"), "{}", out.dump());
+    // The application finished (SCR_Finalize records it): stop.
+    assert_eq!(cmd(&job, "scr_halt", &["--unset-reason"]).code, Some(0));
+    assert_eq!(cmd(&job, "scr_should_exit", &[]).code, Some(1));
+    let r = job.run("test_api", &["--size", "100000", "--steps", "2"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1") && r.has("DONE steps=2..3"), "{}", r.dump());
+    let out = cmd(&job, "scr_should_exit", &[]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("SCR_FINALIZE_CALLED"), "{}", out.dump());
+}
+
+#[test]
 fn halt_bad_input_changes_nothing() {
     let job = local_job();
-    // A directory without .scr: refused, nothing created.
-    let out = cmd(&job, "scr_halt", &[]);
+    // A path that does not exist is refused; --list and --remove create nothing where no job ran.
+    let missing = job.root.join("no-such-prefix").display().to_string();
+    let out = cmd(&job, "scr_halt", &[&missing]);
     assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(out.stderr.contains("is not an SCR prefix directory") && out.stderr.contains("prefix"), "{}", out.dump());
-    assert!(!job.prefix.join(".scr").exists());
-    // --create sets conditions before the first run.
+    assert!(out.stderr.contains(&format!("prefix directory {missing}")), "{}", out.dump());
+    assert!(!job.root.join("no-such-prefix").exists());
+    for args in [&["--list"][..], &["--remove"]] {
+        let out = cmd(&job, "scr_halt", args);
+        assert_eq!(out.code, Some(1), "{args:?}\n{}", out.dump());
+        assert!(out.stderr.contains("is not an SCR prefix directory"), "{}", out.dump());
+        assert!(!job.prefix.join(".scr").exists());
+    }
+    // --create is still accepted.
     let out = cmd(&job, "scr_halt", &["--create", "--seconds", "600"]);
     assert_eq!(out.code, Some(0), "{}", out.dump());
     let path = job.prefix.join(".scr/halt.scr");
@@ -351,9 +417,17 @@ fn halt_bad_input_changes_nothing() {
     assert!(!job.prefix.join(".scr/run.scr").exists());
     // --help documents every option.
     let out = cmd(&job, "scr_halt", &["--help"]);
-    for o in
-        ["--checkpoints", "--before", "--after", "--seconds", "--immediate", "--list", "--unset-reason", "--remove"]
-    {
+    for o in [
+        "--checkpoints",
+        "--before",
+        "--after",
+        "--seconds",
+        "--immediate",
+        "--list",
+        "--unset-reason",
+        "--remove",
+        "--verbose",
+    ] {
         assert!(out.stdout.contains(o), "{o}");
     }
 }
@@ -416,6 +490,16 @@ fn scr_index_lists_and_manages_complete_incomplete_failed_and_damaged_datasets()
     job.wipe_cache();
     let r = job.run("test_api", &["--steps", "0", "--size", "100000"]);
     assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    // --drop-after forgets every newer entry (ckpt.3) and keeps its files.
+    let out = cmd(&job, "scr_index", &["--drop-after", "ckpt.2"]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("dropped ckpt.3 (dataset 3)"), "{}", out.dump());
+    let json: serde_json::Value = serde_json::from_str(&cmd(&job, "scr_index", &["--json"]).stdout).unwrap();
+    let ids: Vec<u64> = json["datasets"].as_array().unwrap().iter().map(|d| d["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, vec![2, 1]);
+    assert_eq!(json["current"], "ckpt.2");
+    assert!(job.prefix.join("ckpt.3/rank_0.ckpt").exists(), "--drop-after keeps the files");
+    assert_eq!(cmd(&job, "scr_index", &["--drop-after", "nope"]).code, Some(1));
 
     // Bad input and a damaged index: named, non-zero, nothing changed.
     let index = job.prefix.join(".scr/index.scr");
@@ -446,15 +530,25 @@ fn scr_index_lists_and_manages_complete_incomplete_failed_and_damaged_datasets()
     let out = cmd(&job, "scr_index", &["--build", "2"]);
     assert_eq!(out.code, Some(1), "{}", out.dump());
     assert!(out.stderr.contains("summary.scr") && out.stderr.contains("damaged"), "{}", out.dump());
+    // A damaged index is rebuilt from the dataset directories and kept aside: the listing goes
+    // on from the rebuilt one and names what could not be indexed (ckpt.2's damaged summary).
     let mut bytes = std::fs::read(&index).unwrap();
     bytes[20] ^= 0x01;
     std::fs::write(&index, &bytes).unwrap();
-    for args in [&[][..], &["--drop", "ckpt.2"], &["--current", "ckpt.2"], &["--add", "ckpt.2"], &["--build", "1"]] {
-        let out = cmd(&job, "scr_index", args);
-        assert_eq!(out.code, Some(1), "{args:?}\n{}", out.dump());
-        assert!(out.stderr.contains("index.scr") && out.stderr.contains("damaged"), "{args:?}\n{}", out.dump());
-        assert_eq!(std::fs::read(&index).unwrap(), bytes, "{args:?} changed the damaged index");
+    let out = cmd(&job, "scr_index", &[]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    for needle in ["index.scr is damaged", "index.scr.damaged.", "rebuilt", "dataset 2: ", "summary.scr"] {
+        assert!(out.stderr.contains(needle), "{needle}\n{}", out.dump());
     }
+    // ckpt.3 was dropped with --drop-after above: its directory says so and it stays dropped
+    assert!(out.stdout.contains("ckpt.1") && !out.stdout.contains("ckpt.2"), "{}", out.dump());
+    assert!(!out.stdout.contains("ckpt.3") && out.stderr.contains("dataset 3: dropped earlier"), "{}", out.dump());
+    let kept = std::fs::read_dir(job.prefix.join(".scr")).unwrap().flatten().any(|e| {
+        e.file_name().to_string_lossy().starts_with("index.scr.damaged.") && std::fs::read(e.path()).unwrap() == bytes
+    });
+    assert!(kept, "the damaged index is kept aside as it was");
+    let again = cmd(&job, "scr_index", &[]);
+    assert!(again.code == Some(0) && !again.stderr.contains("rebuilt"), "rebuilt once:\n{}", again.dump());
 }
 
 fn cluster(scheme: &str) -> Job {
@@ -638,6 +732,8 @@ fn scr_run_bad_input_and_preload() {
         (&["--bogus", "mpirun", "x"], 2, "unknown option --bogus"),
         (&["--runs", "0", "mpirun", "x"], 2, "--runs \"0\""),
         (&["no-such-launcher", "x"], 1, "launcher no-such-launcher not found"),
+        (&["/nonexistent/launcher"], 1, "launcher /nonexistent/launcher not found"),
+        (&["mpirun"], 2, "LAUNCHER [launcher options] PROG"),
         (&["--preload-lib", "/nonexistent/libscr_preload.so", "mpirun", "x"], 1, "preload library"),
     ] {
         let out = run(args);
@@ -650,12 +746,13 @@ fn scr_run_bad_input_and_preload() {
     let text = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{text}");
     assert!(text.contains("SCR_RUNS=often (environment)"), "{text}");
-    // A damaged index stops the job before it runs.
+    // A damaged index is rebuilt from the prefix (here: nothing to index) and kept aside;
+    // the job's checks pass.
     std::fs::create_dir_all(job.prefix.join(".scr")).unwrap();
     std::fs::write(job.prefix.join(".scr/index.scr"), "SCRMETA 1 index 2 00000000\n{}").unwrap();
-    let out = run(&["mpirun", "-np", "1", "true"]);
-    assert_eq!(out.code, Some(1), "{}", out.dump());
-    assert!(out.stderr.contains("index.scr") && out.stderr.contains("damaged"), "{}", out.dump());
+    let p = cmd(&job, "scr_prerun", &[]);
+    assert_eq!(p.code, Some(0), "{}", p.dump());
+    assert!(p.stderr.contains("index.scr is damaged") && p.stderr.contains("rebuilt"), "{}", p.dump());
     std::fs::remove_file(job.prefix.join(".scr/index.scr")).unwrap();
     // scr_prerun reports and passes.
     let p = cmd(&job, "scr_prerun", &[]);

@@ -22,7 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
 ];
 
 /// Items of the crate root every layer may use (`lib.rs` constants).
-const ROOT_ITEMS: &[&str] = &["VERSION", "MAX_FILENAME", "FLAG_CHECKPOINT", "FLAG_OUTPUT"];
+const ROOT_ITEMS: &[&str] = &["VERSION", "API_VERSION", "MAX_FILENAME", "FLAG_CHECKPOINT", "FLAG_OUTPUT"];
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|(_, mods)| mods.contains(&module))

@@ -90,7 +90,7 @@ fn rs_tolerates_its_failures_and_reports_one_more() {
     let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
     assert!(r.has("NO_RESTART"), "{}", r.dump());
     assert!(r.stderr.contains("more than RS can rebuild (tolerates 2)"), "{}", r.dump());
-    assert!(r.stderr.contains("missing data of 3 rank(s)"), "{}", r.dump());
+    assert!(r.stderr.contains("lost or damaged data of 3 rank(s)"), "{}", r.dump());
 }
 
 #[test]

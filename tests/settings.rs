@@ -1,7 +1,8 @@
 //! Settings that steer restart and flush, each exercised under real MPI: SCR_FETCH,
 //! SCR_FETCH_BYPASS, SCR_CURRENT, SCR_FLUSH_ON_RESTART, SCR_GLOBAL_RESTART,
 //! SCR_CACHE_PURGE, SCR_PREFIX_PURGE, SCR_FLUSH_WIDTH/SCR_FETCH_WIDTH,
-//! SCR_CHECKPOINT_INTERVAL.
+//! SCR_CHECKPOINT_INTERVAL; configuration files written the way SCR accepts them (blanks
+//! around `=`), a mistyped SCR_CONF_FILE, and a huge value quoted in messages.
 
 mod common;
 use common::Job;
@@ -95,4 +96,63 @@ fn checkpoint_interval_drives_need_checkpoint() {
     let r = job.run("test_api", &["--steps", "4"]);
     assert!(r.has("CHECKPOINT ckpt.2 ok=1") && r.has("CHECKPOINT ckpt.4 ok=1"), "{}", r.dump());
     assert!(!r.stdout.contains("CHECKPOINT ckpt.1") && !r.stdout.contains("CHECKPOINT ckpt.3"), "{}", r.dump());
+}
+
+#[test]
+fn config_file_lines_with_blanks_around_equals_take_effect() {
+    let mut job = Job::new();
+    job.unset("SCR_COPY_TYPE").set("SCR_DEBUG", "1");
+    let conf = job.prefix.join(".scrconf");
+    std::fs::write(
+        &conf,
+        "SCR_FLUSH = 1\n\tCKPT = 0   TYPE = SINGLE   # spaced like SCR's examples\nSCR_CACHE_SIZE= 2\n",
+    )
+    .unwrap();
+    let r = job.run("test_api", &["--steps", "2"]);
+    assert!(r.has("DONE steps=1..2"), "{}", r.dump());
+    for line in [format!("= 1  (user config {}:1)", conf.display()), format!("= 2  (user config {}:3)", conf.display())]
+    {
+        assert!(r.stderr.contains(&line), "missing {line:?}\n{}", r.dump());
+    }
+    assert!(r.stderr.contains("TYPE=SINGLE"), "{}", r.dump());
+    // SCR_FLUSH = 1 took effect: both checkpoints are in the prefix.
+    assert!(job.prefix.join("ckpt.1/rank_3.ckpt").exists() && job.prefix.join("ckpt.2/rank_3.ckpt").exists());
+}
+
+#[test]
+fn a_mistyped_scr_conf_file_fails_scr_init_naming_the_path() {
+    let mut job = Job::new();
+    let typo = job.root.join("scr.conff");
+    job.set("SCR_CONF_FILE", &typo.display().to_string());
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("SCR_INIT_FAILED") && !r.stdout.contains("CHECKPOINT"), "{}", r.dump());
+    let want = format!(
+        "SCR_CONF_FILE={} (environment): cannot read the configuration file {}",
+        typo.display(),
+        typo.display()
+    );
+    assert!(r.stderr.contains(&want), "missing {want:?}\n{}", r.dump());
+    // The default user file may be absent: no complaint.
+    job.unset("SCR_CONF_FILE");
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("DONE steps=1..1") && !r.stderr.contains(".scrconf"), "{}", r.dump());
+}
+
+#[test]
+fn a_huge_value_is_quoted_short_with_its_length() {
+    let job = Job::new();
+    let value = "7".repeat(2 << 20);
+    std::fs::write(job.prefix.join(".scrconf"), format!("SCR_FLUSH={value}\n")).unwrap();
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("SCR_INIT_FAILED"), "{}", r.dump());
+    assert!(
+        r.stderr.len() < 16 << 10,
+        "stderr is {} bytes:\n{}",
+        r.stderr.len(),
+        &r.stderr[..4096.min(r.stderr.len())]
+    );
+    let line =
+        r.stderr.lines().find(|l| l.contains(".scrconf:1: SCR_FLUSH=777")).expect("the error names file and line");
+    assert!(line.contains(&format!("...[{} bytes]...", value.len() + 11)), "{line}");
+    assert!(line.ends_with("expected a non-negative integer"), "{line}");
 }

@@ -90,6 +90,26 @@ int main(int argc, char** argv)
     v = SCR_Config("CKPT=0 TYPE"); checks("query_subkey", v); free((void*) v);
     v = SCR_Config("SCR_DEBUG"); checks("query_env", v); free((void*) v);
     checks("bad_value", SCR_Config("SCR_FLUSH=often"));
+    /* blanks around '=' and between items, as SCR's own configuration test writes them */
+    SCR_Config("SCR_CHECKPOINT_INTERVAL =  5");
+    v = SCR_Config("SCR_CHECKPOINT_INTERVAL"); checks("query_spaced", v); free((void*) v);
+    SCR_Config("STORE= /dev/shm/foo GROUP = NODE COUNT  =1");
+    v = SCR_Config("STORE = /dev/shm/foo  GROUP"); checks("query_store_group", v); free((void*) v);
+    SCR_Config("STORE=");
+    v = SCR_Config("STORE=/dev/shm/foo GROUP"); checks("query_store_after_unset", v); free((void*) v);
+    /* an unknown key is reported and ignored: a query never returns it */
+    SCR_Config("SCR_NOT_A_PARAMETER=1");
+    v = SCR_Config("SCR_NOT_A_PARAMETER"); checks("query_unknown", v); free((void*) v);
+    /* a 2 MB value: the error message quotes only its start and end, and says how long it was */
+    {
+      size_t n = 2u << 20;
+      char* big = malloc(n + 32);
+      strcpy(big, "SCR_CACHE_SIZE=");
+      memset(big + strlen(big), '7', n);
+      strcpy(big + 15 + n, "x");
+      checks("big_value", SCR_Config(big));
+      free(big);
+    }
     check("init", SCR_Init() == SCR_SUCCESS);
     checks("set_after_init", SCR_Config("SCR_FLUSH=3"));
     v = SCR_Config("SCR_CACHE_SIZE"); checks("query_after_init", v); free((void*) v);

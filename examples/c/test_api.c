@@ -8,11 +8,14 @@
  *            [--crash-after K] [--crash-after-count K] [--crash-rank R] [--crash-during K]
  *            [--pause-before K DIR] [--invalid-rank R] [--uneven] [--quiet]
  *            [--hang-rank R --hang-after K] [--compute-secs S] [--sleep-after-finalize S]
+ *            [--crash-delay S]
  *
  * --crash-after K   every rank calls _exit(9) right after checkpoint K completes (a failure)
  * --crash-after-count K  the same after the K-th checkpoint this run wrote (every run fails)
  * --crash-rank R    only rank R crashes for --crash-after/--crash-after-count (the launcher
  *                   then ends the others)
+ * --crash-delay S   the crash of --crash-after/--crash-after-count comes S seconds after the
+ *                   checkpoint (the library's background work on it has time to finish)
  * --pause-before K DIR  in a run that did not restart, before step K rank 0 creates
  *                   DIR/paused.K and waits until DIR/resume.K exists; if that file says
  *                   "crash", every rank calls _exit(9) (a test changes things meanwhile)
@@ -78,6 +81,8 @@ static void pause_gate(const char* dir, int step)
   if (crash) {
     if (rank == 0) printf("CRASH at the pause before step %d\n", step);
     fflush(stdout);
+    /* nobody dies before rank 0's line is out (the launcher ends the rest at the first death) */
+    MPI_Barrier(MPI_COMM_WORLD);
     _exit(9);
   }
 }
@@ -195,7 +200,7 @@ int main(int argc, char** argv)
   size_t size = 1 << 20;
   int steps = 3, crash_after = -1, crash_during = -1, invalid_rank = -1;
   int crash_count = -1, crash_rank = -1, pause_before = -1, taken = 0;
-  int hang_rank = -1, hang_after = -1, compute_secs = 0, sleep_after = -1;
+  int hang_rank = -1, hang_after = -1, compute_secs = 0, sleep_after = -1, crash_delay = 0;
   const char* gate = NULL;
   int flags = SCR_FLAG_CHECKPOINT;
   for (int i = 1; i < argc; i++) {
@@ -205,6 +210,7 @@ int main(int argc, char** argv)
     else if (!strcmp(argv[i], "--crash-during") && i + 1 < argc) crash_during = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--crash-after-count") && i + 1 < argc) crash_count = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--crash-rank") && i + 1 < argc) crash_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-delay") && i + 1 < argc) crash_delay = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--pause-before") && i + 2 < argc) {
       pause_before = atoi(argv[++i]);
       gate = argv[++i];
@@ -231,6 +237,8 @@ int main(int argc, char** argv)
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (SCR_Init() != SCR_SUCCESS) {
     if (rank == 0) printf("SCR_INIT_FAILED\n");
+    fflush(stdout);
+    MPI_Barrier(MPI_COMM_WORLD);
     MPI_Abort(MPI_COMM_WORLD, 3);
   }
 
@@ -278,6 +286,7 @@ int main(int argc, char** argv)
     fflush(stdout);
     if (rc == SCR_SUCCESS) taken++;
     if (step == crash_after || taken == crash_count) {
+      if (crash_delay > 0) sleep((unsigned) crash_delay);
       if (rank == 0) printf("CRASH after %s\n", ckname);
       fflush(stdout);
       MPI_Barrier(MPI_COMM_WORLD);

@@ -53,12 +53,20 @@ OPTIONS
         SCR_FINALIZE_CALLED).
     -r, --remove
         Delete the halt file: no condition remains. Combine only with --list.
+    -v, --verbose
+        Also list the conditions as they were before the change (read under the lock).
     --create
-        Create PREFIX/.scr if it does not exist yet, to set conditions before a job's first run.
-        Without it a directory without .scr is refused (a mistyped path would otherwise get a
-        halt file no job reads).
+        Accepted for compatibility: a command that sets a condition creates PREFIX/.scr and
+        the halt file anyway (see PREFIX below).
     -h, --help
         Print this text.
+
+PREFIX
+    Each PREFIX must be an existing directory. Before a job's first run it has no .scr
+    directory yet; a command that sets a condition (including a plain scr_halt) then creates
+    PREFIX/.scr/halt.scr and says so, and the first run honours it (user guide 2.9.3, NOTE).
+    --list and --remove change nothing there. A path that does not exist is refused, so a
+    mistyped prefix never receives a halt file no job reads.
 
 TIME
     YYYY-MM-DDTHH:MM:SS as in the user guide ('2023-07-04T21:00:00', local time; a space may
@@ -67,9 +75,10 @@ TIME
     (e.g. +30m), now-N.
 
 EXIT STATUS
-    0 on success; 1 if a prefix is not an SCR prefix, the halt file is damaged (it is left as
-    it is) or a run cannot be stopped; 2 for bad usage (unknown option, malformed time,
-    contradicting options). Nothing is changed unless the whole command line is valid.
+    0 on success; 1 if a prefix does not exist (or, for --list and --remove, has no .scr), the
+    halt file is damaged (it is left as it is) or a run cannot be stopped; 2 for bad usage
+    (unknown option, malformed time, contradicting options). Nothing is changed unless the
+    whole command line is valid.
 
 EXAMPLES
     scr_halt                                    halt after the next checkpoint
@@ -99,6 +108,7 @@ const OPTS: &[Opt] = &[
     flag("unset-seconds", None),
     flag("unset-reason", None),
     flag("remove", Some('r')),
+    flag("verbose", Some('v')),
     flag("create", None),
 ];
 
@@ -126,16 +136,36 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
     req.check()?;
     let dirs: Vec<Option<&str>> =
         if p.positional.is_empty() { vec![None] } else { p.positional.iter().map(|s| Some(s.as_str())).collect() };
-    // Every prefix is checked before any is changed.
-    let layouts =
-        dirs.into_iter().map(|d| prefix::open(&prefix::choose(d), p.has("create"))).collect::<OpResult<Vec<_>>>()?;
+    // Every prefix is checked before any is changed. A command that writes the halt file
+    // creates `.scr` in an existing directory where no job has run yet (user guide 2.9.3).
+    let create = req.writes_file();
+    let verbose = p.has("verbose");
+    let mut layouts = Vec::new();
+    for d in dirs {
+        let dir = prefix::choose(d);
+        let fresh = dir.is_dir() && !dir.join(".scr").exists();
+        layouts.push((prefix::open(&dir, create)?, fresh && create));
+    }
     let mut code = 0;
-    for layout in layouts {
+    for (layout, created) in layouts {
         println!("Updating halt file for {}", layout.prefix.path.display());
+        if created {
+            println!(
+                "  created {}: no job has run in this prefix yet; its first run reads these conditions",
+                layout.halt().display()
+            );
+        }
         match halt::apply(&layout, &req) {
             Ok(out) => {
                 for n in &out.notes {
                     println!("  {n}");
+                }
+                if verbose && req.writes_file() {
+                    println!("before the change:");
+                    for line in halt::describe(&layout.halt(), out.before.as_ref(), now, scr::identity::end_time()) {
+                        println!("  {line}");
+                    }
+                    println!("after the change:");
                 }
                 if !req.remove || req.list {
                     let h = if req.remove { None } else { out.after.as_ref() };

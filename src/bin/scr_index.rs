@@ -10,7 +10,7 @@ NAME
 
 SYNOPSIS
     scr_index [--prefix DIR] [--list] [--json]
-    scr_index [--prefix DIR] --current NAME | --drop NAME | --add NAME | --build ID
+    scr_index [--prefix DIR] --current NAME | --drop NAME | --drop-after NAME | --add NAME | --build ID
 
 DESCRIPTION
     SCR records the datasets of a job that are in the prefix directory (the parallel file
@@ -45,6 +45,10 @@ OPTIONS
     -d, --drop NAME
         Remove NAME's entry from the index. Its files are not deleted. (-r/--remove is the old
         spelling.)
+    --drop-after NAME
+        Remove the entries of every dataset newer than NAME from the index, so the next
+        restart starts from NAME or an older checkpoint (a current mark on a removed entry is
+        cleared). Their files are not deleted; --add brings an entry back.
     -a, --add NAME
         Add the entry of dataset NAME back, from the summary.scr and rank2file.scr in its
         scr.dataset.<id> directory, after checking that all its files are in place.
@@ -66,6 +70,7 @@ EXAMPLES
     scr_index --prefix /p/lscratch/user1/sim123 --json
     scr_index --current ckpt.12
     scr_index --drop ckpt.50 && scr_index --add ckpt.50
+    scr_index --drop-after ckpt.12
     scr_index --build 50
 
 FILES
@@ -81,6 +86,7 @@ const OPTS: &[Opt] = &[
     flag("json", None),
     valued("current", Some('c'), "NAME"),
     valued("drop", Some('d'), "NAME"),
+    valued("drop-after", None, "NAME"),
     valued("remove", Some('r'), "NAME"),
     valued("add", Some('a'), "NAME"),
     valued("build", Some('b'), "ID"),
@@ -91,9 +97,9 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
     if let Some(extra) = p.positional.first() {
         return Err(OpError::usage(format!("unexpected argument {extra:?} (the prefix is given with --prefix DIR)")));
     }
-    let actions = ["current", "drop", "remove", "add", "build"].iter().filter(|a| p.has(a)).count();
+    let actions = ["current", "drop", "drop-after", "remove", "add", "build"].iter().filter(|a| p.has(a)).count();
     if actions > 1 {
-        return Err(OpError::usage("give one of --current, --drop, --add, --build at a time"));
+        return Err(OpError::usage("give one of --current, --drop, --drop-after, --add, --build at a time"));
     }
     let build_id = p.value("build").map(|v| args::parse_count("build", v)).transpose()?;
     let layout = prefix::open(&prefix::choose(p.value("prefix")), false)?;
@@ -104,6 +110,19 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
     } else if let Some(name) = p.value("drop").or(p.value("remove")) {
         let id = index::drop(&layout, name)?;
         println!("dropped {name} (dataset {id}) from the index; its files are still in the prefix");
+    } else if let Some(name) = p.value("drop-after") {
+        let (dropped, current) = index::drop_after(&layout, name)?;
+        if dropped.is_empty() {
+            println!("no dataset in the index is newer than {name}; nothing dropped");
+        }
+        for (id, n) in &dropped {
+            println!("dropped {n} (dataset {id}) from the index; its files are still in the prefix");
+        }
+        if current {
+            println!(
+                "the current mark was on a dropped entry and is cleared: the next restart starts from {name} or older"
+            );
+        }
     } else if let Some(name) = p.value("add") {
         let id = index::add(&layout, name)?;
         println!("added {name} (dataset {id}) to the index");

@@ -31,7 +31,7 @@ pub const SYSTEM_CONFIG_FILE: &str = match option_env!("SCR_CONFIG_FILE") {
 /// An invalid configuration; `at` names the file and line, the environment variable or the
 /// `SCR_Config` call.
 #[derive(Debug, Clone, thiserror::Error, Serialize, Deserialize)]
-#[error("configuration error at {at}: {msg}")]
+#[error("configuration error at {}: {}", crate::log::clip(at), crate::log::clip(msg))]
 pub struct ConfigError {
     pub at: String,
     pub msg: String,
@@ -139,12 +139,25 @@ pub fn parse_file_text(text: &str, file: &Path, user: bool, warnings: &mut Vec<S
     Ok(layer)
 }
 
-/// Read and parse a config file; a missing file is an empty layer, an unreadable one an error.
-pub fn read_file(file: &Path, user: bool, warnings: &mut Vec<String>) -> Result<Layer, ConfigError> {
+/// Read and parse a config file. A missing file is an empty layer unless `named_by` says which
+/// setting named it (`SCR_CONF_FILE`): then, as an unreadable file always is, it is an error, so
+/// a mistyped path cannot silently drop the settings the file holds.
+pub fn read_file(
+    file: &Path,
+    user: bool,
+    named_by: Option<&Value>,
+    warnings: &mut Vec<String>,
+) -> Result<Layer, ConfigError> {
     match std::fs::read_to_string(file) {
         Ok(text) => parse_file_text(&text, file, user, warnings),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Layer::default()),
-        Err(e) => Err(ConfigError { at: file.display().to_string(), msg: format!("cannot read: {e}") }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && named_by.is_none() => Ok(Layer::default()),
+        Err(e) => Err(match named_by {
+            Some(v) => ConfigError {
+                at: format!("SCR_CONF_FILE={} ({})", v.value, v.origin),
+                msg: format!("cannot read the configuration file {}: {e}", file.display()),
+            },
+            None => ConfigError { at: file.display().to_string(), msg: format!("cannot read: {e}") },
+        }),
     }
 }
 
@@ -243,9 +256,10 @@ pub fn resolve() -> Result<Resolved, ConfigError> {
 fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
     let env = env_layer(warnings)?;
     let app = app_layer();
-    let system = read_file(Path::new(SYSTEM_CONFIG_FILE), false, warnings)?;
-    let user_file = user_config_file(&env, &app, &system);
-    let user = read_file(&user_file, true, warnings)?;
+    let system = read_file(Path::new(SYSTEM_CONFIG_FILE), false, None, warnings)?;
+    let named = env.simple.get("SCR_CONF_FILE").or_else(|| app.simple.get("SCR_CONF_FILE"));
+    let user_file = user_config_file(named, &env, &app, &system);
+    let user = read_file(&user_file, true, named, warnings)?;
     if let Some(v) = user.simple.get("SCR_PREFIX") {
         warnings.push(format!(
             "{}: SCR_PREFIX in the user config file is ignored (the file is found through the prefix)",
@@ -257,9 +271,9 @@ fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
     Ok(resolve_layers(vec![env, user, app, system], std::mem::take(warnings)))
 }
 
-/// `SCR_CONF_FILE`, else `<prefix>/.scrconf`.
-fn user_config_file(env: &Layer, app: &Layer, system: &Layer) -> PathBuf {
-    if let Some(v) = env.simple.get("SCR_CONF_FILE").or_else(|| app.simple.get("SCR_CONF_FILE")) {
+/// `SCR_CONF_FILE` (`named`), else `<prefix>/.scrconf`.
+fn user_config_file(named: Option<&Value>, env: &Layer, app: &Layer, system: &Layer) -> PathBuf {
+    if let Some(v) = named {
         return crate::paths::normalize(Path::new(&v.value), &crate::paths::cwd());
     }
     let prefix = [env, app, system]
@@ -270,10 +284,17 @@ fn user_config_file(env: &Layer, app: &Layer, system: &Layer) -> PathBuf {
     crate::paths::normalize(&prefix, &crate::paths::cwd()).join(".scrconf")
 }
 
-/// `SCR_Config`: set (`KEY=VALUE`, `CKPT=0 TYPE=XOR ...`), unset (`KEY=`), query (`KEY`,
-/// `CKPT=0 TYPE`). Setting and unsetting are refused after `SCR_Init`. A query returns the
-/// effective value from every source but the defaults (`None` if not set).
+/// `SCR_Config`: set (`KEY=VALUE`, `CKPT=0 TYPE=XOR ...`), unset (`KEY=`, which for `STORE`,
+/// `CKPT`, `GROUPS` and `PRELOAD` removes every entry `SCR_Config` made), query (`KEY`,
+/// `CKPT=0 TYPE`). Blanks may surround `=`. Setting and unsetting are refused after
+/// `SCR_Init`. A query returns the effective value from every source but the defaults (`None`
+/// if not set). An unknown key warns and is not stored.
 pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, ConfigError> {
+    scr_config_reply(text, initialized).map(Reply::value)
+}
+
+/// [`scr_config`], saying whether the string was a query.
+pub fn scr_config_reply(text: &str, initialized: bool) -> Result<Reply, ConfigError> {
     let at = || format!("SCR_Config(\"{text}\")");
     let err = |msg: String| ConfigError { at: at(), msg };
     let tokens = parse::tokenize(text).map_err(err)?;
@@ -284,17 +305,20 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
     if query {
         if tokens.len() == 1 {
             let r = resolve().map_err(|e| err(e.to_string()))?;
-            return Ok(r.simple.get(&first.key).filter(|v| v.origin != Origin::Default).map(|v| v.value.clone()));
+            return Ok(Reply::Query(
+                r.simple.get(&first.key).filter(|v| v.origin != Origin::Default).map(|v| v.value.clone()),
+            ));
         }
         if tokens.len() == 2 && first.value.is_some() {
             let r = resolve().map_err(|e| err(e.to_string()))?;
             let val = first.value.as_deref().unwrap_or_default();
             let sub = &tokens[1].key;
-            return Ok(r
-                .multi
-                .iter()
-                .find(|e| e.key == first.key && e.value == val)
-                .and_then(|e| e.attr(sub).map(str::to_string)));
+            return Ok(Reply::Query(
+                r.multi
+                    .iter()
+                    .find(|e| e.key == first.key && e.value == val)
+                    .and_then(|e| e.attr(sub).map(str::to_string)),
+            ));
         }
         return Err(err("a query names one parameter (KEY) or one sub-key (KEY=VALUE SUBKEY)".into()));
     }
@@ -305,30 +329,40 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
     // unset: a single KEY= token
     if tokens.len() == 1 && first.value.as_deref() == Some("") {
         if params::multi(&first.key).is_some() {
-            return Err(err(format!("{}= needs a value", first.key)));
+            app.multi.retain(|(k, _), _| *k != first.key);
+        } else if params::find(&first.key).is_some() {
+            app.simple.remove(&first.key);
+        } else {
+            crate::scr_warn!("{}: unknown parameter {} (ignored)", at(), first.key);
         }
-        app.simple.remove(&first.key);
-        return Ok(None);
+        return Ok(Reply::Done);
     }
     let env = |k: &str| std::env::var(k).ok();
     let mut warnings = Vec::new();
-    let joined: Vec<String> =
-        tokens.iter().map(|t| format!("{}={}", t.key, quote(t.value.as_deref().unwrap_or_default()))).collect();
-    let line = parse::parse_line(&joined.join(" "), &env, &mut warnings).map_err(err)?;
+    let line = parse::parse_tokens(tokens, &env, &mut warnings).map_err(err)?;
     for w in warnings {
         crate::scr_warn!("{}: {w}", at());
     }
-    if let Some(l) = line {
-        app.add_line(l, &Origin::App);
-    }
-    Ok(None)
+    app.add_line(line, &Origin::App);
+    Ok(Reply::Done)
 }
 
-fn quote(v: &str) -> String {
-    if v.contains(|c: char| c.is_whitespace() || c == '#' || c == '"') {
-        format!("'{v}'")
-    } else {
-        v.to_string()
+/// What `SCR_Config` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// A parameter was set or unset.
+    Done,
+    /// A query, and the value if the parameter is set.
+    Query(Option<String>),
+}
+
+impl Reply {
+    /// The value a query found (what the C API returns).
+    pub fn value(self) -> Option<String> {
+        match self {
+            Reply::Done => None,
+            Reply::Query(v) => v,
+        }
     }
 }
 
@@ -338,7 +372,7 @@ pub fn reset_app_layer() {
 }
 
 mod settings;
-pub use settings::{Settings, StoreEntry};
+pub use settings::{CrcOnCopy, Settings, StoreEntry};
 
 #[cfg(test)]
 mod tests {
@@ -375,6 +409,39 @@ mod tests {
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].attr("TYPE"), Some("SINGLE"));
         assert_eq!(e[0].attr("SET_SIZE"), Some("8"));
+    }
+
+    #[test]
+    fn scr_config_unsets_entries_and_never_stores_unknown_keys() {
+        // The only test of the process-wide SCR_Config layer.
+        reset_app_layer();
+        assert_eq!(scr_config_reply("STORE= /dev/shm/foo GROUP = NODE COUNT  =1", false).unwrap(), Reply::Done);
+        let key = ("STORE".to_string(), "/dev/shm/foo".to_string());
+        assert_eq!(app_layer().multi[&key].attr("COUNT"), Some("1"));
+        scr_config("STORE=", false).unwrap();
+        assert!(app_layer().multi.is_empty());
+        scr_config("SCR_NOT_A_PARAM = 1", false).unwrap();
+        scr_config("STORE=/ssd COUNTT=2", false).unwrap();
+        let app = app_layer();
+        assert!(app.simple.is_empty(), "{app:?}");
+        assert!(app.multi.values().all(|e| e.attrs.is_empty()), "{app:?}");
+        assert_eq!(scr_config_reply("SCR_NOT_A_PARAM", false).unwrap(), Reply::Query(None));
+        scr_config("SCR_COPY_TYPE = PARTNER", false).unwrap();
+        assert_eq!(app_layer().simple["SCR_COPY_TYPE"].value, "PARTNER");
+        scr_config("SCR_COPY_TYPE =", false).unwrap();
+        assert!(!app_layer().simple.contains_key("SCR_COPY_TYPE"));
+        reset_app_layer();
+    }
+
+    #[test]
+    fn a_named_config_file_must_exist() {
+        let d = tempfile::tempdir().unwrap();
+        let missing = d.path().join("scr.conff");
+        let mut w = Vec::new();
+        assert!(read_file(&missing, true, None, &mut w).unwrap().simple.is_empty());
+        let named = Value { value: missing.display().to_string(), origin: Origin::Env };
+        let e = read_file(&missing, true, Some(&named), &mut w).unwrap_err().to_string();
+        assert!(e.contains("SCR_CONF_FILE=") && e.contains("(environment)") && e.contains("scr.conff"), "{e}");
     }
 
     #[test]

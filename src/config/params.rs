@@ -224,9 +224,9 @@ pub const PARAMS: &[Param] = &[
     p(
         "SCR_CRC_ON_COPY",
         Bool,
-        Some("0"),
+        None,
         Implemented,
-        "compute CRC32 of each file when a checkpoint completes, check it on restart from cache",
+        "unset: CRC32 of every cached file (SINGLE: in the background), checked when a restart hands it to the application; 1: also computed in SCR_Complete_output; 0: no check",
     ),
     p(
         "SCR_CRC_ON_FLUSH",

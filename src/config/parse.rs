@@ -7,7 +7,11 @@
 //! SCR_CACHE_BASE=/dev/shm/$SLURM_JOBID   $VAR and ${VAR} interpolate the environment
 //! STORE=/ssd GROUP=NODE COUNT=2       multi-item entry: STORE, CKPT or GROUPS first
 //! SCR_PREFIX="/dir/with spaces/="     quotes keep spaces, # and = in a value
+//! STORE = /ssd   GROUP = NODE         blanks around = and between items, as SCR accepts
 //! ```
+//!
+//! A key this implementation does not know is reported (the caller prints the warning) and
+//! dropped: it is never stored, so nothing can read it back later.
 
 use std::collections::BTreeMap;
 
@@ -27,52 +31,52 @@ pub enum Line {
     Multi { key: String, value: String, attrs: BTreeMap<String, String> },
 }
 
-/// Split a line into tokens, honouring quotes and dropping a trailing comment.
+/// Split a line into tokens: `KEY=VALUE` (any whitespace around `=`, as SCR accepts), or a
+/// bare `KEY` (a query). Quotes keep spaces, `#` and `=` in a value; `#` outside quotes
+/// starts a comment.
 pub fn tokenize(line: &str) -> Result<Vec<Token>, String> {
     let mut tokens = Vec::new();
-    let mut cur = String::new();
-    let mut has_eq = false;
-    let mut key = String::new();
-    let mut quote: Option<char> = None;
-    let mut any = false;
-    let finish = |cur: &mut String, key: &mut String, has_eq: &mut bool, any: &mut bool, tokens: &mut Vec<Token>| {
-        if *any {
-            if *has_eq {
-                tokens.push(Token { key: std::mem::take(key), value: Some(std::mem::take(cur)) });
-            } else {
-                tokens.push(Token { key: std::mem::take(cur), value: None });
-            }
-        }
-        *has_eq = false;
-        *any = false;
+    let mut chars = line.chars().peekable();
+    let skip_blanks = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
     };
-    for c in line.chars() {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => cur.push(c),
-            None => match c {
-                '#' => break,
-                '"' | '\'' if has_eq => {
-                    quote = Some(c);
-                    any = true;
-                }
-                c if c.is_whitespace() => finish(&mut cur, &mut key, &mut has_eq, &mut any, &mut tokens),
-                '=' if !has_eq => {
-                    key = std::mem::take(&mut cur);
-                    has_eq = true;
-                    any = true;
-                }
-                c => {
-                    cur.push(c);
-                    any = true;
-                }
-            },
+    loop {
+        skip_blanks(&mut chars);
+        match chars.peek() {
+            None | Some('#') => break,
+            _ => {}
         }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '=' && *c != '#') {
+            key.push(c);
+        }
+        // `KEY = VALUE`: the `=` may follow after blanks; otherwise the key stands alone.
+        let mut rest = chars.clone();
+        skip_blanks(&mut rest);
+        if rest.peek() != Some(&'=') {
+            tokens.push(Token { key, value: None });
+            continue;
+        }
+        rest.next();
+        chars = rest;
+        skip_blanks(&mut chars);
+        let mut value = String::new();
+        let mut quote: Option<char> = None;
+        while let Some(&c) = chars.peek() {
+            match quote {
+                Some(q) if c == q => quote = None,
+                Some(_) => value.push(c),
+                None if c.is_whitespace() || c == '#' => break,
+                None if c == '"' || c == '\'' => quote = Some(c),
+                None => value.push(c),
+            }
+            chars.next();
+        }
+        if let Some(q) = quote {
+            return Err(format!("unterminated {q} quote"));
+        }
+        tokens.push(Token { key, value: Some(value) });
     }
-    if let Some(q) = quote {
-        return Err(format!("unterminated {q} quote"));
-    }
-    finish(&mut cur, &mut key, &mut has_eq, &mut any, &mut tokens);
     for t in &tokens {
         let valid = !t.key.is_empty()
             && t.key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -127,7 +131,7 @@ pub fn interpolate(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<
 }
 
 /// Parse one line of a config file. `Ok(None)` for blank and comment lines; warnings (unknown
-/// keys and sub-keys) are appended to `warnings`.
+/// keys and sub-keys, which are dropped) are appended to `warnings`.
 pub fn parse_line(
     line: &str,
     env: &dyn Fn(&str) -> Option<String>,
@@ -137,6 +141,17 @@ pub fn parse_line(
     if tokens.is_empty() {
         return Ok(None);
     }
+    parse_tokens(tokens, env, warnings).map(Some)
+}
+
+/// Interpret the tokens of one line (a config-file line or an `SCR_Config` string that sets
+/// something): simple settings, or one multi-item entry led by `STORE`, `CKPT`, `GROUPS` or
+/// `PRELOAD`. Unknown keys warn and are left out of the result.
+pub fn parse_tokens(
+    tokens: Vec<Token>,
+    env: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<Line, String> {
     let mut pairs = Vec::with_capacity(tokens.len());
     for t in tokens {
         let Some(v) = t.value else {
@@ -154,32 +169,38 @@ pub fn parse_line(
         for (k, v) in pairs.into_iter().skip(1) {
             if let Some(allowed) = subkeys {
                 if !allowed.contains(&k.as_str()) {
-                    warnings.push(format!("unknown key {k} in {first} entry (known: {})", allowed.join(", ")));
+                    warnings.push(format!("unknown key {k} in {first} entry (ignored; known: {})", allowed.join(", ")));
+                    continue;
                 }
             }
             attrs.insert(k, v);
         }
-        return Ok(Some(Line::Multi { key: first, value: first_val, attrs }));
+        return Ok(Line::Multi { key: first, value: first_val, attrs });
     }
-    for (k, v) in &pairs {
-        if params::multi(k).is_some() {
+    let mut known = Vec::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        if params::multi(&k).is_some() {
             return Err(format!("{k}= must begin its line (it starts a multi-item entry)"));
         }
         if v.is_empty() {
             return Err(format!("{k} has an empty value"));
         }
-        check_simple(k, v, warnings)?;
+        if check_simple(&k, &v, warnings)? {
+            known.push((k, v));
+        }
     }
-    Ok(Some(Line::Simple(pairs)))
+    Ok(Line::Simple(known))
 }
 
-/// Check a simple parameter's name and value: unknown names warn, bad values are errors.
-pub fn check_simple(key: &str, value: &str, warnings: &mut Vec<String>) -> Result<(), String> {
+/// Check a simple parameter's name and value: `Ok(true)` for a known name with a good value,
+/// `Ok(false)` for an unknown name (with a warning: the caller drops it), an error for a bad
+/// value.
+pub fn check_simple(key: &str, value: &str, warnings: &mut Vec<String>) -> Result<bool, String> {
     match params::find(key) {
-        Some(p) => params::check(p.kind, value).map_err(|e| format!("{key}={value}: {e}")),
+        Some(p) => params::check(p.kind, value).map(|()| true).map_err(|e| format!("{key}={value}: {e}")),
         None => {
             warnings.push(format!("unknown parameter {key} (ignored)"));
-            Ok(())
+            Ok(false)
         }
     }
 }
@@ -247,11 +268,33 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_warn() {
+    fn unknown_keys_warn_and_are_dropped() {
         let mut w = Vec::new();
-        parse_line("SCR_FLUSHH=1", &env, &mut w).unwrap();
-        parse_line("STORE=/ssd COUNTT=2", &env, &mut w).unwrap();
+        let l = parse_line("SCR_FLUSHH=1 SCR_FLUSH=2", &env, &mut w).unwrap().unwrap();
+        assert_eq!(l, Line::Simple(vec![("SCR_FLUSH".into(), "2".into())]));
+        let l = parse_line("STORE=/ssd COUNTT=2 COUNT=1", &env, &mut w).unwrap().unwrap();
+        let Line::Multi { attrs, .. } = l else { panic!("{l:?}") };
+        assert_eq!(attrs.keys().collect::<Vec<_>>(), vec!["COUNT"]);
         assert_eq!(w.len(), 2);
-        assert!(w[0].contains("SCR_FLUSHH") && w[1].contains("COUNTT"));
+        assert!(w[0].contains("SCR_FLUSHH") && w[1].contains("COUNTT") && w[1].contains("ignored"), "{w:?}");
+    }
+
+    #[test]
+    fn blanks_around_equals_and_between_items() {
+        let simple = |k: &str, v: &str| Some(Line::Simple(vec![(k.into(), v.into())]));
+        for line in ["SCR_DEBUG=1", "SCR_DEBUG =1", "SCR_DEBUG= 1", "SCR_DEBUG  =  1", "\tSCR_DEBUG\t=\t1\t# c"] {
+            assert_eq!(parse(line).unwrap(), simple("SCR_DEBUG", "1"), "{line:?}");
+        }
+        assert_eq!(parse("SCR_COPY_TYPE = PARTNER").unwrap(), simple("SCR_COPY_TYPE", "PARTNER"));
+        assert_eq!(parse(r#"SCR_PREFIX = "/a b/=c""#).unwrap(), simple("SCR_PREFIX", "/a b/=c"));
+        let l = parse("STORE= /dev/shm/foo   GROUP = NODE COUNT  =1").unwrap().unwrap();
+        let Line::Multi { key, value, attrs } = l else { panic!() };
+        assert_eq!((key.as_str(), value.as_str()), ("STORE", "/dev/shm/foo"));
+        assert_eq!((attrs["GROUP"].as_str(), attrs["COUNT"].as_str()), ("NODE", "1"));
+        let t = tokenize("CKPT = 0  TYPE").unwrap();
+        assert_eq!(t[0], Token { key: "CKPT".into(), value: Some("0".into()) });
+        assert_eq!(t[1], Token { key: "TYPE".into(), value: None });
+        assert_eq!(tokenize("STORE =").unwrap(), vec![Token { key: "STORE".into(), value: Some(String::new()) }]);
+        assert!(parse("SCR_DEBUG = 1 = 2").unwrap_err().contains("not a valid parameter name"));
     }
 }

@@ -58,7 +58,8 @@ pub struct Settings {
     pub file_buf_size: usize,
     /// Piece size of the redundancy schedules (`SCR_MPI_BUF_SIZE`).
     pub mpi_buf_size: usize,
-    pub crc_on_copy: bool,
+    /// `SCR_CRC_ON_COPY`: how cached files are checksummed and verified.
+    pub crc_on_copy: CrcOnCopy,
     pub crc_on_flush: bool,
     /// `SCR_LOG_ENABLE` and its text and syslog switches.
     pub log_enable: bool,
@@ -100,6 +101,30 @@ fn boolean(r: &Resolved, key: &str) -> Result<bool, ConfigError> {
 
 fn text(r: &Resolved, key: &str) -> Option<String> {
     r.get(key).map(str::to_string)
+}
+
+/// `SCR_CRC_ON_COPY`: when the CRC32 of a cached file is computed, and whether a restart from
+/// cache checks it. Whatever the setting, PARTNER/XOR/RS record each file's CRC32 while they
+/// encode (no extra pass) and a flush records it while it copies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum CrcOnCopy {
+    /// Unset (the default): SINGLE datasets get their CRC32 in the background after
+    /// `SCR_Complete_output` (or from their flush); every file a restart from cache hands to
+    /// the application is checked against its CRC32 (by size alone while it is unknown).
+    Background,
+    /// `SCR_CRC_ON_COPY=1`: also computed inside `SCR_Complete_output` (SINGLE pays a read of
+    /// its data there), and checked at restart.
+    AtCompletion,
+    /// `SCR_CRC_ON_COPY=0`: no CRC32 for SINGLE unless a flush records one; a restart from
+    /// cache checks sizes only.
+    Off,
+}
+
+impl CrcOnCopy {
+    /// Whether a restart from cache checks the CRC32s it knows.
+    pub fn verify(self) -> bool {
+        self != CrcOnCopy::Off
+    }
 }
 
 impl Settings {
@@ -236,7 +261,11 @@ impl Settings {
             global_restart: boolean(r, "SCR_GLOBAL_RESTART")?,
             file_buf_size: size("SCR_FILE_BUF_SIZE")?.max(4096),
             mpi_buf_size: size("SCR_MPI_BUF_SIZE")?.max(4096),
-            crc_on_copy: boolean(r, "SCR_CRC_ON_COPY")?,
+            crc_on_copy: match r.get("SCR_CRC_ON_COPY") {
+                None => CrcOnCopy::Background,
+                Some(_) if boolean(r, "SCR_CRC_ON_COPY")? => CrcOnCopy::AtCompletion,
+                Some(_) => CrcOnCopy::Off,
+            },
             crc_on_flush: boolean(r, "SCR_CRC_ON_FLUSH")?,
             log_enable: boolean(r, "SCR_LOG_ENABLE")?,
             log_txt: boolean(r, "SCR_LOG_TXT_ENABLE")?,

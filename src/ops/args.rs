@@ -58,14 +58,14 @@ pub fn parse_count(long: &str, v: &str) -> OpResult<u64> {
     v.trim().parse::<u64>().map_err(|_| OpError::usage(format!("--{long} {v:?}: expected a non-negative integer")))
 }
 
-/// Whether `--help`/`-h` is among the options (before `--`, and for a wrapper before its first
-/// positional argument, which belongs to the launched command).
-pub fn wants_help(argv: &[String], wrapper: bool) -> bool {
+/// Whether one of `flags` (`--help`/`-h`, `--version`) is among the options (before `--`, and
+/// for a wrapper before its first positional argument, which belongs to the launched command).
+pub fn wants(argv: &[String], wrapper: bool, flags: &[&str]) -> bool {
     for a in argv {
         if a == "--" {
             return false;
         }
-        if a == "--help" || a == "-h" {
+        if flags.contains(&a.as_str()) {
             return true;
         }
         if wrapper && !a.starts_with('-') {
@@ -180,10 +180,13 @@ mod tests {
         let p = parse(OPTS, &v(&["-l", "srun", "-n4", "--list", "./app"]), true).unwrap();
         assert!(p.has("list"));
         assert_eq!(p.positional, vec!["srun", "-n4", "--list", "./app"]);
-        assert!(wants_help(&v(&["-l", "--help"]), true));
-        assert!(!wants_help(&v(&["srun", "--help"]), true));
-        assert!(wants_help(&v(&["/p", "--help"]), false));
-        assert!(!wants_help(&v(&["--", "--help"]), false));
+        let help = ["--help", "-h"];
+        assert!(wants(&v(&["-l", "--help"]), true, &help));
+        assert!(!wants(&v(&["srun", "--help"]), true, &help));
+        assert!(wants(&v(&["/p", "--help"]), false, &help));
+        assert!(!wants(&v(&["--", "--help"]), false, &help));
+        assert!(wants(&v(&["--version"]), true, &["--version"]));
+        assert!(!wants(&v(&["srun", "--version"]), true, &["--version"]));
         let p = parse(OPTS, &v(&["--", "-l"]), false).unwrap();
         assert_eq!(p.positional, vec!["-l"]);
     }

@@ -99,7 +99,8 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
             layout.scr_dir().display()
         )));
     }
-    // Nothing is changed unless the index can be updated afterwards.
+    // Nothing is changed unless the index can be updated afterwards (a damaged one is
+    // rebuilt from the dataset directories here).
     Index::load(&layout.index())?;
     let (fms, damaged) = read_rank_files(&dir)?;
     let mut notes = damaged.clone();
@@ -507,13 +508,18 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_index_stops_the_build_before_anything_changes() {
+    fn a_damaged_index_is_rebuilt_and_the_build_goes_on() {
         let (_d, l) = setup();
         scavenged(&l, 1, 0, b"zero");
         std::fs::write(l.index(), b"not an index").unwrap();
-        let e = build(&l, 1, 4096).unwrap_err().to_string();
-        assert!(e.contains("index.scr") && e.contains("damaged"), "{e}");
-        assert!(!l.summary(1).exists() && !l.rank2file(1).exists());
+        build(&l, 1, 4096).unwrap();
+        assert!(l.summary(1).exists() && l.rank2file(1).exists());
+        assert!(Index::load(&l.index()).unwrap().datasets.contains_key(&1));
+        let kept = std::fs::read_dir(l.scr_dir()).unwrap().flatten().any(|e| {
+            e.file_name().to_string_lossy().starts_with("index.scr.damaged.")
+                && std::fs::read(e.path()).unwrap() == b"not an index"
+        });
+        assert!(kept, "the damaged index is kept aside");
         let e = build(&l, 7, 4096).unwrap_err().to_string();
         assert!(e.contains("scr.dataset.7: no such dataset directory"), "{e}");
     }

@@ -75,6 +75,11 @@ impl Request {
             || self.unset_reason
     }
 
+    /// Whether carrying out the request writes the halt file (creating it if need be).
+    pub fn writes_file(&self) -> bool {
+        !self.remove && (self.changes_something() || self.sets_reason())
+    }
+
     /// With no condition at all (only a prefix, or nothing), `scr_halt` halts the job after its
     /// next checkpoint by recording an exit reason; so does `--immediate`.
     pub fn sets_reason(&self) -> bool {
@@ -119,6 +124,8 @@ impl Request {
 /// What happened to one prefix.
 #[derive(Debug, Default)]
 pub struct Outcome {
+    /// The halt file's content before a change, read under the lock (`None`: there was none).
+    pub before: Option<Halt>,
     /// The halt file's content afterwards (`None`: there is none).
     pub after: Option<Halt>,
     /// Messages for the user.
@@ -143,11 +150,14 @@ pub fn apply(layout: &Layout, req: &Request) -> OpResult<Outcome> {
         }
         return Ok(out);
     }
-    if req.changes_something() || req.sets_reason() {
-        let h = Halt::update(&path, |h| {
+    if req.writes_file() {
+        let existed = path.exists();
+        let (before, h) = Halt::update(&path, |h| {
+            let before = h.clone();
             req.apply(h);
-            h.clone()
+            (before, h.clone())
         })?;
+        out.before = existed.then_some(before);
         out.after = Some(h);
     } else {
         let exists = path.exists();

@@ -1,8 +1,9 @@
 //! `scr_index`: list the datasets of a prefix and edit the index (user guide 2.10):
 //! `--current` (where the next restart starts), `--drop` (forget an entry, keep the files),
 //! `--add` (index a dataset whose metadata is in its `scr.dataset.<id>` directory). Every
-//! change is a locked read-modify-write of `index.scr`; a damaged index is reported and left
-//! as it is. `--build` lives in [`super::build`].
+//! change is a locked read-modify-write of `index.scr`; a damaged or lost index is rebuilt
+//! from the dataset directories first (`crate::state::recover`). `--build` lives in
+//! [`super::build`].
 
 use std::path::Path;
 
@@ -11,6 +12,7 @@ use serde::Serialize;
 use super::{OpError, OpResult};
 use crate::state::index::{Index, IndexEntry};
 use crate::state::layout::Layout;
+use crate::state::recover;
 use crate::state::summary::{Rank2File, Summary};
 
 /// One row of the listing (also the `--json` form).
@@ -120,16 +122,46 @@ pub fn set_current(layout: &Layout, name: &str) -> OpResult<u64> {
     })?
 }
 
-/// `--drop NAME`: forget the newest entry called `NAME` (its files stay).
+/// `--drop NAME`: forget the newest entry called `NAME` (its files stay; its directory is
+/// marked so a rebuild of the index does not bring it back).
 pub fn drop(layout: &Layout, name: &str) -> OpResult<u64> {
-    Index::try_update(&layout.index(), |ix| -> OpResult<u64> {
+    let id = Index::try_update(&layout.index(), |ix| -> OpResult<u64> {
         let id = ix.by_name(name).map(|e| e.desc.id).ok_or_else(|| not_found(name))?;
         ix.datasets.remove(&id);
         if ix.current.as_deref() == Some(name) {
             ix.current = None;
         }
         Ok(id)
-    })?
+    })??;
+    recover::mark_dropped(&layout.index(), id, true).map_err(|e| {
+        OpError::failed(format!("dataset {id} was dropped from the index, but marking its directory failed: {e}"))
+    })?;
+    Ok(id)
+}
+
+/// `--drop-after NAME`: forget every entry newer than the newest called `NAME` (their files
+/// stay), so the next restart cannot pick one of them. Returns the dropped ids and names, oldest
+/// first, and whether the current mark was among them (it is then cleared).
+pub fn drop_after(layout: &Layout, name: &str) -> OpResult<(Vec<(u64, String)>, bool)> {
+    let dropped = Index::try_update(&layout.index(), |ix| -> OpResult<(Vec<(u64, String)>, bool)> {
+        let id = ix.by_name(name).map(|e| e.desc.id).ok_or_else(|| not_found(name))?;
+        let later: Vec<(u64, String)> = ix.datasets.range(id + 1..).map(|(i, e)| (*i, e.desc.name.clone())).collect();
+        for (i, _) in &later {
+            ix.datasets.remove(i);
+        }
+        let current_dropped = ix.current.as_ref().is_some_and(|c| later.iter().any(|(_, n)| n == c));
+        if current_dropped {
+            ix.current = None;
+        }
+        Ok((later, current_dropped))
+    })??;
+    // marked in their directories, so a rebuild of the index does not bring them back
+    for (id, _) in &dropped.0 {
+        recover::mark_dropped(&layout.index(), *id, true).map_err(|e| {
+            OpError::failed(format!("dataset {id} was dropped from the index, but marking its directory failed: {e}"))
+        })?;
+    }
+    Ok(dropped)
 }
 
 /// `--add NAME`: index a dataset whose `summary.scr` and `rank2file.scr` are in its dataset
@@ -187,6 +219,7 @@ pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|d| crate::identity::iso_time(d.as_secs() as i64));
+    let _ = recover::mark_dropped(&layout.index(), id, false);
     Index::update(&layout.index(), |ix| {
         ix.datasets.insert(id, complete_entry(summary.desc.clone(), flushed));
     })?;
@@ -282,7 +315,27 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_index_is_an_error_and_stays_as_it_is() {
+    fn drop_after_forgets_newer_entries_and_their_current_mark() {
+        let (_d, l) = layout();
+        Index::update(&l.index(), |ix| {
+            for id in 1..=4 {
+                ix.datasets.insert(id, complete_entry(desc(id, &format!("ckpt.{id}")), None));
+            }
+            ix.current = Some("ckpt.3".into());
+        })
+        .unwrap();
+        let (dropped, current) = drop_after(&l, "ckpt.2").unwrap();
+        assert_eq!(dropped, vec![(3, "ckpt.3".to_string()), (4, "ckpt.4".to_string())]);
+        assert!(current);
+        let listing = list(&l).unwrap();
+        assert_eq!(listing.datasets.iter().map(|r| r.id).collect::<Vec<_>>(), vec![2, 1]);
+        assert_eq!(listing.current, None);
+        assert_eq!(drop_after(&l, "ckpt.2").unwrap(), (vec![], false), "nothing newer: nothing to do");
+        assert!(drop_after(&l, "ckpt.9").unwrap_err().to_string().contains("no dataset named ckpt.9"));
+    }
+
+    #[test]
+    fn a_damaged_index_is_rebuilt_and_kept_aside() {
         let (_d, l) = layout();
         Index::update(&l.index(), |ix| {
             ix.datasets.insert(1, complete_entry(desc(1, "ckpt.1"), None));
@@ -292,12 +345,15 @@ mod tests {
         let n = bytes.len();
         bytes[n - 3] ^= 0x20;
         std::fs::write(l.index(), &bytes).unwrap();
-        for e in
-            [list(&l).map(|_| 0).unwrap_err(), drop(&l, "ckpt.1").unwrap_err(), set_current(&l, "ckpt.1").unwrap_err()]
-        {
-            assert!(e.to_string().contains("index.scr") && e.to_string().contains("damaged"), "{e}");
-        }
-        assert_eq!(std::fs::read(l.index()).unwrap(), bytes);
+        // ckpt.1 has no dataset directory (its entry was all there was): nothing to recover
+        assert!(list(&l).unwrap().datasets.is_empty());
+        let aside: Vec<_> = std::fs::read_dir(l.scr_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with("index.scr.damaged."))
+            .collect();
+        assert_eq!(aside.len(), 1);
+        assert_eq!(std::fs::read(aside[0].path()).unwrap(), bytes, "the damaged copy is kept as it was");
     }
 
     #[test]

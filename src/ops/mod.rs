@@ -1,8 +1,8 @@
 //! Operating a job from a batch script or a terminal (user guide 2.8-2.10): what the commands
 //! `scr_halt`, `scr_index`, `scr_interval`, `scr_copy`, `scr_scavenge`/`scr_postrun`,
-//! `scr_prerun` and `scr_run` (with `scr_srun`/`scr_mpirun`) do, as library functions. The
-//! binaries in `src/bin/` hold their manual text, parse arguments with [`args`] and call one
-//! function here.
+//! `scr_prerun`, `scr_should_exit` and `scr_run` (with `scr_srun`/`scr_mpirun`) do, as library
+//! functions. The binaries in `src/bin/` hold their manual text, parse arguments with [`args`]
+//! and call one function here.
 //!
 //! | module | owns |
 //! |---|---|
@@ -16,6 +16,7 @@
 //! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
 //! | [`nodes`] | node lists: the allocation, `SCR_EXCLUDE_NODES`, host-list syntax |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
+//! | [`should_exit`] | the same stop-or-relaunch decision for job scripts that loop themselves |
 //! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
 //!
 //! Every metadata file these read or write goes through [`crate::state`] (the index and halt
@@ -35,6 +36,7 @@ pub mod nodes;
 pub mod prefix;
 pub mod run;
 pub mod scavenge;
+pub mod should_exit;
 pub mod times;
 
 use std::fmt;
@@ -94,22 +96,28 @@ impl From<crate::config::ConfigError> for OpError {
 pub type OpResult<T> = Result<T, OpError>;
 
 /// Run a command's body and turn its outcome into an exit status: `--help`/`-h` prints `help`
-/// and exits 0; an error is printed as `<cmd>: error: ...` (usage errors add a pointer to
-/// `--help`). `body` returns the exit status on success (0 unless it has more to say).
+/// and exits 0, `--version` prints the implementation's and the SCR API's versions; an error
+/// is printed as `<cmd>: error: ...` (usage errors add a pointer to `--help`), long input in
+/// it shortened by [`crate::log::clip`]. `body` returns the exit status on success (0 unless
+/// it has more to say).
 /// `wrapper`: the command's first positional argument starts another command line, whose
-/// `--help` is not ours.
+/// `--help` and `--version` are not ours.
 pub fn main(cmd: &str, help: &str, wrapper: bool, body: impl FnOnce(Vec<String>) -> OpResult<i32>) -> i32 {
     let argv: Vec<String> = std::env::args().skip(1).collect();
-    if args::wants_help(&argv, wrapper) {
+    if args::wants(&argv, wrapper, &["--help", "-h"]) {
         print!("{help}");
+        return 0;
+    }
+    if args::wants(&argv, wrapper, &["--version"]) {
+        println!("{cmd} ({}, SCR API {})", crate::VERSION, crate::API_VERSION);
         return 0;
     }
     match body(argv) {
         Ok(code) => code,
         Err(e) => {
             match &e {
-                OpError::Usage(m) => eprintln!("{cmd}: error: {m}\n(see {cmd} --help)"),
-                OpError::Failed(m) => eprintln!("{cmd}: error: {m}"),
+                OpError::Usage(m) => eprintln!("{cmd}: error: {}\n(see {cmd} --help)", crate::log::clip(m)),
+                OpError::Failed(m) => eprintln!("{cmd}: error: {}", crate::log::clip(m)),
             }
             e.code()
         }

@@ -95,7 +95,7 @@ pub fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
 /// Why the job must not run (again) now, if it must not. `skip_finalize`: `SCR_Finalize`'s
 /// reason does not count (before a first run it is left from an earlier job and the next
 /// `SCR_Init` clears it, see README; after a run it only says the application finished).
-fn halt_reason(h: &Halt, settings: &crate::config::Settings, skip_finalize: bool) -> Option<String> {
+pub(super) fn halt_reason(h: &Halt, settings: &crate::config::Settings, skip_finalize: bool) -> Option<String> {
     let mut h = h.clone();
     if skip_finalize && h.exit_reason.as_deref() == Some(FINALIZE_REASON) {
         h.exit_reason = None;
@@ -125,7 +125,7 @@ fn runs_limit(r: &Resolved, over: Option<i64>) -> OpResult<i64> {
     }
 }
 
-fn min_nodes(r: &Resolved, over: Option<usize>) -> OpResult<Option<usize>> {
+pub(super) fn min_nodes(r: &Resolved, over: Option<usize>) -> OpResult<Option<usize>> {
     if over.is_some() {
         return Ok(over);
     }
@@ -351,6 +351,10 @@ pub fn cli(argv: &[String], launcher: Option<&str>) -> OpResult<i32> {
         }
     };
     if launch.len() < 2 {
+        if !launch.is_empty() {
+            // A launcher that does not exist is the mistake to report, not the short line.
+            Launch::new(&launch, None)?;
+        }
         return Err(OpError::usage("usage: scr_run [OPTIONS] LAUNCHER [launcher options] PROG [args]"));
     }
     let runs = match p.value("runs") {

@@ -19,18 +19,20 @@ pub mod serial;
 pub mod sets;
 pub mod stream;
 
-use crate::checksum::file_crc;
+use crate::checksum::files_crc;
 use crate::state::filemap::DatasetRecord;
 pub use crate::state::redinfo::RedInfo;
 
-/// Check that this rank holds its part of `rec` intact: every file with its recorded size
-/// (and CRC32 when `verify_crc`), and the redundancy file with a sound header of the right
-/// size. `Err` lists what is wrong.
-pub fn check_local(rec: &DatasetRecord, verify_crc: bool, buf_size: usize) -> Result<(), String> {
+/// Check that this rank holds its part of `rec` intact: every file with its recorded size,
+/// and, with `verify` set to a number of threads, the CRC32 of every file that has one (read
+/// by that many threads); and the redundancy file with a sound header of the right size.
+/// `Err` lists what is wrong.
+pub fn check_local(rec: &DatasetRecord, verify: Option<usize>, buf_size: usize) -> Result<(), String> {
     if !rec.complete {
         return Err("the dataset was never completed (the run stopped during the output phase)".into());
     }
     let mut problems = Vec::new();
+    let mut to_verify = Vec::new();
     for f in &rec.files {
         match std::fs::metadata(&f.path) {
             Err(e) => problems.push(format!("{}: {e}", f.path.display())),
@@ -38,17 +40,21 @@ pub fn check_local(rec: &DatasetRecord, verify_crc: bool, buf_size: usize) -> Re
                 problems.push(format!("{}: size is {} bytes, {} were written", f.path.display(), md.len(), f.size))
             }
             Ok(_) => {
-                if let Some(crc) = f.crc.filter(|_| verify_crc) {
-                    match file_crc(&f.path, buf_size) {
-                        Ok(c) if c.crc != crc => problems.push(format!(
-                            "{}: CRC32 is {:#010x}, {crc:#010x} was recorded",
-                            f.path.display(),
-                            c.crc
-                        )),
-                        Ok(_) => {}
-                        Err(e) => problems.push(e.to_string()),
-                    }
+                if let (Some(crc), Some(_)) = (f.crc, verify) {
+                    to_verify.push((f.path.clone(), crc));
                 }
+            }
+        }
+    }
+    if let Some(threads) = verify.filter(|_| !to_verify.is_empty()) {
+        let paths: Vec<std::path::PathBuf> = to_verify.iter().map(|(p, _)| p.clone()).collect();
+        for ((path, crc), got) in to_verify.iter().zip(files_crc(&paths, threads, buf_size)) {
+            match got {
+                Ok(c) if c.crc != *crc => {
+                    problems.push(format!("{}: CRC32 is {:#010x}, {crc:#010x} was recorded", path.display(), c.crc))
+                }
+                Ok(_) => {}
+                Err(e) => problems.push(e.to_string()),
             }
         }
     }

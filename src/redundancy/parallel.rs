@@ -71,7 +71,7 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<(
     let n = plan.ranks.len();
     let comm = &plan.comm;
     let mut stream = Stream::reader(parts(rec));
-    let totals: Vec<u64> = comm.allgather(&stream.total());
+    let totals: Vec<u64> = comm.allgather(&stream.total())?;
     let mut red = RedInfo {
         scheme: plan.scheme,
         set_id: plan.id,
@@ -160,7 +160,7 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<(
         };
     }
     let mine: Vec<FileEntry> = rec.files.iter().map(FileEntry::of).collect();
-    let all: Vec<Vec<FileEntry>> = comm.allgather(&mine);
+    let all: Vec<Vec<FileEntry>> = comm.allgather(&mine)?;
     if let Some(f) = &file {
         fail.note(redfile::finish(f, &red.file, payload, &Header::new(rec, &red, &all)));
     }

@@ -1,6 +1,7 @@
 //! `SCR_Init`: configuration, identity, descriptors, directories, then the restart: keep
-//! what survives in cache (newest first, dropping what cannot be used), check the halt
-//! conditions, and fetch from the prefix when nothing in cache can restart the job.
+//! what survives in cache (newest first, rebuilding or dropping what lost data), check the
+//! halt conditions, and load the newest checkpoint complete in cache or in the prefix
+//! (`restart.rs`).
 
 use std::time::Instant;
 
@@ -34,11 +35,11 @@ impl Runtime {
             Err(ConfigError { at: String::new(), msg: String::new() })
         };
         // Rank 0 alone prints a configuration error (it is the same on every rank).
-        let settings = world.bcast(0, &mine).map_err(|e| Error::Collective(e.to_string()))?;
+        let settings = world.bcast(0, &mine)?.map_err(|e| Error::Collective(e.to_string()))?;
         log::set_level(settings.debug);
         let descs = world
-            .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))
-            .expect("rank 0 built the descriptors")
+            .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))?
+            .ok_or_else(|| Error::Collective("SCR_Init: rank 0 sent no descriptors".into()))?
             .map_err(|e| Error::Collective(e.to_string()))?;
         if world.rank() == 0 {
             for w in &settings.warnings {
@@ -54,10 +55,10 @@ impl Runtime {
         }
 
         let prefix = Prefix::new(&settings.prefix);
-        let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)));
+        let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)))?;
         let (user, job) = who;
         let layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
-        let (node, nnodes, _) = world.split_by_string(&host);
+        let (node, nnodes, _) = world.split_by_string(&host)?;
         if world.rank() == 0 {
             scr_debug!(
                 1,
@@ -97,8 +98,9 @@ impl Runtime {
             watchdog: None,
             pinned: Vec::new(),
             version_of: None,
+            checksums: Default::default(),
         };
-        rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64));
+        rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.make_directories()?;
         if rt.rank0() {
             rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
@@ -119,7 +121,7 @@ impl Runtime {
     fn make_directories(&self) -> Result<()> {
         // transparent mode's pending area: the world ranks of this node keep theirs
         let on_node: Option<Vec<i32>> =
-            (!self.settings.preload.is_empty()).then(|| self.node.allgather(&self.world.rank()));
+            (!self.settings.preload.is_empty()).then(|| self.node.allgather(&self.world.rank())).transpose()?;
         let local = (|| -> Result<()> {
             if self.rank0() {
                 let d = self.layout.scr_dir();
@@ -160,7 +162,7 @@ impl Runtime {
         } else {
             FlushFile::default()
         };
-        let merged = self.world.gather(0, &mine).map(|all| {
+        let merged = self.world.gather(0, &mine)?.map(|all| {
             let mut out = FlushFile::default();
             for f in all {
                 for (id, e) in f.datasets {
@@ -174,21 +176,22 @@ impl Runtime {
             }
             out
         });
-        self.flushes = self.world.bcast(0, &merged.unwrap_or_default());
+        self.flushes = self.world.bcast(0, &merged.unwrap_or_default())?;
 
         let fm_path = self.layout.filemap(self.world.rank());
         self.filemap = Filemap::load(&fm_path).unwrap_or_else(|e| {
             scr_error!("{e}; the cached datasets of this rank are unusable");
             Filemap::default()
         });
+        self.adopt_checksum_files();
 
         if self.settings.distribute && !self.settings.cache_purge {
-            self.distribute();
+            self.distribute()?;
         }
 
         // Continue ids after everything known, in cache or in the prefix.
         let index = if self.rank0() { self.load_index() } else { Index::default() };
-        let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids());
+        let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids())?;
         let (fm_d, fm_c) = (
             self.filemap.datasets.keys().max().copied().unwrap_or(0),
             self.filemap.datasets.values().filter_map(|r| r.desc.ckpt).max().unwrap_or(0),
@@ -208,7 +211,7 @@ impl Runtime {
             })
             .map(|(id, _)| *id)
             .collect();
-        for id in self.world.bcast(0, &landed) {
+        for id in self.world.bcast(0, &landed)? {
             if self.rank0() {
                 scr_debug!(1, "dataset {id} reached the prefix after its run ended; recorded as flushed");
             }
@@ -224,7 +227,8 @@ impl Runtime {
         }
         if self.settings.cache_purge || !self.settings.distribute {
             let why = if self.settings.cache_purge { "SCR_CACHE_PURGE=1" } else { "SCR_DISTRIBUTE=0" };
-            let ids: Vec<u64> = self.filemap.datasets.keys().copied().collect();
+            let ids: Vec<u64> =
+                self.filemap.datasets.values().filter(|r| self.fits(r.desc.ranks)).map(|r| r.desc.id).collect();
             if self.rank0() && !ids.is_empty() {
                 scr_debug!(1, "{why}: deleting {} cached dataset(s)", ids.len());
             }
@@ -232,7 +236,8 @@ impl Runtime {
                 self.drop_cached(id);
             }
         }
-        self.scan_cache();
+        self.scan_cache()?;
+        self.report_other_sizes();
 
         if self.rank0() {
             let r = Halt::update(&self.layout.halt(), |h| {
@@ -271,23 +276,35 @@ impl Runtime {
             }
             self.drop_newer_than_named(&name);
         }
-        self.load_checkpoint();
+        self.load_checkpoint()?;
         self.after_load()
     }
 
-    /// Rank 0's view of the index; a damaged index is reported and left untouched.
+    /// Rank 0's view of the index (rebuilt from the prefix's dataset directories if it was
+    /// damaged or lost); an index that cannot be read at all is reported and left as it is.
     pub(super) fn load_index(&self) -> Index {
         Index::load(&self.layout.index()).unwrap_or_else(|e| {
-            scr_error!("{e}; no checkpoint can be fetched from the prefix until it is repaired");
+            scr_error!("{e}; no checkpoint can be fetched from the prefix until it can be read");
             Index::default()
         })
     }
 
-    /// Keep each cached dataset that every rank holds intact; delete the rest, saying why.
-    fn scan_cache(&mut self) {
+    /// Keep each cached dataset that every rank holds with its files at their recorded sizes;
+    /// rebuild or delete the rest, saying why. (CRC32s are checked when a dataset is chosen
+    /// for restart, see `load_cached`.) Datasets written by another number of processes are
+    /// left alone: they belong to a run of that size.
+    fn scan_cache(&mut self) -> Result<()> {
         let mut bound = i64::MAX;
         loop {
-            let mine = self.filemap.datasets.keys().rev().map(|&i| i as i64).find(|&i| i < bound).unwrap_or(-1);
+            let mine = self
+                .filemap
+                .datasets
+                .values()
+                .rev()
+                .filter(|r| self.fits(r.desc.ranks))
+                .map(|r| r.desc.id as i64)
+                .find(|&i| i < bound)
+                .unwrap_or(-1);
             let id = self.world.max_i64(mine);
             if id < 0 {
                 break;
@@ -296,21 +313,21 @@ impl Runtime {
             let id = id as u64;
             let check = match self.filemap.datasets.get(&id) {
                 None => Err("holds no record of it".to_string()),
-                Some(rec) => redundancy::check_local(rec, self.settings.crc_on_copy, self.settings.file_buf_size),
+                Some(rec) => redundancy::check_local(rec, None, self.settings.file_buf_size),
             };
             let err = check.err();
             if self.world.all_true(err.is_none()) {
                 scr_debug!(2, "cached dataset {id} is intact on this rank");
                 continue;
             }
-            self.rebuild_or_drop(id, err);
+            self.rebuild_or_drop(id, err)?;
         }
         // Datasets SCR owes the prefix (output never flushed, a flush cut short) go now.
         let owed: Vec<u64> = self
             .filemap
             .datasets
             .values()
-            .filter(|r| r.desc.output && !self.flushed(r.desc.id))
+            .filter(|r| r.desc.output && !self.flushed(r.desc.id) && self.fits(r.desc.ranks))
             .map(|r| r.desc.id)
             .collect();
         for id in owed {
@@ -320,6 +337,7 @@ impl Runtime {
                 }
             }
         }
+        Ok(())
     }
 
     /// With a named checkpoint requested, newer cached datasets are deleted (user guide 2.5.6).
@@ -329,7 +347,13 @@ impl Runtime {
         if target < 0 {
             return;
         }
-        let newer: Vec<u64> = self.filemap.datasets.keys().copied().filter(|&i| i as i64 > target).collect();
+        let newer: Vec<u64> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|r| r.desc.id as i64 > target && self.fits(r.desc.ranks))
+            .map(|r| r.desc.id)
+            .collect();
         for id in newer {
             self.drop_cached(id);
         }

@@ -9,12 +9,12 @@ use crate::transfer::flush::delete_from_prefix;
 
 impl Runtime {
     /// The id of the newest dataset called `name`, in cache or in the index (collective).
-    fn find_named(&self, name: &str) -> Option<u64> {
+    fn find_named(&self, name: &str) -> Result<Option<u64>> {
         let in_index = if self.rank0() { self.load_index().by_name(name).map(|e| e.desc.id as i64) } else { None };
-        let in_index = self.world.bcast(0, &in_index).unwrap_or(-1);
+        let in_index = self.world.bcast(0, &in_index)?.unwrap_or(-1);
         let cached = self.filemap.by_name(name).map(|r| r.desc.id as i64).unwrap_or(-1);
         let id = self.world.max_i64(cached.max(in_index));
-        (id >= 0).then_some(id as u64)
+        Ok((id >= 0).then_some(id as u64))
     }
 
     fn check_idle(&self, call: &'static str) -> Result<()> {
@@ -27,7 +27,7 @@ impl Runtime {
     pub(super) fn set_current(&mut self, name: &str) -> Result<()> {
         const CALL: &str = "SCR_Current";
         self.check_idle(CALL)?;
-        let Some(id) = self.find_named(name) else {
+        let Some(id) = self.find_named(name)? else {
             return Err(Error::usage(CALL, format!("no checkpoint named {name:?} in cache or in the prefix index")));
         };
         let is_ckpt = self.filemap.datasets.get(&id).map(|r| r.desc.checkpoint);
@@ -36,7 +36,7 @@ impl Runtime {
         } else {
             false
         };
-        if !self.world.bcast(0, &is_ckpt) {
+        if !self.world.bcast(0, &is_ckpt)? {
             return Err(Error::usage(CALL, format!("{name:?} is an output dataset, not a checkpoint")));
         }
         let marked = if self.rank0() {
@@ -53,7 +53,7 @@ impl Runtime {
         self.wanted = Some(name.to_string());
         self.drop_newer_than_named(name);
         if self.restart.as_ref().map(|r| r.name.as_str()) != Some(name) {
-            self.load_checkpoint();
+            self.load_checkpoint()?;
         }
         Ok(())
     }
@@ -61,7 +61,7 @@ impl Runtime {
     pub(super) fn delete(&mut self, name: &str) -> Result<()> {
         const CALL: &str = "SCR_Delete";
         self.check_idle(CALL)?;
-        let Some(id) = self.find_named(name) else {
+        let Some(id) = self.find_named(name)? else {
             return Err(Error::usage(CALL, format!("no dataset named {name:?} in cache or in the prefix index")));
         };
         self.drop_cached(id);
@@ -88,14 +88,20 @@ impl Runtime {
                         ix.current = None;
                     }
                 }
-                id.is_some()
+                id
             })
             .map_err(Error::from)
+            .and_then(|id| match id {
+                Some(id) => crate::state::recover::mark_dropped(&self.layout.index(), id, true)
+                    .map(|_| true)
+                    .map_err(|e| Error::io("mark as dropped", self.layout.prefix_dataset_dir(id), e)),
+                None => Ok(false),
+            })
         } else {
             Ok(true)
         };
         let found = self.agree(CALL, local)?;
-        if !self.world.bcast(0, &found) {
+        if !self.world.bcast(0, &found)? {
             return Err(Error::usage(CALL, format!("no dataset named {name:?} in the prefix index")));
         }
         Ok(())

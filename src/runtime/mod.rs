@@ -12,6 +12,7 @@
 //! ranks combine it, and all return the same result. The front ends (C API, preload) call
 //! these functions and map errors to return codes.
 
+mod checksums;
 mod flights;
 mod init;
 mod manage;
@@ -118,6 +119,8 @@ pub struct Runtime {
     /// Transparent mode: the cached checkpoint the current output phase makes a new version
     /// of (same name and checkpoint number; flushed again if it was flushed).
     version_of: Option<u64>,
+    /// Background CRC32 of SINGLE datasets ([`checksums`]).
+    checksums: checksums::Checksummer,
 }
 
 enum State {
@@ -304,8 +307,8 @@ pub fn drop_entry(name: &str) -> Result<()> {
 }
 
 /// `SCR_Config`: allowed before `SCR_Init` (set, unset, query) and after (query only).
-pub fn config(text: &str) -> Result<Option<String>> {
-    crate::config::scr_config(text, is_initialized()).map_err(Error::from)
+pub fn config(text: &str) -> Result<crate::config::Reply> {
+    crate::config::scr_config_reply(text, is_initialized()).map_err(Error::from)
 }
 
 impl Runtime {
@@ -378,9 +381,11 @@ impl Runtime {
     }
 
     /// Delete a dataset from this rank's cache: its cached files, its directory, its record.
-    /// A background flush of it finishes first: a dataset is never deleted while it is read.
+    /// A background flush of it finishes first (a dataset is never deleted while it is
+    /// flushed); a background checksum of it is cancelled.
     fn drop_cached(&mut self, id: u64) {
         self.flusher.wait(id);
+        self.cancel_checksum(id);
         if let Some(rec) = self.filemap.datasets.remove(&id) {
             remove_cached_files(&rec);
         }
@@ -434,6 +439,7 @@ impl Runtime {
             }
         }
         self.finish_flights();
+        self.finish_checksums();
         self.flush_owed();
         self.world.barrier();
         self.log_run_end(reason);

@@ -107,6 +107,8 @@ impl Runtime {
                 .datasets
                 .values()
                 .filter(|r| r.reddesc.store == store && !r.reddesc.bypass && Some(r.desc.id) != keep)
+                // another number of processes wrote it: never evicted, it is not this run's
+                .filter(|r| self.fits(r.desc.ranks))
                 .filter(|r| !self.pinned.contains(&r.desc.id))
                 .collect();
             let mut victims = Vec::new();
@@ -130,7 +132,8 @@ impl Runtime {
         } else {
             Vec::new()
         };
-        let victims: Vec<u64> = self.world.bcast(0, &victims);
+        // on a failed broadcast (agreed) nothing is evicted: the store holds one more
+        let victims: Vec<u64> = self.world.bcast(0, &victims).unwrap_or_default();
         // A victim still being flushed leaves only once its flush is finished everywhere.
         let flying: Vec<u64> = victims.iter().copied().filter(|id| self.in_flight(*id)).collect();
         let mut waited = 0.0;
@@ -211,7 +214,7 @@ impl Runtime {
         let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
         let encodes = self.encoder(index, bypass).is_some();
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
-        let crc = self.settings.crc_on_copy && !encodes;
+        let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !encodes;
         let buf = self.settings.file_buf_size;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let mut problems = Vec::new();
@@ -330,9 +333,12 @@ impl Runtime {
             self.checkpoint_taken();
         }
         self.progress(&[]);
-        // Last, so the background copy does not compete with the rest of this call.
+        // Last, so the background copy does not compete with the rest of this call. A
+        // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
         if background {
             self.start_async_flush(id);
+        } else if self.filemap.datasets.contains_key(&id) {
+            self.start_checksum(id);
         }
         result
     }
@@ -364,17 +370,28 @@ impl Runtime {
             .filemap
             .datasets
             .values()
-            .filter(|r| r.complete && r.desc.output && !self.flushed(r.desc.id))
+            .filter(|r| r.complete && r.desc.output && !self.flushed(r.desc.id) && self.fits(r.desc.ranks))
             .map(|r| r.desc.id)
             .collect();
         if self.settings.flush > 0 {
-            if let Some(r) = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint) {
+            let newest = self
+                .filemap
+                .datasets
+                .values()
+                .rev()
+                .find(|r| r.complete && r.desc.checkpoint && self.fits(r.desc.ranks));
+            if let Some(r) = newest {
                 if !self.flushed(r.desc.id) && !owed.contains(&r.desc.id) {
                     owed.push(r.desc.id);
                 }
             }
         }
-        let owed: Vec<u64> = self.world.bcast(0, &owed);
+        let owed: Vec<u64> = self.world.bcast(0, &owed).unwrap_or_else(|e| {
+            if self.rank0() {
+                scr_error!("{e}; the flushes SCR owes are not done (scavenge the cache)");
+            }
+            Vec::new()
+        });
         for id in owed {
             if let Err(e) = self.flush_dataset(id) {
                 if self.rank0() {

@@ -186,7 +186,7 @@ impl Runtime {
         let (interval, seconds, overhead) = (s.checkpoint_interval, s.checkpoint_seconds, s.checkpoint_overhead);
         let mine =
             self.rank0() && (self.policy.decide(interval, seconds, overhead) || self.halt_reason_local().is_some());
-        Ok(self.world.bcast(0, &mine))
+        Ok(self.world.bcast(0, &mine)?)
     }
 
     pub(super) fn should_exit(&mut self) -> Result<bool> {
@@ -207,7 +207,12 @@ impl Runtime {
     /// Rank 0 reads the halt file and decides; everyone gets the answer.
     pub(super) fn halt_reason(&self) -> Option<String> {
         let mine = if self.rank0() { self.halt_reason_local() } else { None };
-        self.world.bcast(0, &mine)
+        self.world.bcast(0, &mine).unwrap_or_else(|e| {
+            if self.rank0() {
+                crate::scr_error!("{e}; the halt conditions are not checked this time");
+            }
+            None
+        })
     }
 
     fn halt_reason_local(&self) -> Option<String> {

@@ -30,10 +30,10 @@ const MISSING: u64 = u64::MAX;
 
 impl Runtime {
     /// Move records and files of ranks that now run on another node to them (collective).
-    pub(super) fn distribute(&mut self) {
+    pub(super) fn distribute(&mut self) -> crate::error::Result<()> {
         let t0 = Instant::now();
         let size = self.world.size();
-        let on_node: Vec<i32> = self.node.allgather(&self.world.rank());
+        let on_node: Vec<i32> = self.node.allgather(&self.world.rank())?;
         let mut foreign: BTreeMap<i32, Filemap> = BTreeMap::new();
         if self.node.rank() == 0 {
             for (rank, path) in self.layout.filemaps() {
@@ -55,16 +55,21 @@ impl Runtime {
                 }
             }
         }
-        let offers: Vec<(u64, i32)> =
-            foreign.iter().flat_map(|(r, fm)| fm.datasets.keys().map(move |id| (*id, *r))).collect();
-        let mine: Vec<u64> = self.filemap.datasets.keys().copied().collect();
-        let all = self.world.gather(0, &(mine, offers));
+        // Datasets written by another number of processes stay where they are: their rank
+        // numbers mean other processes, and a run of their own size will find them there.
+        let fits = |r: &DatasetRecord| r.desc.ranks == size as u32;
+        let offers: Vec<(u64, i32)> = foreign
+            .iter()
+            .flat_map(|(r, fm)| fm.datasets.values().filter(|d| fits(d)).map(move |d| (d.desc.id, *r)))
+            .collect();
+        let mine: Vec<u64> = self.filemap.datasets.values().filter(|d| fits(d)).map(|d| d.desc.id).collect();
+        let all = self.world.gather(0, &(mine, offers))?;
         let moves: Vec<Move> = all
             .map(|all| {
                 let mut moves: Vec<Move> = Vec::new();
                 for (holder, (_, offers)) in all.iter().enumerate() {
                     for &(id, owner) in offers {
-                        let owned = all[owner as usize].0.contains(&id);
+                        let owned = all.get(owner as usize).is_none_or(|a| a.0.contains(&id));
                         if !owned && !moves.iter().any(|m| m.0 == id && m.1 == owner) {
                             moves.push((id, owner, holder as i32));
                         }
@@ -74,7 +79,7 @@ impl Runtime {
                 moves
             })
             .unwrap_or_default();
-        let moves: Vec<Move> = self.world.bcast(0, &moves);
+        let moves: Vec<Move> = self.world.bcast(0, &moves)?;
         if self.rank0() && !moves.is_empty() {
             scr_debug!(1, "moving {} cached dataset part(s) to the nodes their ranks now run on", moves.len());
         }
@@ -82,8 +87,9 @@ impl Runtime {
         let nmoves = moves.len();
         for (id, owner, holder) in moves {
             if me == holder {
-                let fm = foreign.get_mut(&owner).expect("the holder offered it");
-                let rec = fm.datasets.get(&id).expect("offered").clone();
+                // the holder offered it: it is in `foreign`
+                let Some(fm) = foreign.get_mut(&owner) else { continue };
+                let Some(rec) = fm.datasets.get(&id).cloned() else { continue };
                 if self.send_record(owner, &rec) {
                     fm.datasets.remove(&id);
                     super::remove_part(&rec);
@@ -107,14 +113,18 @@ impl Runtime {
                 scr_debug!(1, "distributed {nmoves} cached dataset part(s) in {secs:.3} s");
             }
         }
+        Ok(())
     }
 
-    /// Send a record and its files; true when the owner stored them.
+    /// Send a record and its files; true when the owner stored them. The number of files
+    /// goes first, so the owner can take the whole message even if the record does not decode.
     fn send_record(&self, owner: i32, rec: &DatasetRecord) -> bool {
         self.world.send_value(owner, rec);
+        let paths = rec.cached_paths();
+        self.world.send(owner, &(paths.len() as u64).to_le_bytes());
         let buf_size = self.settings.file_buf_size;
         let mut buf = vec![0u8; buf_size];
-        for path in rec.cached_paths() {
+        for path in paths {
             let file = std::fs::File::open(path).and_then(|f| f.metadata().map(|m| (f, m.len())));
             let Ok((file, len)) = file else {
                 self.world.send(owner, &MISSING.to_le_bytes());
@@ -136,23 +146,44 @@ impl Runtime {
         ack[0] == 1
     }
 
-    /// Receive a record and its files from `holder` and add it to this rank's filemap.
+    /// Receive a record and its files from `holder` and add it to this rank's filemap. A
+    /// record that does not decode is refused (its files are received and dropped, and the
+    /// holder keeps its copy).
     fn recv_record(&mut self, holder: i32) {
-        let rec: DatasetRecord = self.world.recv_value(holder);
-        let mut ok = true;
+        let rec: Result<DatasetRecord, _> = self.world.recv_value(holder);
+        let mut count = [0u8; 8];
+        self.world.recv_into(holder, &mut count);
+        let count = u64::from_le_bytes(count) as usize;
+        let paths: Vec<PathBuf> = match &rec {
+            Ok(r) if r.cached_paths().len() == count => r.cached_paths().iter().map(|p| p.to_path_buf()).collect(),
+            Ok(r) => {
+                scr_error!(
+                    "dataset {} from rank {holder}: {count} file(s) sent for a record of {}",
+                    r.desc.id,
+                    r.cached_paths().len()
+                );
+                Vec::new()
+            }
+            Err(e) => {
+                scr_error!("a cached dataset from rank {holder}: {e}; rank {holder} keeps it");
+                Vec::new()
+            }
+        };
+        let mut ok = paths.len() == count;
         let mut buf = vec![0u8; self.settings.file_buf_size];
-        for path in rec.cached_paths() {
+        for i in 0..count {
             let mut len = [0u8; 8];
             self.world.recv_into(holder, &mut len);
             let len = u64::from_le_bytes(len);
             if len == MISSING {
                 continue;
             }
-            let out = path
-                .parent()
-                .map_or(Ok(()), crate::paths::create_dirs)
-                .ok()
-                .and_then(|_| std::fs::File::create(path).ok());
+            let out = paths.get(i).and_then(|path| {
+                path.parent()
+                    .map_or(Ok(()), crate::paths::create_dirs)
+                    .ok()
+                    .and_then(|_| std::fs::File::create(path).ok())
+            });
             ok &= out.is_some();
             let mut off = 0u64;
             while off < len {
@@ -167,20 +198,22 @@ impl Runtime {
                 ok &= f.sync_all().is_ok();
             }
         }
-        if ok {
+        if let (true, Ok(rec)) = (ok, rec) {
             scr_debug!(2, "received dataset {} from rank {holder}", rec.desc.id);
             self.filemap.datasets.insert(rec.desc.id, rec);
             if let Err(e) = self.save_filemap() {
                 scr_error!("{e}");
                 ok = false;
             }
+        } else {
+            ok = false;
         }
         self.world.send(holder, &[u8::from(ok)]);
     }
 
     /// Cached dataset `id` is not intact on every rank: rebuild it if its redundancy allows,
     /// else explain and drop it. `problem` is this rank's reason. Returns whether it was kept.
-    pub(super) fn rebuild_or_drop(&mut self, id: u64, problem: Option<String>) -> bool {
+    pub(super) fn rebuild_or_drop(&mut self, id: u64, problem: Option<String>) -> crate::error::Result<bool> {
         let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone());
         let red = self.filemap.datasets.get(&id).and_then(|r| r.red.clone());
         let files: Vec<String> = self
@@ -192,7 +225,7 @@ impl Runtime {
         let t0 = Instant::now();
         let status = Status { intact: problem.is_none(), red, name, files, problem };
         // rank 0: the lost ranks and the scheme, for the event log
-        let (plan, lost_ranks, scheme) = match self.world.gather(0, &status) {
+        let (plan, lost_ranks, scheme) = match self.world.gather(0, &status)? {
             Some(all) => {
                 let lost: Vec<String> =
                     all.iter().enumerate().filter(|(_, s)| !s.intact).map(|(r, _)| r.to_string()).collect();
@@ -213,7 +246,7 @@ impl Runtime {
                 rt.events.record("REBUILD", &all);
             }
         };
-        let plan: Result<Plan, String> = self.world.bcast(0, &plan);
+        let plan: Result<Plan, String> = self.world.bcast(0, &plan)?;
         let (plan, what) = match plan {
             Ok(p) => p,
             Err(why) => {
@@ -222,10 +255,15 @@ impl Runtime {
                 }
                 log(self, false, &why);
                 self.drop_cached(id);
-                return false;
+                return Ok(false);
             }
         };
-        let (set_id, index, lost) = plan[self.world.rank() as usize];
+        // rank 0 planned every rank (checked on every rank: the plan came from rank 0)
+        let Some(&(set_id, index, lost)) = plan.get(self.world.rank() as usize) else {
+            return Err(crate::error::Error::Collective(format!(
+                "rebuilding dataset {id}: the plan has no entry for every rank"
+            )));
+        };
         let comm = self.world.split(set_id as i32, index as i32);
         let mut lost_in_set: Vec<usize> = plan.iter().filter(|p| p.0 == set_id && p.2).map(|p| p.1).collect();
         lost_in_set.sort_unstable();
@@ -249,13 +287,13 @@ impl Runtime {
                     ),
                 );
             }
-            true
+            Ok(true)
         } else {
             if self.rank0() {
                 scr_warn!("{summary}; deleting dataset {id} from cache");
             }
             self.drop_cached(id);
-            false
+            Ok(false)
         }
     }
 
@@ -277,15 +315,18 @@ impl Runtime {
             let red = rec.red.as_ref().expect("a survivor has redundancy");
             redfile::read_header(&red.file).map_err(|e| local_err = Some(e.to_string())).ok().map(|h| h.0)
         };
-        let headers: Vec<Option<Header>> = comm.allgather(&header);
+        let headers: Vec<Option<Header>> = comm.allgather(&header).map_err(|e| e.to_string())?;
         let n = comm.size() as usize;
         let Some(template) = headers.iter().flatten().next().cloned() else {
             return Err(local_err.unwrap_or_else(|| "no surviving member could read its redundancy file".into()));
         };
         let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
         for h in headers.iter().flatten() {
+            // a header of another set shape (not ours) lists members this set does not have
             for (x, f) in &h.files {
-                all[*x].get_or_insert_with(|| f.clone());
+                if let Some(slot) = all.get_mut(*x) {
+                    slot.get_or_insert_with(|| f.clone());
+                }
             }
         }
         let Some(all) = all.into_iter().collect::<Option<Vec<_>>>() else {
@@ -368,7 +409,7 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
         })
         .collect();
     let what = format!(
-        "cached dataset {id} ({name}) is missing data of {} rank(s): {}{}",
+        "cached dataset {id} ({name}) lost or damaged data of {} rank(s): {}{}",
         lost.len(),
         lost_files.join("; "),
         if lost.len() > 4 { "; ..." } else { "" }

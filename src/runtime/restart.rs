@@ -1,5 +1,6 @@
-//! Restart: choosing the checkpoint to offer (newest usable one in cache, else fetched from
-//! the prefix, skipping ones that already failed), the restart phase, and the retry loop:
+//! Restart: choosing the checkpoint to offer (the newest one complete in cache or in the
+//! prefix, written by this run's number of processes and not failed in this run; a cached one
+//! verified against its CRC32s, a prefix one fetched), the restart phase, and the retry loop:
 //! a restart that fails on any rank marks that checkpoint failed and loads the next one.
 
 use std::path::{Path, PathBuf};
@@ -13,118 +14,238 @@ use crate::state::flushfile::Location;
 use crate::state::index::{FetchRecord, Index};
 use crate::{scr_debug, scr_error, scr_warn};
 
+/// Where the next checkpoint to try is (rank 0 decides, every rank acts).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+enum Candidate {
+    /// A complete dataset in cache (intact on every rank by size).
+    Cache(u64),
+    /// A complete dataset in the prefix, newer than anything usable in cache.
+    Prefix { id: u64, ckpt: u64, name: String, bytes: u64, files: u64 },
+}
+
 impl Runtime {
-    /// Choose the checkpoint to offer: cache first, then fetch (collective).
-    pub(super) fn load_checkpoint(&mut self) {
+    /// Whether a dataset written by `ranks` processes can restart this run.
+    pub(super) fn fits(&self, ranks: u32) -> bool {
+        ranks == self.world.size() as u32
+    }
+
+    /// Choose the checkpoint to offer (collective): the newest checkpoint that is complete
+    /// somewhere, in cache or in the prefix (a newer prefix copy beats an older cached one),
+    /// skipping ones that failed in this run and ones written by another number of processes.
+    /// A cached one is verified first (CRC32) and rebuilt or dropped if that fails; a prefix
+    /// one is fetched (and verified); the first that succeeds is loaded.
+    pub(super) fn load_checkpoint(&mut self) -> Result<()> {
         self.restart = None;
-        let cached = if self.rank0() {
-            self.filemap
-                .datasets
-                .values()
-                .rev()
-                .filter(|r| r.desc.checkpoint && r.complete && !self.failed.contains(&r.desc.id))
-                .find(|r| self.wanted.as_ref().is_none_or(|w| &r.desc.name == w))
-                .map(|r| r.desc.id)
-        } else {
-            None
-        };
-        if let Some(id) = self.world.bcast(0, &cached) {
-            let rec = &self.filemap.datasets[&id];
-            self.restart = Some(Loaded { id, name: rec.desc.name.clone(), in_prefix: rec.reddesc.bypass });
-            if self.rank0() {
-                scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
+        loop {
+            let next = if self.rank0() { self.next_candidate() } else { None };
+            let loaded = match self.world.bcast(0, &next)? {
+                None => return Ok(()),
+                Some(Candidate::Cache(id)) => self.load_cached(id)?,
+                Some(Candidate::Prefix { id, ckpt, name, bytes, files }) => {
+                    self.fetch_one(id, ckpt, name, bytes, files)
+                }
+            };
+            if loaded {
+                return Ok(());
             }
-            self.events.record("RESTART", &[("dset", &id), ("name", &rec.desc.name), ("from", &"cache")]);
-            return;
-        }
-        if self.settings.fetch {
-            self.fetch_loop();
         }
     }
 
-    /// Try checkpoints from the index, current first then newest to oldest, until one fetches.
-    fn fetch_loop(&mut self) {
-        loop {
-            let next = if self.rank0() {
-                let ix = self.load_index();
-                ix.restart_candidates(&self.failed).first().map(|id| {
-                    let e = &ix.datasets[id];
-                    (*id, e.desc.ckpt.unwrap_or(*id), e.desc.name.clone(), e.desc.size, e.desc.files)
+    /// Rank 0: the next candidate, newest first.
+    fn next_candidate(&self) -> Option<Candidate> {
+        let wanted = |name: &str| self.wanted.as_ref().is_none_or(|w| w == name);
+        let cached = self
+            .filemap
+            .datasets
+            .values()
+            .rev()
+            .filter(|r| r.desc.checkpoint && r.complete && self.fits(r.desc.ranks) && !self.failed.contains(&r.desc.id))
+            .find(|r| wanted(&r.desc.name))
+            .map(|r| r.desc.id);
+        let prefix = if self.settings.fetch {
+            let ix = self.load_index();
+            ix.restart_candidates(&self.failed)
+                .into_iter()
+                .map(|id| &ix.datasets[&id])
+                .find(|e| self.fits(e.desc.ranks) && wanted(&e.desc.name))
+                .map(|e| Candidate::Prefix {
+                    id: e.desc.id,
+                    ckpt: e.desc.ckpt.unwrap_or(e.desc.id),
+                    name: e.desc.name.clone(),
+                    bytes: e.desc.size,
+                    files: e.desc.files,
                 })
-            } else {
-                None
-            };
-            let Some((id, ckpt, name, bytes, files)) = self.world.bcast(0, &next) else {
-                return;
-            };
-            let mut rd = self.descs.select(ckpt, true, false).clone();
-            let bypass = self.settings.fetch_bypass || self.settings.global_restart || rd.bypass;
-            if !bypass {
-                self.make_room(&rd.store.clone(), None);
+        } else {
+            None
+        };
+        match (cached, prefix) {
+            (Some(c), Some(p @ Candidate::Prefix { id, .. })) if id > c => {
+                scr_debug!(1, "the prefix holds dataset {id}, newer than cached dataset {c}: fetching it");
+                Some(p)
             }
-            rd.bypass = bypass;
-            let dir = self.layout.cache_dataset_dir(&rd.store, id);
-            let t0 = std::time::Instant::now();
-            let result = crate::transfer::fetch::fetch(&self.ctx(), id, &dir, bypass);
-            let ok = result.is_ok();
-            let why = result.as_ref().err().map(|e| e.to_string());
+            (Some(c), _) => Some(Candidate::Cache(c)),
+            (None, p) => p,
+        }
+    }
+
+    /// Offer cached dataset `id` once every rank's files check out against their CRC32s
+    /// (`SCR_CRC_ON_COPY` unset or 1); a mismatch counts as a lost file: the dataset is
+    /// rebuilt from its redundancy data if the scheme allows, else dropped from cache.
+    fn load_cached(&mut self, id: u64) -> Result<bool> {
+        let t0 = std::time::Instant::now();
+        let problem = match self.filemap.datasets.get(&id) {
+            Some(rec) if self.settings.crc_on_copy.verify() => {
+                crate::redundancy::check_local(rec, Some(self.verify_threads()), self.settings.file_buf_size).err()
+            }
+            Some(_) => None,
+            None => Some("holds no record of it".to_string()),
+        };
+        let intact = self.world.all_true(problem.is_none());
+        if self.rank0() && self.settings.crc_on_copy.verify() {
             let secs = t0.elapsed().as_secs_f64();
-            self.events.record(
-                "FETCH",
-                &[
-                    ("dset", &id),
-                    ("name", &name),
-                    ("bytes", &bytes),
-                    ("files", &files),
-                    ("secs", &Secs(secs)),
-                    ("mibps", &Mibps::of(bytes, secs)),
-                    ("ok", &flag(ok)),
-                    ("bypass", &flag(bypass)),
-                ],
+            let bytes = self.filemap.datasets.get(&id).map_or(0, |r| r.bytes());
+            scr_debug!(
+                1,
+                "verified rank 0's part of cached dataset {id} against its CRC32s: {} in {secs:.3} s, {:.1} MiB/s ({} thread(s))",
+                crate::log::bytes(bytes),
+                crate::log::mib_per_sec(bytes, secs),
+                self.verify_threads()
             );
-            if self.rank0() {
-                let r = Index::update(&self.layout.index(), |ix| {
-                    if let Some(e) = ix.datasets.get_mut(&id) {
-                        e.fetches.push(FetchRecord {
-                            time: identity::iso_time(identity::now_secs()),
-                            ok,
-                            why: why.clone(),
-                        });
-                        if ok {
-                            ix.current = Some(name.clone());
-                        } else {
-                            e.failed = true;
-                            if ix.current.as_deref() == Some(name.as_str()) {
-                                ix.current = None;
-                            }
+        }
+        if !intact && !self.rebuild_or_drop(id, problem)? {
+            return Ok(false);
+        }
+        let rec = &self.filemap.datasets[&id];
+        self.restart = Some(Loaded { id, name: rec.desc.name.clone(), in_prefix: rec.reddesc.bypass });
+        if self.rank0() {
+            scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
+        }
+        self.events.record("RESTART", &[("dset", &id), ("name", &rec.desc.name), ("from", &"cache")]);
+        Ok(true)
+    }
+
+    /// Threads each process verifies its cached files with at restart: the node's cores
+    /// (as far as this process may run on them) shared by the processes on the node; nothing
+    /// else runs there before the application's restart reads.
+    fn verify_threads(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / self.node.size().max(1) as usize).max(1)
+    }
+
+    /// Fetch checkpoint `id` from the prefix (collective) and load it; on failure it is
+    /// marked failed in the index (a failed fetch is never tried again).
+    fn fetch_one(&mut self, id: u64, ckpt: u64, name: String, bytes: u64, files: u64) -> bool {
+        let mut rd = self.descs.select(ckpt, true, false).clone();
+        let bypass = self.settings.fetch_bypass || self.settings.global_restart || rd.bypass;
+        if !bypass {
+            self.make_room(&rd.store.clone(), None);
+        }
+        rd.bypass = bypass;
+        let dir = self.layout.cache_dataset_dir(&rd.store, id);
+        let t0 = std::time::Instant::now();
+        let result = crate::transfer::fetch::fetch(&self.ctx(), id, &dir, bypass);
+        let ok = result.is_ok();
+        let why = result.as_ref().err().map(|e| e.to_string());
+        let secs = t0.elapsed().as_secs_f64();
+        self.events.record(
+            "FETCH",
+            &[
+                ("dset", &id),
+                ("name", &name),
+                ("bytes", &bytes),
+                ("files", &files),
+                ("secs", &Secs(secs)),
+                ("mibps", &Mibps::of(bytes, secs)),
+                ("ok", &flag(ok)),
+                ("bypass", &flag(bypass)),
+            ],
+        );
+        if self.rank0() {
+            let r = Index::update(&self.layout.index(), |ix| {
+                if let Some(e) = ix.datasets.get_mut(&id) {
+                    e.fetches.push(FetchRecord {
+                        time: identity::iso_time(identity::now_secs()),
+                        ok,
+                        why: why.clone(),
+                    });
+                    if ok {
+                        ix.current = Some(name.clone());
+                    } else {
+                        e.failed = true;
+                        if ix.current.as_deref() == Some(name.as_str()) {
+                            ix.current = None;
                         }
                     }
-                });
-                if let Err(e) = r {
-                    scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
                 }
+            });
+            if let Err(e) = r {
+                scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
             }
-            match result {
-                Ok((desc, files)) => {
-                    self.filemap
-                        .datasets
-                        .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
-                    if let Err(e) = self.save_filemap() {
-                        scr_error!("{e}");
-                    }
-                    self.set_location(id, Some(Location::Pfs));
-                    self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
-                    self.restart = Some(Loaded { id, name, in_prefix: bypass });
-                    return;
+        }
+        match result {
+            Ok((desc, files)) => {
+                self.filemap
+                    .datasets
+                    .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
+                if let Err(e) = self.save_filemap() {
+                    scr_error!("{e}");
                 }
-                Err(e) => {
-                    if self.rank0() {
-                        scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
-                    }
-                    self.failed.push(id);
+                self.set_location(id, Some(Location::Pfs));
+                self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
+                self.restart = Some(Loaded { id, name, in_prefix: bypass });
+                true
+            }
+            Err(e) => {
+                if self.rank0() {
+                    scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
+                }
+                self.failed.push(id);
+                false
+            }
+        }
+    }
+
+    /// Say once which checkpoints this run skips because another number of processes wrote
+    /// them (collective). They stay where they are, unmarked, for a run of their own size.
+    pub(super) fn report_other_sizes(&self) {
+        let mine: Vec<(u64, String, u32)> = self
+            .filemap
+            .datasets
+            .values()
+            .filter(|r| r.desc.checkpoint && r.complete && !self.fits(r.desc.ranks))
+            .map(|r| (r.desc.id, r.desc.name.clone(), r.desc.ranks))
+            .collect();
+        let Ok(Some(all)) = self.world.gather(0, &mine) else { return };
+        let mut seen: std::collections::BTreeMap<u64, (String, u32, &str)> = std::collections::BTreeMap::new();
+        for (id, name, ranks) in all.into_iter().flatten() {
+            seen.insert(id, (name, ranks, "cache"));
+        }
+        if self.settings.fetch {
+            let ix = self.load_index();
+            for e in ix.datasets.values().filter(|e| e.complete && !e.failed && e.desc.checkpoint) {
+                if !self.fits(e.desc.ranks) {
+                    seen.entry(e.desc.id).or_insert((e.desc.name.clone(), e.desc.ranks, "prefix"));
                 }
             }
         }
+        if seen.is_empty() {
+            return;
+        }
+        let list: Vec<String> = seen
+            .iter()
+            .rev()
+            .take(6)
+            .map(|(id, (name, ranks, at))| format!("{name} (dataset {id}, {ranks} processes, in {at})"))
+            .collect();
+        scr_warn!(
+            "this run has {} processes; skipping {} checkpoint(s) written by another number of processes: {}{}. \
+             They are kept as they are (not marked failed, not deleted): relaunch with their number of processes \
+             to restart from them",
+            self.world.size(),
+            seen.len(),
+            list.join(", "),
+            if seen.len() > 6 { ", ..." } else { "" }
+        );
     }
 
     pub(super) fn have_restart(&mut self) -> Result<Option<String>> {
@@ -223,7 +344,7 @@ impl Runtime {
             self.wanted = None;
         }
         self.drop_cached(loaded.id);
-        self.load_checkpoint();
+        self.load_checkpoint()?;
         self.policy.compute_started();
         Ok(false)
     }

@@ -22,7 +22,7 @@ impl Runtime {
             }
             let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
             let value = self.agree(&format!("SCR_Init: failure group {} of CKPT={}", d.group, d.index), value)?;
-            let (groups, ngroups) = self.world.group_ids(&value);
+            let (groups, ngroups) = self.world.group_ids(&value)?;
             let sets = form_sets(&groups, d.set_size);
             let me = self.world.rank() as usize;
             let (id, set) = sets.iter().enumerate().find(|(_, s)| s.contains(&me)).expect("every rank is in a set");

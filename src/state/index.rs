@@ -1,7 +1,12 @@
 //! The index (`<prefix>/.scr/index.scr`): every dataset in the prefix, whether it is
 //! complete, when it was flushed, whether a restart from it failed, each fetch attempt, and
 //! the *current* marker that says where the next restart starts (user guide 2.10). Shared
-//! with `scr_index`, so every change is a locked read-modify-write ([`update`]).
+//! with `scr_index`, so every change is a locked read-modify-write ([`Index::update`]).
+//!
+//! The index is a cache of the prefix's dataset directories: when it is damaged, or missing
+//! while dataset directories exist, every reader and writer here rebuilds it from them first
+//! ([`super::recover`]), says so loudly (which file, what was recovered, where the damaged
+//! copy went), and goes on with the rebuilt index.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,7 +14,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::dataset::DatasetDesc;
-use crate::persist::{self, MetaError};
+use super::recover;
+use crate::persist::{self, Lock, MetaError};
+use crate::scr_error;
 
 const KIND: &str = "index";
 
@@ -47,21 +54,44 @@ pub struct Index {
 }
 
 impl Index {
+    /// Read the index at `path` (`<prefix>/.scr/index.scr`), rebuilding it first if it is
+    /// damaged or missing while the prefix holds datasets.
     pub fn load(path: &Path) -> Result<Index, MetaError> {
-        Ok(persist::read(path, KIND)?.unwrap_or_default())
+        match persist::read::<Index>(path, KIND) {
+            Ok(Some(ix)) => Ok(ix),
+            Ok(None) if !path.parent().is_some_and(recover::anything_to_index) => Ok(Index::default()),
+            Ok(None) | Err(MetaError::Damaged { .. }) => {
+                let _lock = Lock::acquire(path)?;
+                read_or_rebuild(path)
+            }
+            Err(e) => Err(e),
+        }
     }
 
-    /// Locked read-modify-write.
+    /// Locked read-modify-write (of the rebuilt index if it was damaged or lost).
     pub fn update<R>(path: &Path, f: impl FnOnce(&mut Index) -> R) -> Result<R, MetaError> {
-        persist::update(path, KIND, f)
+        let _lock = Lock::acquire(path)?;
+        let mut ix = read_or_rebuild(path)?;
+        let r = f(&mut ix);
+        persist::write_atomic(path, KIND, &ix)?;
+        Ok(r)
     }
 
-    /// Locked read-modify-write that writes only if `f` succeeds (see [`persist::try_update`]).
+    /// Locked read-modify-write that writes only if `f` succeeds (a rebuilt index is written
+    /// in any case).
     pub fn try_update<R, E>(
         path: &Path,
         f: impl FnOnce(&mut Index) -> Result<R, E>,
     ) -> Result<Result<R, E>, MetaError> {
-        persist::try_update(path, KIND, f)
+        let _lock = Lock::acquire(path)?;
+        let mut ix = read_or_rebuild(path)?;
+        match f(&mut ix) {
+            Ok(r) => {
+                persist::write_atomic(path, KIND, &ix)?;
+                Ok(Ok(r))
+            }
+            Err(e) => Ok(Err(e)),
+        }
     }
 
     /// The newest entry with this name.
@@ -92,6 +122,34 @@ impl Index {
     }
 }
 
+/// With the index's lock held: its content, rebuilt from the dataset directories (and
+/// written) when it is damaged, or missing while there are datasets to index.
+fn read_or_rebuild(path: &Path) -> Result<Index, MetaError> {
+    let why = match persist::read::<Index>(path, KIND) {
+        Ok(Some(ix)) => return Ok(ix),
+        Ok(None) => "is missing".to_string(),
+        Err(MetaError::Damaged { why, .. }) => format!("is damaged ({why})"),
+        Err(e) => return Err(e),
+    };
+    let scr_dir = path.parent().unwrap_or(Path::new("."));
+    if why == "is missing" && !recover::anything_to_index(scr_dir) {
+        return Ok(Index::default());
+    }
+    let moved = if path.exists() { recover::move_aside(path) } else { None };
+    let rebuilt = recover::rebuild(scr_dir);
+    persist::write_atomic(path, KIND, &rebuilt.index)?;
+    let what = match &moved {
+        Some(to) => format!("{} {why}; the damaged copy was moved to {}", path.display(), to.display()),
+        None if why == "is missing" => format!("{} is missing", path.display()),
+        None => format!("{} {why}; it could not be moved aside and was replaced", path.display()),
+    };
+    scr_error!(
+        "{what}; the index was rebuilt from the dataset directories of the prefix (restart markers and fetch history are lost): {}",
+        if rebuilt.notes.is_empty() { "nothing to index".to_string() } else { rebuilt.notes.join("; ") }
+    );
+    Ok(rebuilt.index)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +176,60 @@ mod tests {
         assert_eq!(ix.restart_candidates(&[]), vec![4, 1]);
         assert_eq!(ix.restart_candidates(&[4]), vec![5, 1]);
         assert_eq!(ix.max_ids(), (5, 5));
+    }
+
+    /// A flushed dataset's directory, as a flush leaves it.
+    fn flushed(scr: &Path, id: u64) {
+        let dir = scr.join(format!("scr.dataset.{id}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r2f = super::super::summary::Rank2File { ranks: 0, files: Default::default() };
+        r2f.save(&dir.join("rank2file.scr")).unwrap();
+        let desc = DatasetDesc::sample(id, &format!("ckpt.{id}"), 0);
+        super::super::summary::Summary { desc, scheme: "SINGLE".into() }.save(&dir.join("summary.scr")).unwrap();
+    }
+
+    #[test]
+    fn damaged_truncated_or_deleted_index_is_rebuilt_and_kept_aside() {
+        for damage in ["flip", "truncate", "delete"] {
+            let d = tempfile::tempdir().unwrap();
+            let scr = d.path().join(".scr");
+            let path = scr.join("index.scr");
+            flushed(&scr, 3);
+            flushed(&scr, 5);
+            Index::update(&path, |ix| {
+                ix.datasets.insert(9, entry(9, "gone", true, false));
+            })
+            .unwrap();
+            let mut bytes = std::fs::read(&path).unwrap();
+            match damage {
+                "flip" => {
+                    let n = bytes.len() - 5;
+                    bytes[n] ^= 1;
+                    std::fs::write(&path, &bytes).unwrap();
+                }
+                "truncate" => std::fs::write(&path, &bytes[..bytes.len() / 2]).unwrap(),
+                _ => std::fs::remove_file(&path).unwrap(),
+            }
+            let ix = Index::load(&path).unwrap();
+            assert_eq!(ix.restart_candidates(&[]), vec![5, 3], "{damage}");
+            assert_eq!(ix.current.as_deref(), Some("ckpt.5"));
+            let aside: Vec<_> = std::fs::read_dir(&scr)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with("index.scr.damaged."))
+                .collect();
+            assert_eq!(aside.len(), usize::from(damage != "delete"), "{damage}");
+            // written back: a plain read now succeeds, and updates work
+            assert_eq!(persist::read::<Index>(&path, KIND).unwrap().unwrap(), ix);
+            Index::update(&path, |ix| ix.current = None).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_missing_index_with_nothing_to_index_stays_missing() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join(".scr/index.scr");
+        assert_eq!(Index::load(&path).unwrap(), Index::default());
+        assert!(!path.exists());
     }
 }

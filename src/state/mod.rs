@@ -9,8 +9,10 @@
 //! | `halt.scr` | `<prefix>/.scr` | rank 0, `scr_halt` | halt conditions and exit reason |
 //! | `summary.scr`, `rank2file.scr` | `<prefix>/.scr/scr.dataset.<id>` | rank 0 at flush, `scr_index --build` | dataset descriptor; each rank's files with size and CRC |
 //! | `<rank>.scrfilemap` | `<prefix>/.scr/scr.dataset.<id>` | `scr_copy` (scavenge), `scr_index --build` | one rank's scavenged files and its redundancy file |
+//! | `crc.<rank>.scr` | `<dataset cache dir>/.scr` | each rank's background checksum (SINGLE) | that rank's files with size and CRC32 |
 //! | `run.scr` | `<prefix>/.scr` | `scr_run` | the run it launched: host, process, nodes, outcome |
 
+pub mod crcs;
 pub mod dataset;
 pub mod filemap;
 pub mod flushfile;
@@ -18,6 +20,7 @@ pub mod halt;
 pub mod index;
 pub mod layout;
 pub mod rankfile;
+pub mod recover;
 pub mod redinfo;
 pub mod run;
 pub mod summary;

@@ -194,7 +194,9 @@ impl Shared {
 }
 
 /// Background work yields to the application's threads (Linux: per-thread nice value).
-fn lower_priority() {
+/// Lower the calling thread's CPU priority (nice +10): background work of the library yields
+/// to the application.
+pub(crate) fn lower_priority() {
     // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
     // this thread's nice value, and a failure is harmless.
     unsafe {

@@ -37,13 +37,13 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
     let head: Result<DatasetDesc, String> = ctx.world.bcast(
         0,
         &plan.as_ref().map(|p| p.as_ref().map(|(d, _)| d.clone()).map_err(Clone::clone)).unwrap_or(Err(String::new())),
-    );
+    )?;
     let desc = head.map_err(|e| Error::Collective(format!("fetch of dataset {id}: {e}")))?;
     let lists: Option<Vec<Vec<PrefixFile>>> = plan.map(|p| {
         let (_, r2f) = p.expect("checked by the broadcast");
         (0..size as u32).map(|r| r2f.files.get(&r).cloned().unwrap_or_default()).collect()
     });
-    let mine: Vec<PrefixFile> = ctx.world.scatter(0, lists);
+    let mine: Vec<PrefixFile> = ctx.world.scatter(0, lists)?;
 
     let local = ctx.in_waves(ctx.settings.fetch_width, || {
         mine.iter()

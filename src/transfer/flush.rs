@@ -32,7 +32,7 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     let t0 = Instant::now();
 
     let mark = (rank == 0).then(|| mark_flushing(ctx.layout, rec).err().map(|e| e.to_string())).flatten();
-    if let Some(e) = ctx.world.bcast(0, &mark) {
+    if let Some(e) = ctx.world.bcast(0, &mark)? {
         return Err(Error::Collective(format!("{what}: cannot record it in the index: {e}")));
     }
 
@@ -54,9 +54,9 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
         }
     }
 
-    let all = ctx.world.gather(0, &files);
+    let all = ctx.world.gather(0, &files)?;
     let publish_err = all.and_then(|all| publish(ctx.layout, rec, all).err().map(|e| e.to_string()));
-    if let Some(e) = ctx.world.bcast(0, &publish_err) {
+    if let Some(e) = ctx.world.bcast(0, &publish_err)? {
         return Err(Error::Collective(format!("{what}: {e}")));
     }
     let secs = ctx.world.max_f64(t0.elapsed().as_secs_f64());
@@ -141,8 +141,9 @@ pub(super) fn copy_files(
     Ok(out)
 }
 
-/// Write the dataset's summary and rank-to-file map, then mark it complete in the index
-/// (rank 0 of a synchronous flush; the last rank to finish a background flush).
+/// Write the dataset's summary and rank-to-file map, then mark it complete in the index and,
+/// for a checkpoint, current (rank 0 of a synchronous flush; the last rank to finish a
+/// background flush).
 pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixFile>>) -> Result<()> {
     let id = rec.desc.id;
     let dir = layout.prefix_dataset_dir(id);
@@ -166,6 +167,11 @@ pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixF
         e.complete = true;
         e.flushing = false;
         e.flushed = Some(identity::iso_time(identity::now_secs()));
+        // as SCR does: the newest flushed checkpoint is where the next restart starts (a
+        // current marker left on an older one would hide every newer checkpoint from fetch)
+        if rec.desc.checkpoint {
+            ix.current = Some(rec.desc.name.clone());
+        }
     })?;
     Ok(())
 }

@@ -45,7 +45,10 @@ impl Ctx<'_> {
     /// Gather per-rank error messages to rank 0 and return a summary (same on every rank):
     /// how many ranks failed and the first few reasons.
     pub fn summarize_failures(&self, what: &str, local: Option<String>) -> String {
-        let all = self.world.gather(0, &local);
+        let all = match self.world.gather(0, &local) {
+            Ok(all) => all,
+            Err(e) => return format!("{what} failed: {e}"),
+        };
         let summary = match all {
             Some(all) => {
                 let failed: Vec<(usize, String)> =
@@ -56,6 +59,6 @@ impl Ctx<'_> {
             }
             None => String::new(),
         };
-        self.world.bcast(0, &summary)
+        self.world.bcast(0, &summary).unwrap_or_else(|e| format!("{what} failed: {e}"))
     }
 }

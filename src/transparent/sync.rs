@@ -80,7 +80,14 @@ pub fn point(last: bool) -> bool {
 /// Namespace changes made by any rank apply to every rank's files.
 fn share_changes(s: &Session, comm: &Comm, t: &mut Table) {
     let mine = t.take_changes();
-    let all: Vec<Vec<Change>> = comm.allgather(&mine);
+    let all: Vec<Vec<Change>> = match comm.allgather(&mine) {
+        Ok(all) => all,
+        Err(e) => {
+            // agreed by every rank: their own changes stand, the others' are not applied
+            scr_error!("transparent mode: sharing directory renames and removals: {e}");
+            return;
+        }
+    };
     for (r, list) in all.iter().enumerate() {
         if r as u32 == s.rank {
             continue;
@@ -174,7 +181,15 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
     }
     let summary: Vec<(String, i32, u64)> = groups.iter().map(|(n, g)| (n.clone(), g.flags, g.epoch)).collect();
     let mut names: BTreeMap<String, (i32, u64)> = BTreeMap::new();
-    for list in comm.allgather(&summary) {
+    let lists = match comm.allgather(&summary) {
+        Ok(l) => l,
+        Err(e) => {
+            // agreed by every rank: the files stay pending until the next sync point
+            scr_error!("transparent mode: agreeing on the datasets to complete: {e}");
+            return false;
+        }
+    };
+    for list in lists {
         for (n, fl, ep) in list {
             let e = names.entry(n).or_insert((0, u64::MAX));
             e.0 |= fl;

@@ -191,6 +191,15 @@ impl Spawned {
         self.wait_until(&path.display().to_string(), || path.exists());
     }
 
+    /// Kill the whole job now (SIGKILL to its process group) and return what it printed.
+    pub fn kill(mut self) -> String {
+        if let Some(mut c) = self.child.take() {
+            kill_group(&c);
+            let _ = c.wait();
+        }
+        self.finish_output()
+    }
+
     fn finish_output(&mut self) -> String {
         let out = self.out.take().map(|h| h.join().unwrap()).unwrap_or_default();
         let err = self.err.take().map(|h| h.join().unwrap()).unwrap_or_default();
@@ -383,16 +392,58 @@ impl Job {
         cmd
     }
 
-    /// `mpirun` of `program` with `NP` ranks in the background.
+    /// `mpirun` of `program` with `NP` ranks in the background (on the simulated cluster's
+    /// nodes if the job has them).
     pub fn spawn(&self, program_name: &str, args: &[&str]) -> Spawned {
         let mut cmd = Command::new("mpirun");
-        cmd.arg("-np").arg(NP.to_string()).arg(program(program_name)).args(args);
+        cmd.arg("-np").arg(NP.to_string());
+        if self.nodes.is_some() {
+            cmd.arg(repo().join("scripts/sim-node.sh"));
+        }
+        cmd.arg(program(program_name)).args(args);
         self.apply_env(&mut cmd);
         Spawned::start(cmd)
     }
 
     pub fn run(&self, program_name: &str, args: &[&str]) -> Run {
         self.run_np(NP, program_name, args)
+    }
+
+    /// Copy everything the job has on disk (prefix, caches, simulated nodes), to put back
+    /// with [`Job::restore`]: one expensive setup, many damage cases on it.
+    pub fn snapshot(&self) -> tempfile::TempDir {
+        let snap = tempfile::Builder::new().prefix("scr-snap-").tempdir().unwrap();
+        let st = Command::new("cp").arg("-a").arg(format!("{}/.", self.root.display())).arg(snap.path()).status();
+        assert!(st.unwrap().success(), "snapshot of {}", self.root.display());
+        snap
+    }
+
+    /// Put the job's files back as [`Job::snapshot`] saw them (same paths, so the records that
+    /// name them stay right).
+    pub fn restore(&self, snap: &tempfile::TempDir) {
+        for e in std::fs::read_dir(&self.root).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                std::fs::remove_dir_all(&p).unwrap();
+            } else {
+                std::fs::remove_file(&p).unwrap();
+            }
+        }
+        let st = Command::new("cp").arg("-a").arg(format!("{}/.", snap.path().display())).arg(&self.root).status();
+        assert!(st.unwrap().success(), "restore of {}", self.root.display());
+    }
+
+    /// Every file below the job's root whose path ends with `suffix` (a name, or a path tail
+    /// such as `scr.dataset.5/ckpt.5/rank_1.ckpt`).
+    pub fn find(&self, suffix: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        walk(&self.root, &mut |p| {
+            if p.display().to_string().ends_with(suffix) {
+                out.push(p.to_path_buf());
+            }
+        });
+        out.sort();
+        out
     }
 
     /// Remove every node-local directory (a lost cache).

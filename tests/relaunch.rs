@@ -1,0 +1,170 @@
+//! Relaunches that used to cost checkpoints: the wrong number of processes, a newer
+//! checkpoint in the prefix than in cache, and kills during `SCR_Init`'s own work (the
+//! rebuild of a lost node, the rebuild of a damaged index) and during the background CRC32 of
+//! a SINGLE dataset. Every restart is checked byte for byte by test_api.
+
+mod common;
+use common::{Job, Spawned};
+
+const SIZE: &str = "100003";
+
+fn restarted(r: &common::Run, step: u32) -> bool {
+    r.has(&format!("RESTARTED ckpt.{step} step={step}")) && !r.stdout.contains("RESTART_FAILED")
+}
+
+/// Checkpoint with 4 processes, relaunch by mistake with `wrong`, then again with 4: the
+/// checkpoints of the 4-process runs are skipped (one message), never marked failed or
+/// deleted, and the right relaunch restarts from the newest one.
+fn wrong_size_then_right(wrong: usize, flush: &str, lose_cache_before_last: bool) {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", flush).set("SCR_CACHE_SIZE", "2");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "3"]);
+    assert!(r.has("DONE steps=1..3") && r.code == Some(0), "{}", r.dump());
+
+    let r = job.run_np(wrong, "test_api", &["--size", SIZE, "--steps", "1"]);
+    let what = format!("{wrong} processes after 4, SCR_FLUSH={flush}");
+    assert!(r.has("NO_RESTART") && r.code == Some(0), "{what}\n{}", r.dump());
+    let msg = r.stderr.lines().find(|l| l.contains("written by another number of processes")).unwrap_or_default();
+    assert!(msg.contains(&format!("this run has {wrong} processes")), "{what}\n{}", r.dump());
+    assert!(msg.contains("ckpt.3") && msg.contains("4 processes"), "{what}: {msg}");
+    assert_eq!(r.stderr.matches("written by another number of processes").count(), 1, "one message\n{}", r.dump());
+    assert!(!r.stderr.contains("is marked failed") && !r.stderr.contains("deleting dataset"), "{what}\n{}", r.dump());
+    if flush != "0" {
+        let ix = job.index();
+        for (id, e) in ix["datasets"].as_object().unwrap() {
+            assert_eq!(e["failed"], false, "{what}: dataset {id} marked failed\n{ix}");
+        }
+    }
+
+    if lose_cache_before_last {
+        job.wipe_cache();
+    }
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert!(restarted(&r, 3), "{what}: the 4-process relaunch\n{}", r.dump());
+    // and the wrong-size run's own checkpoint is skipped in turn, not harmed
+    assert!(r.stderr.contains(&format!("{wrong} processes")), "{what}\n{}", r.dump());
+    let r = job.run_np(wrong, "test_api", &["--size", SIZE, "--steps", "0"]);
+    if flush != "0" || !lose_cache_before_last {
+        assert!(restarted(&r, 1), "{what}: the {wrong}-process run restarts from its own ckpt.1\n{}", r.dump());
+    }
+}
+
+#[test]
+fn a_relaunch_with_more_processes_harms_no_checkpoint() {
+    wrong_size_then_right(6, "0", false);
+    wrong_size_then_right(6, "1", false);
+    wrong_size_then_right(6, "1", true);
+}
+
+#[test]
+fn a_relaunch_with_fewer_processes_harms_no_checkpoint() {
+    wrong_size_then_right(2, "0", false);
+    wrong_size_then_right(2, "1", false);
+    wrong_size_then_right(2, "1", true);
+}
+
+#[test]
+fn a_newer_checkpoint_in_the_prefix_beats_an_older_one_in_cache() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "3").set("SCR_CACHE_SIZE", "2");
+    // ckpt.3 and ckpt.6 are flushed; the cache holds ckpt.5 and ckpt.6
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "6", "--crash-after", "6"]);
+    assert!(r.has("CRASH after ckpt.6"), "{}", r.dump());
+    let lost = job.find("ckpt.6/rank_1.ckpt").into_iter().find(|p| p.starts_with(&job.cache)).unwrap();
+    std::fs::remove_file(lost).unwrap();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(restarted(&r, 6), "fetched from the prefix, not cached ckpt.5\n{}", r.dump());
+    assert!(r.stderr.contains("deleting dataset 6 from cache"), "{}", r.dump());
+}
+
+/// Start `test_api` in the background and kill the whole job as soon as `ready` holds.
+fn kill_when(job: &Job, args: &[&str], what: &str, ready: impl FnMut() -> bool) -> String {
+    let mut bg: Spawned = job.spawn("test_api", args);
+    bg.wait_until(what, ready);
+    let out = bg.kill();
+    assert!(!out.contains("RESTARTED"), "the kill came after {what} had finished; make the data larger\n{out}");
+    out
+}
+
+#[test]
+fn killed_while_init_rebuilds_a_lost_node() {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    job.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "0");
+    let big = "48000017";
+    let r = job.run("test_api", &["--size", big, "--steps", "2"]);
+    assert!(r.has("DONE steps=1..2"), "{}", r.dump());
+    job.lose_node("n2");
+    job.map(&["n0", "n1", "n4", "n3"]);
+    // the rebuilt file appears on the spare when the rebuild starts writing it
+    let spare = job.node_dir("n4");
+    kill_when(&job, &["--size", big, "--steps", "0"], "the rebuild on the spare node", || {
+        !job_files_below(&spare, "ckpt.2/rank_2.ckpt").is_empty()
+    });
+    let r = job.run("test_api", &["--size", big, "--steps", "0"]);
+    assert!(restarted(&r, 2), "{}", r.dump());
+    assert!(r.stderr.contains("rebuilt cached dataset 2 for 1 rank(s)"), "{}", r.dump());
+}
+
+fn job_files_below(dir: &std::path::Path, tail: &str) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    common::walk(dir, &mut |p| {
+        if p.display().to_string().ends_with(tail) {
+            out.push(p.to_path_buf());
+        }
+    });
+    out
+}
+
+#[test]
+fn killed_during_the_background_crc_of_a_single_checkpoint() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    // the run dies right after ckpt.2 returns: its background CRC32 is cut short
+    let r = job.run("test_api", &["--size", "64000031", "--steps", "2", "--crash-after", "2"]);
+    assert!(r.has("CRASH after ckpt.2"), "{}", r.dump());
+    let r = job.run("test_api", &["--size", "64000031", "--steps", "0"]);
+    assert!(restarted(&r, 2), "checked by size, restarted\n{}", r.dump());
+    // a finished background CRC32 is used: ckpt.4's is known after the 2 s before the crash,
+    // so a flipped byte in it is refused and ckpt.3 restarts
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("test_api", &["--size", "1000003", "--steps", "4", "--crash-after", "4", "--crash-delay", "2"]);
+    assert!(r.has("CRASH after ckpt.4"), "{}", r.dump());
+    let file = job.find("ckpt.4/rank_3.ckpt").into_iter().find(|p| p.starts_with(&job.cache)).unwrap();
+    let mut b = std::fs::read(&file).unwrap();
+    b[777] ^= 1;
+    std::fs::write(&file, b).unwrap();
+    let r = job.run("test_api", &["--size", "1000003", "--steps", "0"]);
+    assert!(restarted(&r, 3), "{}", r.dump());
+    assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
+}
+
+#[test]
+fn killed_while_the_index_is_rebuilt() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "3"]);
+    assert!(r.has("DONE steps=1..3"), "{}", r.dump());
+    job.wipe_cache();
+    let index = job.prefix.join(".scr/index.scr");
+    std::fs::write(&index, b"SCRMETA 1 index 9 00000000\nnot json").unwrap();
+    // kill as soon as the damaged copy is moved aside (the rebuilt index may or may not be
+    // written yet): the next relaunch must find ckpt.3 either way
+    let scr = job.prefix.join(".scr");
+    let mut bg = job.spawn("test_api", &["--size", SIZE, "--steps", "0"]);
+    bg.wait_until("the index rebuild", || {
+        std::fs::read_dir(&scr)
+            .map(|rd| rd.flatten().any(|e| e.file_name().to_string_lossy().starts_with("index.scr.damaged.")))
+            .unwrap_or(false)
+    });
+    bg.kill();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(restarted(&r, 3), "{}", r.dump());
+    // the state a kill between moving the damaged copy aside and writing the rebuilt index
+    // leaves: no index at all, datasets in the prefix
+    std::fs::remove_file(&index).unwrap();
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(restarted(&r, 3), "{}", r.dump());
+    assert!(r.stderr.contains("index.scr is missing") && r.stderr.contains("rebuilt"), "{}", r.dump());
+}
