@@ -16,7 +16,7 @@ use super::prefix::{reserved, PATH_MAX};
 use super::rules::{self, Disk, OnDisk, Open};
 pub use super::session::concerns;
 use super::session::{self, owner, routing, table, Session};
-use super::table::Table;
+use super::table::{Held, Table};
 use crate::reentry::Inside;
 use crate::scr_error;
 
@@ -127,9 +127,9 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
         Open::Pass => PASS,
         Open::Fail(e) => Opening { call: Call::Fail(e), ..PASS },
         Open::Read(p) => Opening { call: c_path(&p), ..PASS },
-        Open::Write { id, copy_first } => {
-            if copy_first {
-                if let Err(e) = unshare(&mut t, id) {
+        Open::Write { id, unshare: copy } => {
+            if copy {
+                if let Err(e) = unshare(s, &mut t, id, flags & libc::O_TRUNC == 0) {
                     return Opening { call: Call::Fail(e), ..PASS };
                 }
             }
@@ -185,12 +185,49 @@ fn create_pending(
     Ok((id, cache))
 }
 
-/// Give pending file `id` bytes of its own (it shared a cached dataset's file).
-fn unshare(t: &mut Table, id: u32) -> Result<(), i32> {
-    let Some(p) = t.get_mut(id) else { return Ok(()) };
+/// Give pending file `id` bytes of its own (a copy of them with `keep`, else empty): they
+/// were a cached dataset's file, which must not change. Every other name SCR holds for the
+/// same bytes (hard links) moves to the new bytes with it, so the names stay linked, as in
+/// the prefix.
+fn unshare(s: &Session, t: &mut Table, id: u32, keep: bool) -> Result<(), i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(p) = t.get(id).cloned() else { return Ok(()) };
+    let old = std::fs::metadata(&p.cache).map_err(|e| errno_of(&e))?;
     let tmp = p.cache.with_extension("scr-copy");
-    std::fs::copy(&p.cache, &tmp).and_then(|_| std::fs::rename(&tmp, &p.cache)).map_err(|e| errno_of(&e))?;
-    p.shares_committed = false;
+    let fresh = if keep { std::fs::copy(&p.cache, &tmp).map(drop) } else { std::fs::File::create(&tmp).map(drop) };
+    fresh.and_then(|_| std::fs::rename(&tmp, &p.cache)).map_err(|e| errno_of(&e))?;
+    let same = |c: &Path| std::fs::metadata(c).is_ok_and(|m| m.ino() == old.ino() && m.dev() == old.dev());
+    let others: Vec<PathBuf> = t
+        .visible_below(Path::new(""))
+        .filter(|(rel, c)| *rel != p.rel && same(c))
+        .map(|(r, _)| r.to_path_buf())
+        .collect();
+    for rel in others {
+        let cache = s.pending_path(&rel);
+        let linked = match t.held(&rel) {
+            Some(Held::Pending(other, _)) => Some(other),
+            _ => None,
+        };
+        if let Some(parent) = cache.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
+        }
+        let _ = std::fs::remove_file(&cache);
+        std::fs::hard_link(&p.cache, &cache).map_err(|e| errno_of(&e))?;
+        match linked {
+            Some(other) => {
+                if let Some(o) = t.get_mut(other) {
+                    o.cache = cache;
+                    o.shares_committed = false;
+                }
+            }
+            None => {
+                t.add(&rel, cache, false);
+            }
+        }
+    }
+    if let Some(p) = t.get_mut(id) {
+        p.shares_committed = false;
+    }
     Ok(())
 }
 

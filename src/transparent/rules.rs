@@ -53,10 +53,11 @@ pub enum Open {
     Fail(i32),
     /// Open these bytes instead (reading or metadata).
     Read(PathBuf),
-    /// Open pending file `id` (copying its bytes first when they are a committed file's).
+    /// Open pending file `id`; `unshare`: its bytes are a cached dataset's (a hard link), so
+    /// it and every name linked to it get bytes of their own first.
     Write {
         id: u32,
-        copy_first: bool,
+        unshare: bool,
     },
     /// A new pending file, its bytes copied from `from` first; `check_prefix`: the file exists
     /// in the prefix and the application's right to open it decides.
@@ -94,7 +95,7 @@ pub fn open(
     let trunc = flags & libc::O_TRUNC != 0;
     match held {
         Some(_) if excl => Open::Fail(libc::EEXIST),
-        Some(Held::Pending(id, p)) => Open::Write { id, copy_first: p.shares_committed && !trunc },
+        Some(Held::Pending(id, p)) => Open::Write { id, unshare: p.shares_committed },
         Some(Held::Committed(c)) => Open::Create { from: (!trunc).then(|| c.cache.clone()), check_prefix: false },
         None => {
             let d = disk();
@@ -281,14 +282,14 @@ mod tests {
         let excl = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
         assert_eq!(o(&t, "ckpt.2/rank_0", excl, true, NEW), Open::Fail(libc::EEXIST));
         assert_eq!(o(&t, "ckpt.4/rank_0", excl, true, NEW), Open::Fail(libc::EEXIST));
-        let Open::Write { copy_first: false, .. } = o(&t, "ckpt.4/rank_0", libc::O_WRONLY, true, NEW) else {
+        let Open::Write { unshare: false, .. } = o(&t, "ckpt.4/rank_0", libc::O_WRONLY, true, NEW) else {
             panic!("an existing pending file is written in place")
         };
-        // a pending file that shares a committed file's bytes is copied before a write in place
+        // a pending file that shares a committed file's bytes gets its own before any write
         let mut t = table();
         let id = t.add(&p("ckpt.2/b"), p("/pend/ckpt.2/b"), true);
-        assert_eq!(o(&t, "ckpt.2/b", libc::O_WRONLY, true, NEW), Open::Write { id, copy_first: true });
-        assert_eq!(o(&t, "ckpt.2/b", W, true, NEW), Open::Write { id, copy_first: false });
+        assert_eq!(o(&t, "ckpt.2/b", libc::O_WRONLY, true, NEW), Open::Write { id, unshare: true });
+        assert_eq!(o(&t, "ckpt.2/b", W, true, NEW), Open::Write { id, unshare: true });
     }
 
     fn rn(t: &Table, from: Option<&str>, to: Option<&str>, routed: bool, noreplace: bool, exists: bool) -> Rename {
