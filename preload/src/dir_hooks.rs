@@ -83,6 +83,7 @@ macro_rules! readdir_r_hook {
 readdir_r_hook!(readdir_r, readdir64_r);
 
 #[no_mangle]
+#[allow(clippy::unused_unit)] // next_or! returns its fail value, here ()
 pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
     let f = next_or!(rewinddir: fn(*mut DIR) -> (), ());
     f(d);

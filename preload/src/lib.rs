@@ -36,7 +36,7 @@ extern "C" fn constructor() {
 }
 
 extern "C" fn destructor() {
-    let _ = detour::fence(
+    detour::fence(
         "exit",
         std::ptr::null(),
         || {

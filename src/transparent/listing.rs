@@ -214,7 +214,8 @@ pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
     };
     // files directly in `dir`, by the cache directory that holds their bytes (byte slices:
     // paths in the table are normalised, and parsing components costs more than the I/O)
-    let mut by_cache_dir: BTreeMap<&[u8], Vec<(&[u8], &[u8])>> = BTreeMap::new();
+    type Names<'a> = Vec<(&'a [u8], &'a [u8])>; // (name in cache, name in `dir`)
+    let mut by_cache_dir: BTreeMap<&[u8], Names> = BTreeMap::new();
     // directories leading to deeper files: name -> bytes of one file below, levels below
     let mut dirs: BTreeMap<&[u8], (&Path, usize)> = BTreeMap::new();
     for (rel, cache) in t.visible_below(dir) {
