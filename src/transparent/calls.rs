@@ -15,7 +15,7 @@ use super::fds;
 use super::prefix::{reserved, PATH_MAX};
 use super::rules::{self, Disk, OnDisk, Open};
 pub use super::session::concerns;
-use super::session::{self, owner, routing, table, Session};
+use super::session::{self, owner, routing, table, table_now, Session};
 use super::table::{Held, Table};
 use crate::reentry::Inside;
 use crate::scr_error;
@@ -120,7 +120,7 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     }
     super::test_panic(path);
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_now();
     let abs = s.prefix.join(&rel);
     let disk = || Disk { at: on_disk(&abs), parent: abs.parent().map_or(OnDisk::Dir, on_disk) };
     match rules::open(&t, &rel, flags, || s.routed(&rel), &abs, disk) {
@@ -312,7 +312,7 @@ pub fn held(dirfd: i32, path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = resolve_file(s, dirfd, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    match table().held(&rel) {
+    match table_now().held(&rel) {
         Some(h) => c_path(h.cache()),
         None => Call::Pass,
     }
@@ -351,7 +351,7 @@ pub fn statfs(path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = resolve_file(s, libc::AT_FDCWD, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    if table().held(&rel).is_none() {
+    if table_now().held(&rel).is_none() {
         return Call::Pass;
     }
     match s.prefix.join(&rel).parent() {
@@ -366,7 +366,7 @@ pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
     let s = routing()?;
     let rel = resolve_file(s, libc::AT_FDCWD, path)?;
     let _inside = Inside::enter();
-    table().held(&rel)?;
+    table_now().held(&rel)?;
     let abs = s.prefix.join(&rel);
     let (dir, name) = (abs.parent()?, abs.file_name()?);
     Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use super::calls::{absolute, resolve};
 use super::prefix::{reserved, PATH_MAX};
-use super::session::{routing, table, Session};
+use super::session::{routing, table_now, Session};
 use super::table::Table;
 use crate::reentry::Inside;
 
@@ -192,7 +192,7 @@ static EXTRAS: Mutex<ExtrasCache> = Mutex::new(None);
 
 fn extras_of(rel: &Path) -> Option<Merge> {
     let _inside = Inside::enter();
-    let t = table();
+    let t = table_now();
     if !t.any_below(rel) {
         return None;
     }
@@ -334,7 +334,7 @@ pub fn walk(root: &CStr, flags: i32) -> Option<Result<Walk, i32>> {
     let bytes = root.to_bytes();
     let abs = absolute(s, libc::AT_FDCWD, root)?;
     let _inside = Inside::enter();
-    let t = table();
+    let t = table_now();
     // held files below the root (the root below the prefix, or the prefix below the root)
     let concerned = match s.prefix.relative(abs.as_os_str().as_bytes(), None) {
         Some(rel) => t.any_below(&rel),

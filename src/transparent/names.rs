@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use super::calls::{absolute, errno_of, materialize, on_disk, real_done, resolve_file, Done};
 use super::rules::{self, Link, OnDisk, Rename};
-use super::session::{routing, table, Session};
+use super::session::{routing, table_now, Session};
 use super::sync;
 use super::table::{Change, Held, Table};
 use crate::reentry::Inside;
@@ -25,7 +25,7 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
         return real_done(real);
     }
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_now();
     let to_routed = to.as_deref().is_some_and(|p| s.routed(p));
     let dest = match &to {
         Some(rel) => Some(s.prefix.join(rel)),
@@ -212,7 +212,7 @@ pub fn unlink(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
     let Some(rel) = resolve_file(s, dirfd, path) else { return real_done(real) };
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_now();
     let (bytes, held) = t.remove(&rel);
     drop(t);
     if s.child && held {
@@ -242,7 +242,7 @@ pub fn remove(path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(rel) = resolve_file(s, libc::AT_FDCWD, path) else { return real_done(real) };
     let dir = {
         let _inside = Inside::enter();
-        table().held(&rel).is_none() && on_disk(&s.prefix.join(&rel)) == OnDisk::Dir
+        table_now().held(&rel).is_none() && on_disk(&s.prefix.join(&rel)) == OnDisk::Dir
     };
     if dir {
         rmdir(libc::AT_FDCWD, path, real)
@@ -257,7 +257,7 @@ pub fn rmdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
     let Some(rel) = resolve_file(s, dirfd, path) else { return real_done(real) };
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_now();
     if let Some(e) = rules::rmdir(&t, &rel) {
         return Err(e);
     }
@@ -280,7 +280,7 @@ pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, flags: i32, real: &mut dyn
         return real_done(real);
     }
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_now();
     let dest = match &to {
         Some(rel) => Some(s.prefix.join(rel)),
         None => absolute(s, nd, new),

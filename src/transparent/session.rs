@@ -84,9 +84,15 @@ static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
 /// A process started by a rank: its read-only session, if the rank published a view.
 static CHILD: OnceLock<Option<Session>> = OnceLock::new();
 
-/// The file table (in a rank, with what its children removed absorbed first).
+/// The file table.
 pub(super) fn table() -> MutexGuard<'static, Table> {
-    let mut t = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The file table for a call on a path: in a rank, what its children removed is absorbed
+/// first (one `lstat` of the journal), so a path a child removed is gone.
+pub(super) fn table_now() -> MutexGuard<'static, Table> {
+    let mut t = table();
     if let Some(s) = SESSION.get().filter(|s| s.is_owner()) {
         super::view::absorb(s, &mut t);
     }

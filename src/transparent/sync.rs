@@ -63,7 +63,7 @@ pub fn point(last: bool) -> bool {
         }
         return true;
     }
-    let mut t = session::table();
+    let mut t = session::table_now();
     t.epoch += 1;
     let c = t.counts();
     let agreed = st.comm.max_u64s(&[c.open, c.closed, c.removed, c.changes]);
