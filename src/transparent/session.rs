@@ -90,11 +90,11 @@ pub(super) fn table() -> MutexGuard<'static, Table> {
 }
 
 /// The file table for a call on a path: in a rank, what its children removed is absorbed
-/// first (one `lstat` of the journal), so a path a child removed is gone.
+/// first, so a path a child removed is gone.
 pub(super) fn table_now() -> MutexGuard<'static, Table> {
     let mut t = table();
     if let Some(s) = SESSION.get().filter(|s| s.is_owner()) {
-        super::view::absorb(s, &mut t);
+        super::view::absorb(s, &mut t, false);
     }
     t
 }

@@ -63,7 +63,8 @@ pub fn point(last: bool) -> bool {
         }
         return true;
     }
-    let mut t = session::table_now();
+    let mut t = session::table();
+    super::view::absorb(s, &mut t, true);
     t.epoch += 1;
     let c = t.counts();
     let agreed = st.comm.max_u64s(&[c.open, c.closed, c.removed, c.changes]);

@@ -10,9 +10,9 @@
 //! front end reads the variable at load time) serves reads, metadata calls, listings and
 //! `realpath` of those files from the view, as the rank does; it changes no cached file. When
 //! it removes one (`unlink`, `rm -r`, a rename out), it appends the removal to
-//! `<pending area>/removed.<rank>`, and the rank absorbs that journal the next time it uses its
-//! file table (each call on a path below the prefix looks for the journal: one `lstat`), so
-//! the removal reaches the dataset at the next sync point as the rank's own would. Files
+//! `<pending area>/removed.<rank>`, and the rank absorbs that journal before its next call on
+//! a path below the prefix (looking for it at most every millisecond, and at every sync
+//! point), so the removal reaches the dataset at the next sync point as the rank's own would. Files
 //! written since the last sync point are not in the view yet.
 
 use std::path::{Path, PathBuf};
@@ -121,9 +121,21 @@ pub(super) fn removed_dir(s: &Session, rel: &Path) {
     record(s, b'd', rel);
 }
 
-/// The rank: apply what its children removed since the last look.
-pub(super) fn absorb(s: &Session, t: &mut Table) {
+/// How often the rank looks for its children's journal: a child (a shell, `rm`) takes longer
+/// than this to start, so a removal made by a command the rank waited for is always seen.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The rank: apply what its children removed since the last look (`now`: whatever the time
+/// since the last look; otherwise at most every [`LOOK_EVERY`], no system call in between).
+pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
     use std::os::unix::ffi::OsStrExt;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let at = START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1;
+    if !now && at.saturating_sub(LAST.load(Ordering::Relaxed)) < LOOK_EVERY.as_nanos() as u64 {
+        return;
+    }
+    LAST.store(at, Ordering::Relaxed);
     if std::fs::symlink_metadata(&s.journal).is_err() {
         return;
     }
@@ -163,11 +175,11 @@ mod tests {
         let mut t = Table::default();
         let c = |n: &str| Committed { cache: dir.path().join(n), dataset: 1, name: "ckpt.1".into() };
         t.set_committed([(PathBuf::from("ckpt.1/a"), c("a")), (PathBuf::from("ckpt.1/b"), c("b"))]);
-        absorb(&s, &mut t); // no journal: nothing happens
+        absorb(&s, &mut t, true); // no journal: nothing happens
         assert!(t.held(Path::new("ckpt.1/a")).is_some());
         removed_file(&s, Path::new("ckpt.1/a"));
         removed_dir(&s, Path::new("ckpt.1/sub"));
-        absorb(&s, &mut t);
+        absorb(&s, &mut t, true);
         assert!(t.held(Path::new("ckpt.1/a")).is_none());
         assert!(t.held(Path::new("ckpt.1/b")).is_some());
         assert_eq!(t.removed_by_name().get("ckpt.1"), Some(&vec![PathBuf::from("ckpt.1/a")]));
