@@ -114,6 +114,8 @@ impl Runtime {
             run_stamp: 0,
             any_rank_log: None,
             watchdog: None,
+            pinned: Vec::new(),
+            version_of: None,
             checksums: Default::default(),
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
@@ -135,6 +137,9 @@ impl Runtime {
     /// The prefix's `.scr` directory (rank 0), the control and cache directories (each node's
     /// leader, private to the user); failures anywhere fail `SCR_Init` everywhere.
     fn make_directories(&self) -> Result<()> {
+        // transparent mode's pending area: the world ranks of this node keep theirs
+        let on_node: Option<Vec<i32>> =
+            (!self.settings.preload.is_empty()).then(|| self.node.allgather(&self.world.rank())).transpose()?;
         let local = (|| -> Result<()> {
             if self.rank0() {
                 let d = self.layout.scr_dir();
@@ -152,11 +157,8 @@ impl Runtime {
                     paths::ensure_private_dir(dir.parent().expect("store dir has a parent"))?;
                     paths::ensure_private_dir(&dir)?;
                 }
-                if !self.settings.preload.is_empty() {
-                    // what a transparent-mode run left pending never became a dataset
-                    let pending = self.pending_dir();
-                    paths::remove_tree_if_exists(&pending)?;
-                    paths::ensure_private_dir(&pending)?;
+                if let Some(on_node) = &on_node {
+                    self.prepare_pending(on_node)?;
                 }
             }
             Ok(())
