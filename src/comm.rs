@@ -38,6 +38,16 @@ fn decode<T: DeserializeOwned>(op: &'static str, from: i32, bytes: &[u8]) -> CRe
         .map_err(|e| CommError { op, why: format!("data from rank {from} does not decode: {e}") })
 }
 
+/// How a process waits for the messages of [`Comm::overlap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Block in MPI (the caller has nothing else to do, as inside `SCR_Complete_output`).
+    Block,
+    /// Test now and then, sleeping in between: a background thread that leaves the cores to
+    /// the application (a blocked MPI call would spin on one).
+    Poll,
+}
+
 /// A communicator owned by the library.
 pub struct Comm {
     inner: SimpleCommunicator,
@@ -172,6 +182,45 @@ impl Comm {
             buf,
             &self.inner.process_at_rank(src),
         );
+    }
+
+    /// Start receiving into each of `recvs` and sending each of `sends` (buffer, peer rank),
+    /// run `work` while the messages travel, then wait until all of them completed. Messages
+    /// between two ranks arrive in the order they were started.
+    pub fn overlap<R>(
+        &self,
+        sends: &[(&[u8], i32)],
+        recvs: &mut [(&mut [u8], i32)],
+        waiting: Waiting,
+        work: impl FnOnce() -> R,
+    ) -> R {
+        mpi::request::scope(|scope| {
+            let mut pending = Vec::with_capacity(sends.len() + recvs.len());
+            for (buf, src) in recvs.iter_mut() {
+                pending.push(self.inner.process_at_rank(*src).immediate_receive_into(scope, &mut **buf));
+            }
+            for (data, dest) in sends {
+                pending.push(self.inner.process_at_rank(*dest).immediate_send(scope, *data));
+            }
+            let out = work();
+            for req in pending {
+                match waiting {
+                    Waiting::Block => {
+                        req.wait_without_status();
+                    }
+                    Waiting::Poll => {
+                        let mut req = req;
+                        let mut nap = std::time::Duration::from_micros(10);
+                        while let Err(r) = req.test() {
+                            req = r;
+                            std::thread::sleep(nap);
+                            nap = (nap * 2).min(std::time::Duration::from_millis(2));
+                        }
+                    }
+                }
+            }
+            out
+        })
     }
 
     /// Logical AND of `v` over all ranks.

@@ -97,6 +97,7 @@ impl Runtime {
             any_rank_log: None,
             watchdog: None,
             checksums: Default::default(),
+            deleter: Default::default(),
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.make_directories()?;
@@ -116,7 +117,7 @@ impl Runtime {
 
     /// The prefix's `.scr` directory (rank 0), the control and cache directories (each node's
     /// leader, private to the user); failures anywhere fail `SCR_Init` everywhere.
-    fn make_directories(&self) -> Result<()> {
+    fn make_directories(&mut self) -> Result<()> {
         let local = (|| -> Result<()> {
             if self.rank0() {
                 let d = self.layout.scr_dir();
@@ -134,6 +135,7 @@ impl Runtime {
                     paths::ensure_private_dir(dir.parent().expect("store dir has a parent"))?;
                     paths::ensure_private_dir(&dir)?;
                 }
+                self.sweep_trash();
                 if !self.settings.preload.is_empty() {
                     // what a transparent-mode run left pending never became a dataset
                     let pending = self.pending_dir();
@@ -182,6 +184,9 @@ impl Runtime {
             Filemap::default()
         });
         self.adopt_checksum_files();
+        // ids continue after datasets being deleted too (their directories may still exist)
+        let (fm_d, fm_c) = self.filemap.max_ids();
+        self.resume_deletions()?;
 
         if self.settings.distribute && !self.settings.cache_purge {
             self.distribute()?;
@@ -190,10 +195,7 @@ impl Runtime {
         // Continue ids after everything known, in cache or in the prefix.
         let index = if self.rank0() { self.load_index() } else { Index::default() };
         let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids())?;
-        let (fm_d, fm_c) = (
-            self.filemap.datasets.keys().max().copied().unwrap_or(0),
-            self.filemap.datasets.values().filter_map(|r| r.desc.ckpt).max().unwrap_or(0),
-        );
+        let (fm_d, fm_c) = (fm_d.max(self.filemap.max_ids().0), fm_c.max(self.filemap.max_ids().1));
         self.dataset_id = (self.world.max_i64(fm_d as i64) as u64).max(ix_d);
         self.ckpt_id = (self.world.max_i64(fm_c as i64) as u64).max(ix_c);
 
@@ -230,9 +232,7 @@ impl Runtime {
             if self.rank0() && !ids.is_empty() {
                 scr_debug!(1, "{why}: deleting {} cached dataset(s)", ids.len());
             }
-            for id in ids {
-                self.drop_cached(id);
-            }
+            self.drop_many(&ids);
         }
         self.scan_cache()?;
         self.report_other_sizes();
@@ -352,9 +352,7 @@ impl Runtime {
             .filter(|r| r.desc.id as i64 > target && self.fits(r.desc.ranks))
             .map(|r| r.desc.id)
             .collect();
-        for id in newer {
-            self.drop_cached(id);
-        }
+        self.drop_many(&newer);
     }
 
     /// `SCR_FLUSH_ON_RESTART` and `SCR_GLOBAL_RESTART`: put the loaded checkpoint in the prefix.

@@ -58,7 +58,10 @@ impl Runtime {
         let reddesc = self.descs.select(self.ckpt_id.max(1), is_ckpt, is_output).clone();
         self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
-            self.make_room(&reddesc.store.clone(), None);
+            // marked now, saved with the new record below, moved away once every rank saved
+            for victim in self.evictions(&reddesc.store.clone(), None) {
+                self.doom(victim);
+            }
         }
         let rec = DatasetRecord {
             desc: DatasetDesc {
@@ -84,15 +87,22 @@ impl Runtime {
         };
         let dir = rec.dir.clone();
         self.filemap.datasets.insert(id, rec);
-        let local = self.save_filemap().and_then(|_| crate::paths::create_dirs(&dir));
-        self.agree(CALL, local)?;
+        let saved = self.save_filemap();
+        if !self.filemap.deleting.is_empty() {
+            super::crash_point(self.world.rank(), "marked");
+        }
+        let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
+        let agreed = self.agree(CALL, local);
+        self.bury();
+        agreed?;
         self.phase = Phase::Output { id, start: Instant::now() };
         Ok(())
     }
 
-    /// Delete the oldest cached datasets of `store` until a new one fits within its COUNT
-    /// (rank 0 decides, so every rank deletes the same ones).
-    pub(super) fn make_room(&mut self, store: &Path, keep: Option<u64>) {
+    /// The oldest cached datasets of `store` to delete so that a new one fits within its
+    /// COUNT (rank 0 decides, so every rank gets the same list); a victim still being flushed
+    /// in the background is waited for first. The caller deletes them.
+    pub(super) fn evictions(&mut self, store: &Path, keep: Option<u64>) -> Vec<u64> {
         let count = self.descs.store(store).map(|s| s.count).unwrap_or(self.settings.cache_size).max(1);
         let victims = if self.rank0() {
             let cached: Vec<&DatasetRecord> = self
@@ -140,15 +150,15 @@ impl Runtime {
                 );
             }
         }
-        for id in victims {
-            if self.rank0() {
+        if self.rank0() {
+            for &id in &victims {
                 scr_debug!(1, "evicting dataset {id} from cache {} (COUNT={count})", store.display());
                 let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
                 let waited = crate::events::Secs(if flying.contains(&id) { waited } else { 0.0 });
                 self.events.record("EVICT", &[("dset", &id), ("name", &name), ("waited", &waited)]);
             }
-            self.drop_cached(id);
         }
+        victims
     }
 
     pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {

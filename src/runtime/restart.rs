@@ -138,7 +138,8 @@ impl Runtime {
         let mut rd = self.descs.select(ckpt, true, false).clone();
         let bypass = self.settings.fetch_bypass || self.settings.global_restart || rd.bypass;
         if !bypass {
-            self.make_room(&rd.store.clone(), None);
+            let victims = self.evictions(&rd.store.clone(), None);
+            self.drop_many(&victims);
         }
         rd.bypass = bypass;
         let dir = self.layout.cache_dataset_dir(&rd.store, id);
