@@ -259,7 +259,9 @@ impl Runtime {
         let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes);
         let t_encode = Instant::now();
         let applied = match plan {
-            Some(p) => crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size),
+            Some(p) => {
+                crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size, crate::comm::Waiting::Block)
+            }
             None => Ok(()),
         };
         let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied);
