@@ -68,6 +68,24 @@ pub fn mpi_active() -> bool {
     init != 0 && fin == 0
 }
 
+/// Whether MPI was initialised with `MPI_THREAD_MULTIPLE` (any thread may call MPI at any
+/// time), and the name of the level it has.
+pub fn thread_level() -> (bool, &'static str) {
+    let mut provided = 0;
+    // SAFETY: MPI_Query_thread may be called by any thread once MPI is initialised (the
+    // callers run inside SCR calls, which require that); it only writes the int we pass.
+    unsafe {
+        mpi::ffi::MPI_Query_thread(&mut provided);
+    }
+    let name = match provided {
+        p if p == mpi::ffi::MPI_THREAD_MULTIPLE as i32 => "MPI_THREAD_MULTIPLE",
+        p if p == mpi::ffi::MPI_THREAD_SERIALIZED as i32 => "MPI_THREAD_SERIALIZED",
+        p if p == mpi::ffi::MPI_THREAD_FUNNELED as i32 => "MPI_THREAD_FUNNELED",
+        _ => "MPI_THREAD_SINGLE",
+    };
+    (name == "MPI_THREAD_MULTIPLE", name)
+}
+
 /// `MPI_Abort` on the world communicator: for failures where ranks can no longer agree.
 pub fn abort(code: i32) -> ! {
     SimpleCommunicator::world().abort(code)
@@ -84,6 +102,8 @@ pub fn finalize_mpi() {
 // SAFETY: an MPI communicator handle is a plain value that any thread may use; the library
 // keeps its communicators inside the runtime mutex, so at most one thread calls MPI through
 // them at a time, which MPI_THREAD_SERIALIZED (and FUNNELED from the main thread) permits.
+// The one exception, the background encoder's own duplicates ([`Comm::dup`]), is used by
+// that thread alone and only when [`thread_level`] reports MPI_THREAD_MULTIPLE.
 unsafe impl Send for Comm {}
 
 impl Comm {
@@ -108,6 +128,11 @@ impl Comm {
 
     pub fn barrier(&self) {
         self.inner.barrier();
+    }
+
+    /// A duplicate of this communicator (collective): the same processes, separate traffic.
+    pub fn dup(&self) -> Comm {
+        Comm::wrap(self.inner.duplicate())
     }
 
     /// Split into sub-communicators of equal `color`, ordered by `key`.

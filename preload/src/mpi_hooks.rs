@@ -139,6 +139,12 @@ fn collective_done(comm: MPI_Comm) {
     }
 }
 
+/// `SCR_ENCODE_ASYNC=1` in the environment: MPI is initialised with `MPI_THREAD_MULTIPLE`,
+/// which the background encoding needs (an application may always get more than it asked for).
+fn wants_thread_multiple() -> bool {
+    std::env::var("SCR_ENCODE_ASYNC").ok().and_then(|v| scr::config::params::parse_bool(&v)) == Some(true)
+}
+
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     let Some(f) = real::PMPI_Init() else { return MPI_ERR_OTHER };
     if scr::reentry::inside() || STARTED.load(Ordering::SeqCst) {
@@ -146,7 +152,13 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     }
     let rc = {
         let _inside = Inside::enter();
-        f(argc, argv)
+        match real::PMPI_Init_thread().filter(|_| wants_thread_multiple()) {
+            Some(ft) => {
+                let mut provided: c_int = 0;
+                ft(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided)
+            }
+            None => f(argc, argv),
+        }
     };
     if rc == MPI_SUCCESS {
         start();
@@ -161,6 +173,7 @@ unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c
     }
     let rc = {
         let _inside = Inside::enter();
+        let required = if wants_thread_multiple() { mpi::ffi::MPI_THREAD_MULTIPLE as c_int } else { required };
         f(argc, argv, required, provided)
     };
     if rc == MPI_SUCCESS {

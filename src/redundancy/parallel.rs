@@ -47,6 +47,21 @@ pub struct SetPlan {
     pub comm: Comm,
 }
 
+impl SetPlan {
+    /// The same set over a duplicate of its communicator (collective over the set): traffic
+    /// that can never match the original's.
+    pub fn duplicate(&self) -> SetPlan {
+        SetPlan {
+            id: self.id,
+            ranks: self.ranks.clone(),
+            index: self.index,
+            scheme: self.scheme,
+            failures: self.failures,
+            comm: self.comm.dup(),
+        }
+    }
+}
+
 /// Remembers the first local failure while the schedule goes on.
 #[derive(Default)]
 struct Failure(Option<Error>);

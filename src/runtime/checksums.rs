@@ -177,7 +177,8 @@ impl Runtime {
             return;
         }
         let Some(rec) = self.filemap.datasets.get(&id) else { return };
-        if rec.red.is_some() || rec.reddesc.bypass || rec.files.iter().all(|f| f.crc.is_some()) {
+        let encoding = self.encoders.pending(id);
+        if encoding || rec.red.is_some() || rec.reddesc.bypass || rec.files.iter().all(|f| f.crc.is_some()) {
             return;
         }
         let files = rec

@@ -4,7 +4,7 @@
 //!
 //! Protocol, collective (every rank deletes the same datasets, decided by rank 0 or agreed):
 //!
-//! 1. *mark* ([`Runtime::doom`]): a flush or encode of the dataset still running on this rank
+//! 1. *mark* ([`Runtime::doom`]): a flush or encoding of the dataset still running on this rank
 //!    finishes, its background checksum is cancelled, the flush file forgets it, and its
 //!    record moves to the filemap's `deleting` list;
 //! 2. every rank saves its filemap, and the ranks agree that they did (in `SCR_Start_output`
@@ -131,6 +131,7 @@ impl Runtime {
     /// Step 1: mark dataset `id` on this rank (in memory; the caller saves the filemap).
     pub(super) fn doom(&mut self, id: u64) {
         self.flusher.wait(id);
+        self.encoders.wait(id);
         self.cancel_checksum(id);
         self.filemap.mark_deleting(id);
         self.set_location(id, None);

@@ -98,6 +98,7 @@ impl Runtime {
             watchdog: None,
             checksums: Default::default(),
             deleter: Default::default(),
+            encoders: Default::default(),
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.make_directories()?;
@@ -105,6 +106,7 @@ impl Runtime {
             rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
         }
         rt.form_sets()?;
+        rt.setup_encoder()?;
         rt.restore()?;
         if rt.rank0() {
             scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
@@ -183,6 +185,7 @@ impl Runtime {
             scr_error!("{e}; the cached datasets of this rank are unusable");
             Filemap::default()
         });
+        self.adopt_encodings();
         self.adopt_checksum_files();
         // ids continue after datasets being deleted too (their directories may still exist)
         let (fm_d, fm_c) = self.filemap.max_ids();

@@ -14,6 +14,7 @@
 
 mod checksums;
 mod deletions;
+mod encoder;
 mod flights;
 mod init;
 mod manage;
@@ -116,6 +117,8 @@ pub struct Runtime {
     checksums: checksums::Checksummer,
     /// Background removal of deleted datasets ([`deletions`]).
     deleter: deletions::Deleter,
+    /// Background redundancy encoding ([`encoder`]).
+    encoders: encoder::Encoder,
 }
 
 enum State {
@@ -389,6 +392,7 @@ impl Runtime {
             }
         }
         self.finish_flights();
+        self.finish_encodes();
         self.finish_checksums();
         self.flush_owed();
         self.finish_deletions();

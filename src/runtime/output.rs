@@ -215,6 +215,8 @@ impl Runtime {
         self.phase = Phase::Idle;
         let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
         let encodes = self.encoder(index, bypass).is_some();
+        // SCR_ENCODE_ASYNC: complete with SINGLE protection now, encode after returning
+        let deferred = self.encodes_async(index, bypass);
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
         let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !encodes;
         let buf = self.settings.file_buf_size;
@@ -256,7 +258,7 @@ impl Runtime {
         rec.desc.size = total;
         rec.desc.files = files;
         rec.desc.complete = true;
-        let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes);
+        let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes && !deferred);
         let t_encode = Instant::now();
         let applied = match plan {
             Some(p) => {
@@ -294,7 +296,7 @@ impl Runtime {
         if self.rank0() {
             scr_debug!(
                 1,
-                "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}",
+                "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}{}",
                 if is_ckpt && is_output {
                     "checkpoint+output"
                 } else if is_ckpt {
@@ -305,7 +307,11 @@ impl Runtime {
                 crate::log::bytes(total),
                 crate::log::mib_per_sec(total, secs),
                 scheme.name(),
-                if bypass { ", bypass" } else { "" }
+                if bypass { ", bypass" } else { "" },
+                match self.sets.get(index).and_then(Option::as_ref).filter(|_| deferred) {
+                    Some(p) => format!(" until its {} encoding is done in the background", p.scheme.name()),
+                    None => String::new(),
+                }
             );
         }
 
@@ -334,8 +340,11 @@ impl Runtime {
             self.checkpoint_taken();
         }
         self.progress(&[]);
-        // Last, so the background copy does not compete with the rest of this call. A
+        // Last, so the background work does not compete with the rest of this call. A
         // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
+        if deferred && self.filemap.datasets.contains_key(&id) {
+            self.start_encode(id);
+        }
         if background {
             self.start_async_flush(id);
         } else if self.filemap.datasets.contains_key(&id) {

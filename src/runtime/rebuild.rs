@@ -419,6 +419,13 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
     if plan.iter().any(Option::is_none) {
         return Err(format!("{what}; it has no redundancy data for every rank (SINGLE protection)"));
     }
+    // an intact member without redundancy: its set's encoding never finished everywhere
+    if let Some(r) = (0..size).find(|&r| all[r].intact && all[r].red.is_none()) {
+        return Err(format!(
+            "{what}; its redundancy encoding did not finish on every member (rank {r} has none), so it has \
+             SINGLE protection only"
+        ));
+    }
     for (sid, red) in &sets {
         let lost_here: Vec<usize> = (0..red.ranks.len()).filter(|&x| !all[red.ranks[x] as usize].intact).collect();
         if !red.tolerates(&lost_here) {
