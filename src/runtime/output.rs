@@ -357,11 +357,7 @@ impl Runtime {
     /// conditions, and arrange the exit if `SCR_HALT_EXIT=1`.
     fn checkpoint_taken(&mut self) {
         if self.rank0() {
-            let r = Halt::update(&self.layout.halt(), |h| {
-                if let Some(n) = h.checkpoints_left.as_mut() {
-                    *n = n.saturating_sub(1);
-                }
-            });
+            let r = Halt::count_checkpoint(&self.layout.halt());
             if let Err(e) = r {
                 scr_warn!("cannot update the halt file: {e}");
             }
