@@ -309,7 +309,9 @@ pub enum Member<'a> {
 /// Rebuild the `lost` members (set indices) of a set. Collective over `comm`, whose ranks are
 /// the set members in set order. `all[x]` is member x's file list (from the survivors'
 /// headers). A lost member ends with its files (each checked against its recorded CRC32 as
-/// it is written) and a complete redundancy file.
+/// it is written) and a complete redundancy file. Returns whether every file of this rank
+/// went through the rebuild whole and matched its recorded CRC32 (a survivor that read all
+/// of its data checked it on the way; a mismatch there is an error, the rebuild used it).
 pub fn rebuild(
     comm: &Comm,
     me: Member<'_>,
@@ -317,7 +319,7 @@ pub fn rebuild(
     lost: &[usize],
     all: &[Vec<FileEntry>],
     piece: usize,
-) -> Result<()> {
+) -> Result<bool> {
     let totals: Vec<u64> = all.iter().map(|f| f.iter().map(|e| e.size).sum()).collect();
     let mut fail = Failure::default();
     let (rec, is_lost) = match me {
@@ -340,22 +342,29 @@ pub fn rebuild(
     }
     if is_lost {
         fail.note(stream.sync());
-        for (f, got) in rec.files.iter().zip(stream.crcs()) {
-            if let Some(want) = f.crc.filter(|w| got != Some(*w)) {
-                fail.note::<()>(Err(Error::Integrity {
-                    path: f.path.clone(),
-                    why: match got {
-                        Some(got) => format!("rebuilt data has CRC32 {got:#010x}, {want:#010x} was recorded"),
-                        None => "not every byte of it was rebuilt".into(),
-                    },
-                }));
+    }
+    let mut verified = true;
+    for (f, got) in rec.files.iter().zip(stream.crcs()) {
+        let why = match (f.crc, got) {
+            (Some(want), Some(got)) if want == got => continue,
+            (Some(want), Some(got)) if is_lost => {
+                format!("rebuilt data has CRC32 {got:#010x}, {want:#010x} was recorded")
             }
-        }
+            (Some(want), Some(got)) => format!("CRC32 is {got:#010x}, {want:#010x} was recorded"),
+            (Some(_), None) if is_lost => "not every byte of it was rebuilt".into(),
+            _ => {
+                verified = false;
+                continue;
+            }
+        };
+        fail.note::<()>(Err(Error::Integrity { path: f.path.clone(), why }));
+    }
+    if is_lost {
         if let Some(f) = &file {
             fail.note(redfile::finish(f, &red.file, red.payload(), &Header::new(rec, red, all)));
         }
     }
-    fail.into_result()
+    fail.into_result().map(|_| verified)
 }
 
 /// PARTNER: each lost member gets its files back from its right neighbour's copy, then its

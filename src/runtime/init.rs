@@ -86,6 +86,7 @@ impl Runtime {
             restart: None,
             wanted: None,
             failed: Vec::new(),
+            verified: Vec::new(),
             policy: Policy::started_at(t0),
             events: crate::events::EventLog::disabled(),
             sets: Vec::new(),

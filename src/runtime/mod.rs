@@ -95,6 +95,8 @@ pub struct Runtime {
     wanted: Option<String>,
     /// Checkpoints whose restart failed in this run.
     failed: Vec<u64>,
+    /// Cached datasets whose every file was checked against its CRC32 in this run's rebuild.
+    verified: Vec<u64>,
     policy: policy::Policy,
     /// The event log (`SCR_LOG_ENABLE`); enabled on rank 0 only.
     events: crate::events::EventLog,

@@ -267,12 +267,17 @@ impl Runtime {
         let comm = self.world.split(set_id as i32, index as i32);
         let mut lost_in_set: Vec<usize> = plan.iter().filter(|p| p.0 == set_id && p.2).map(|p| p.1).collect();
         lost_in_set.sort_unstable();
-        let mut result: Result<(), String> = Ok(());
+        let mut result: Result<bool, String> = Ok(false);
         if !lost_in_set.is_empty() {
             result = self.rebuild_member(id, &comm, index, lost, &lost_in_set);
         }
+        let checked = result.as_ref().is_ok_and(|v| *v);
         let err = result.err();
         let ok = self.world.all_true(err.is_none());
+        // every rank's files went through the rebuild and matched: no second read at restart
+        if self.world.all_true(checked) {
+            self.verified.push(id);
+        }
         let summary =
             if ok { String::new() } else { self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err) };
         let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
@@ -305,7 +310,7 @@ impl Runtime {
         index: usize,
         lost: bool,
         lost_in_set: &[usize],
-    ) -> Result<(), String> {
+    ) -> Result<bool, String> {
         // No early return before the collectives below: every member must take part.
         let mut local_err = None;
         let header: Option<Header> = if lost {
@@ -365,9 +370,11 @@ impl Runtime {
             super::remove_part(&old);
         }
         // the rebuilt files are checked against their CRC32s as they are written
-        parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &all, piece).map_err(|e| e.to_string())?;
+        let checked =
+            parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &all, piece).map_err(|e| e.to_string())?;
         self.filemap.datasets.insert(id, rec);
-        self.save_filemap().map_err(|e| e.to_string())
+        self.save_filemap().map_err(|e| e.to_string())?;
+        Ok(checked)
     }
 }
 
