@@ -235,11 +235,13 @@ impl Comm {
                     }
                     Waiting::Poll => {
                         let mut req = req;
-                        let mut nap = std::time::Duration::from_micros(10);
+                        // a transfer takes a few handshakes, each needs a test on both sides:
+                        // short naps keep it moving, and cost a few microseconds of CPU each
+                        let mut nap = std::time::Duration::from_micros(5);
                         while let Err(r) = req.test() {
                             req = r;
                             std::thread::sleep(nap);
-                            nap = (nap * 2).min(std::time::Duration::from_millis(2));
+                            nap = (nap * 2).min(std::time::Duration::from_micros(200));
                         }
                     }
                 }
