@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Install what building and testing scr-rs needs on Debian/Ubuntu: an MPI implementation
 # (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler,
-# pkg-config, CMake, and the compilers and libraries of the transparent-mode examples and the
-# bindings (gfortran, python3-mpi4py). As root it
-# installs what is missing; otherwise it says exactly what to install.
+# pkg-config, CMake, the compilers and libraries of the transparent-mode examples and the
+# bindings (gfortran, python3-mpi4py), and Slurm (munge, slurmctld, slurmd, slurm-client) for
+# tests/slurm.rs, which starts a private cluster. As root it installs what is missing;
+# otherwise it says exactly what to install (without root the Slurm tests are skipped: they
+# need root anyway, so their packages are not required then).
 set -euo pipefail
 
 need=()
@@ -24,11 +26,21 @@ if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so*
   && ! ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so'; then
   need+=(libclang-dev)
 fi
+# Slurm, without the recommended extras (plugin development files, hdf5, ...); munged and the
+# daemons live in /usr/sbin
+slurm=()
+for p in munge:munged slurmctld:slurmctld slurmd:slurmd slurm-client:srun; do
+  command -v "${p#*:}" >/dev/null 2>&1 || [ -x "/usr/sbin/${p#*:}" ] || slurm+=("${p%%:*}")
+done
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is missing; install a Rust toolchain (1.88 or newer), e.g. from rustup.rs" >&2
   exit 1
 fi
-if [ ${#need[@]} -eq 0 ]; then
+if [ ${#slurm[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
+  echo "setup: Slurm is missing (${slurm[*]}): tests/slurm.rs will be skipped; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
+  slurm=()
+fi
+if [ ${#need[@]} -eq 0 ] && [ ${#slurm[@]} -eq 0 ]; then
   exit 0
 fi
 # shellcheck disable=SC2207
@@ -38,7 +50,26 @@ if [ "$(id -u)" -ne 0 ]; then
   echo "setup: install them with: sudo apt-get install -y ${need[*]}" >&2
   exit 1
 fi
-echo "setup: installing ${need[*]}"
+echo "setup: installing ${need[*]} ${slurm[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq "${need[@]}" >/dev/null
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ ${#slurm[@]} -gt 0 ]; then
+  # The tests start daemons of their own: the packages' services must not start (a policy
+  # denying it, for the time of the install, unless the machine has one already).
+  policy=/usr/sbin/policy-rc.d made=""
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh
+# scripts/setup.sh of scr-rs: no service starts while it installs Slurm
+exit 101
+' >"$policy"
+    chmod 755 "$policy"
+    made=1
+  fi
+  rc=0
+  apt-get install -y -qq --no-install-recommends "${slurm[@]}" >/dev/null || rc=$?
+  if [ -n "$made" ]; then rm -f "$policy"; fi
+  [ "$rc" -eq 0 ] || exit "$rc"
+fi

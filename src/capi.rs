@@ -32,7 +32,7 @@ fn report(e: &Error) {
 
 /// Run `f` behind a panic guard; errors are reported and become `SCR_FAILURE`.
 fn guard<T>(call: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
-    // In libscr_preload.so the hooks pass through while the library works (see `hooks`).
+    // In libscr_preload.so the hooks pass through while the library works (see `reentry`).
     let _inside = crate::reentry::Inside::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Some(v),
@@ -103,7 +103,7 @@ unsafe fn put_flag(call: &'static str, flag: *mut c_int, v: bool) -> Result<()> 
 
 #[no_mangle]
 pub extern "C" fn SCR_Init() -> c_int {
-    if crate::hooks::auto_init() {
+    if runtime::mode() == Some(runtime::Mode::Transparent) {
         // transparent mode: the preload ran SCR_Init inside MPI_Init already
         return SCR_SUCCESS;
     }
@@ -112,7 +112,7 @@ pub extern "C" fn SCR_Init() -> c_int {
 
 #[no_mangle]
 pub extern "C" fn SCR_Finalize() -> c_int {
-    if crate::hooks::auto_init() {
+    if runtime::mode() == Some(runtime::Mode::Transparent) {
         // transparent mode: SCR_Finalize runs inside MPI_Finalize
         return SCR_SUCCESS;
     }
@@ -245,7 +245,6 @@ pub unsafe extern "C" fn SCR_Start_output(name: *const c_char, flags: c_int) -> 
     code(guard("SCR_Start_output", || {
         // SAFETY: per this function's contract.
         let name = if name.is_null() { None } else { Some(unsafe { arg("SCR_Start_output", "name", name) }?) };
-        crate::hooks::set_explicit();
         runtime::start_output(name, flags)
     }))
 }
@@ -286,7 +285,6 @@ pub extern "C" fn SCR_Complete_output(valid: c_int) -> c_int {
 
 #[no_mangle]
 pub extern "C" fn SCR_Start_checkpoint() -> c_int {
-    crate::hooks::set_explicit();
     code(guard("SCR_Start_checkpoint", || runtime::start_output(None, FLAG_CHECKPOINT)))
 }
 

@@ -1,5 +1,6 @@
 //! Who and where we are: the job (allocation) id, the user name, the node name and the
-//! allocation's end time, taken from the resource manager when there is one.
+//! allocation's end time, taken from the resource manager when there is one (its environment
+//! variables, and for the end time Slurm's own answer through [`rm_query`]).
 //!
 //! The job id decides which cache a run finds, so it must be equal for every run of one job in
 //! one allocation and different for unrelated jobs. Sources, first found wins:
@@ -12,6 +13,8 @@
 
 use std::ffi::CStr;
 use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// Where a job id came from (for `SCR_DEBUG` output).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -106,13 +109,106 @@ pub fn job_name() -> String {
         .unwrap_or_default()
 }
 
-/// The allocation's end time in seconds since the epoch: `SCR_END_TIME`, else SLURM's
-/// `SLURM_JOB_END_TIME`. Used with `SCR_HALT_SECONDS`.
+/// The allocation's end time in seconds since the epoch: `SCR_END_TIME`, else
+/// `SLURM_JOB_END_TIME` (set by Slurm 23.02 and later), else, inside a Slurm job
+/// ([`slurm_job`]), the end time Slurm reports for it now (`squeue`). Slurm 22.05 sets no
+/// variable, and an administrator may change the limit while the job runs (`scontrol update
+/// TimeLimit`), so the answer is asked for again when it is older than a minute; a job without a
+/// limit, or a Slurm that does not answer within [`QUERY_SECS`], gives `None`. Used with
+/// `SCR_HALT_SECONDS`.
 pub fn end_time() -> Option<i64> {
-    ["SCR_END_TIME", "SLURM_JOB_END_TIME"]
+    if let Some(t) = ["SCR_END_TIME", "SLURM_JOB_END_TIME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().and_then(|s| s.trim().parse::<i64>().ok()))
         .filter(|t| *t > 0)
+    {
+        return Some(t);
+    }
+    let job = slurm_job()?;
+    static ASKED: Mutex<Option<(String, Instant, Option<i64>)>> = Mutex::new(None);
+    let mut asked = ASKED.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((j, at, end)) = asked.as_ref() {
+        if *j == job && at.elapsed() < Duration::from_secs(60) {
+            return *end;
+        }
+    }
+    // SLURM_TIME_FORMAT=%s makes squeue print seconds since the epoch, whatever the time zone.
+    let end = match rm_query("squeue", &["-h", "-j", &job, "-o", "%e"], &[("SLURM_TIME_FORMAT", "%s")]) {
+        Ok(out) => parse_epoch(&out),
+        Err(e) => {
+            crate::scr_debug!(1, "allocation end time of Slurm job {job}: {e}");
+            None
+        }
+    };
+    *asked = Some((job, Instant::now(), end));
+    end
+}
+
+/// The Slurm job (allocation) this process runs in: `SLURM_JOB_ID`, else `SLURM_JOBID`.
+pub fn slurm_job() -> Option<String> {
+    ["SLURM_JOB_ID", "SLURM_JOBID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()))
+}
+
+/// A time `squeue -o %e` printed under `SLURM_TIME_FORMAT=%s`: seconds since the epoch, or
+/// `None` for a job without an end (`Unknown`, `N/A`, `NONE`, empty).
+fn parse_epoch(out: &str) -> Option<i64> {
+    out.lines().next()?.trim().parse::<i64>().ok().filter(|t| *t > 0)
+}
+
+/// How long a resource manager query ([`rm_query`]) may take before it is given up.
+pub const QUERY_SECS: u64 = 20;
+
+/// Run a resource manager's client command (`squeue`, `sinfo`, `scontrol`, `scancel`) with
+/// extra environment `env` and return its standard output. Fails, saying why, when it cannot
+/// be started, exits non-zero (with its first line of standard error), or does not finish
+/// within [`QUERY_SECS`] (it is killed then: a controller that does not answer must not hang a
+/// job's rank 0 or a relaunch decision).
+pub fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+    use std::io::Read;
+    use std::process::{Command, Stdio};
+    let shown = format!("{program} {}", args.join(" "));
+    let mut child = Command::new(program)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = drain(Box::new(child.stdout.take().expect("piped")));
+    let err = drain(Box::new(child.stderr.take().expect("piped")));
+    let deadline = Instant::now() + Duration::from_secs(QUERY_SECS);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("{shown} did not answer within {QUERY_SECS} s"));
+            }
+            Err(e) => return Err(format!("waiting for {shown}: {e}")),
+        }
+    };
+    let stdout = out.join().unwrap_or_default();
+    if !status.success() {
+        let msg = err.join().unwrap_or_default();
+        let first = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
+        return Err(format!(
+            "{shown} failed ({status}){}",
+            if first.is_empty() { String::new() } else { format!(": {first}") }
+        ));
+    }
+    Ok(stdout)
 }
 
 /// Seconds since the epoch.
@@ -212,6 +308,22 @@ mod tests {
     fn job_ids_become_one_path_component() {
         let j = job_id_from(|k| (k == "FLUX_JOB_ID").then(|| "ƒa/b".to_string()), Path::new("/"));
         assert_eq!(j.id, "_a_b");
+    }
+
+    #[test]
+    fn slurm_end_times() {
+        assert_eq!(parse_epoch("1795426226\n"), Some(1_795_426_226));
+        for none in ["Unknown\n", "N/A", "NONE", "", "0", "-1"] {
+            assert_eq!(parse_epoch(none), None, "{none:?}");
+        }
+    }
+
+    #[test]
+    fn resource_manager_queries_report_failures() {
+        assert_eq!(rm_query("sh", &["-c", "echo $X"], &[("X", "42")]).unwrap(), "42\n");
+        let e = rm_query("sh", &["-c", "echo no such job >&2; exit 1"], &[]).unwrap_err();
+        assert!(e.contains("failed") && e.contains("no such job"), "{e}");
+        assert!(rm_query("/nonexistent/squeue", &[], &[]).unwrap_err().contains("cannot run"));
     }
 
     #[test]

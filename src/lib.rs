@@ -10,7 +10,8 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate ([`hooks`]), the commands (`src/bin/`, through [`ops`]) |
+//! | front ends | [`capi`] (the SCR 3 C API, `libscr.so`), the preload crate (through [`transparent`]), the commands (`src/bin/`, through [`ops`]) |
+//! | transparent | [`transparent`]: transparent mode's policy (file table, rules, listings, sync points) |
 //! | ops | [`ops`]: what the commands do |
 //! | runtime | [`runtime`]: one function per `SCR_*` call, the phase state machine, policies |
 //! | transfer | [`transfer`]: flush to and fetch from the prefix, verified copies |
@@ -32,7 +33,6 @@ pub mod config;
 pub mod desc;
 pub mod error;
 pub mod events;
-pub mod hooks;
 pub mod identity;
 pub mod log;
 pub mod ops;
@@ -43,6 +43,7 @@ pub mod reentry;
 pub mod runtime;
 pub mod state;
 pub mod transfer;
+pub mod transparent;
 
 /// The version string `SCR_Get_version` reports.
 pub const VERSION: &str = concat!("scr-rs ", env!("CARGO_PKG_VERSION"));

@@ -137,6 +137,19 @@ pub fn remove_file_if_exists(path: &Path) -> Result<()> {
 }
 
 /// Remove a directory tree, treating "already gone" as success.
+/// Call `f` on every file below `dir` (not following symbolic links); a missing or
+/// unreadable directory has none.
+pub fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        match e.file_type() {
+            Ok(t) if t.is_dir() => walk_files(&e.path(), f),
+            Ok(_) => f(&e.path()),
+            Err(_) => {}
+        }
+    }
+}
+
 pub fn remove_tree_if_exists(path: &Path) -> Result<()> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),

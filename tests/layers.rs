@@ -17,7 +17,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("transfer", &["transfer"]),
     ("runtime", &["runtime"]),
     ("ops", &["ops"]),
-    ("front ends", &["capi", "hooks", "patterns"]),
+    ("transparent", &["transparent"]),
+    ("front ends", &["capi"]),
 ];
 
 /// Items of the crate root every layer may use (`lib.rs` constants).

@@ -200,3 +200,68 @@ fn killed_while_a_checkpoint_is_deleted() {
         }
     }
 }
+
+// The same kill points with an unmodified application under the preload (transparent mode):
+// SCR_Init runs inside MPI_Init, and the program finds its checkpoint through its own pointer
+// file and checks every byte it reads back.
+
+fn posix(job: &Job, args: &[&str]) -> Vec<String> {
+    let mut all = vec!["--dir".to_string(), job.prefix.display().to_string()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    all
+}
+
+fn run_posix(job: &Job, args: &[&str]) -> common::Run {
+    job.run_exe(4, &[common::app("ckpt_posix.c", &[]).display().to_string()], &posix(job, args))
+}
+
+fn transparent(job: &mut Job, scheme: &str, flush: &str) {
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_COPY_TYPE", scheme).set("SCR_FLUSH", flush);
+}
+
+#[test]
+fn under_the_preload_killed_while_mpi_init_rebuilds_a_lost_node() {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    transparent(&mut job, "XOR", "0");
+    let size = "24000017";
+    let r = run_posix(&job, &["--steps", "8", "--crash-at", "7", "--size", size]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    job.lose_node("n2");
+    job.map(&["n0", "n1", "n4", "n3"]);
+    let spare = job.node_dir("n4");
+    let exe = [common::app("ckpt_posix.c", &[]).display().to_string()];
+    let mut bg = job.spawn_exe(&exe, &posix(&job, &["--steps", "8", "--size", size]));
+    bg.wait_until("the rebuild on the spare node", || !job_files_below(&spare, "ckpt.6/rank_2.dat").is_empty());
+    let out = bg.kill();
+    assert!(!out.contains("RESTARTED"), "the kill came after the rebuild had finished\n{out}");
+    let r = run_posix(&job, &["--steps", "8", "--size", size]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+    assert!(r.stderr.contains("rebuilt cached dataset"), "{}", r.dump());
+}
+
+#[test]
+fn under_the_preload_killed_during_the_background_crc_and_after_an_index_rebuild() {
+    // SINGLE: the run dies at step 7, right after checkpoint 6 formed at its sync point (its
+    // background CRC32 still running): checked by size, restarted
+    let mut job = Job::new();
+    transparent(&mut job, "SINGLE", "0");
+    let r = run_posix(&job, &["--steps", "8", "--crash-at", "7", "--size", "48000011"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    let r = run_posix(&job, &["--steps", "8", "--size", "48000011"]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+
+    // every checkpoint flushed; the index damaged and the cache lost: rebuilt, fetched
+    let mut job = Job::new();
+    transparent(&mut job, "SINGLE", "1");
+    let r = run_posix(&job, &["--steps", "8", "--crash-at", "7", "--size", "100003"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    let index = job.prefix.join(".scr/index.scr");
+    let mut b = std::fs::read(&index).unwrap();
+    let n = b.len() / 2;
+    b[n] ^= 0x04;
+    std::fs::write(&index, b).unwrap();
+    job.wipe_cache();
+    let r = run_posix(&job, &["--steps", "8", "--size", "100003"]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+    assert!(r.stderr.contains("index.scr is damaged") && r.stderr.contains("rebuilt"), "{}", r.dump());
+}

@@ -2,7 +2,11 @@
  *   bench_preload open DIR N     N x open+close of DIR/bench.<rank> (created first)
  *   bench_preload create DIR N   N x open(O_CREAT|O_TRUNC)+write 1 byte+close of DIR/bench.<rank>
  *   bench_preload write DIR MIB  each rank writes MIB MiB to DIR/rank_<r>.dat, then a barrier
+ *   bench_preload list DIR N     each rank writes 1,000 files into DIR/r<rank>/, passes a
+ *                                barrier, then lists that directory N times (readdir); N=1
+ *                                times the first listing alone
  * Prints (rank 0) "RESULT <what> <value>": microseconds per call, or MiB/s over all ranks. */
+#include <dirent.h>
 #include <fcntl.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -39,6 +43,30 @@ int main(int argc, char **argv) {
     double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
     MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("RESULT %s_us %.3f\n", mode, max);
+  } else if (!strcmp(mode, "list")) {
+    char sub[4096];
+    snprintf(sub, sizeof sub, "%s/r%d", dir, rank);
+    mkdir(sub, 0755);
+    for (int i = 0; i < 1000; i++) {
+      snprintf(path, sizeof path, "%s/f.%04d", sub, i);
+      int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      if (fd < 0 || write(fd, "x", 1) != 1 || close(fd) != 0) MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Barrier(MPI_COMM_WORLD); /* with the preload: the files are a dataset in cache now */
+    long entries = 0;
+    double t0 = MPI_Wtime();
+    for (long i = 0; i < n; i++) {
+      DIR *d = opendir(sub);
+      while (d && readdir(d)) entries++;
+      if (d) closedir(d);
+    }
+    double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
+    if (entries != n * 1002) {
+      fprintf(stderr, "rank %d: %ld entries in %ld listings, expected 1002 each\n", rank, entries, n);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("RESULT list_us %.3f\n", max);
   } else {
     long bytes = n << 20, chunk = 1 << 20;
     char *buf = malloc(chunk);

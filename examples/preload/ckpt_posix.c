@@ -3,16 +3,21 @@
  * restarts from the step the pointer names, verifying every byte it reads back.
  *
  *   ckpt_posix --dir DIR [--steps N] [--every K] [--size BYTES] [--layout L] [--stdio]
- *              [--uneven] [--meta] [--crash-at STEP] [--fail-write STEP] [--no-finalize]
- *              [--hang-at STEP]
+ *              [--uneven] [--meta] [--meta-after] [--crash-at STEP] [--fail-write STEP]
+ *              [--no-finalize] [--hang-at STEP] [--die-in-ckpt STEP]
  *
  * Layouts: dir      ckpt.<s>/rank_<r>.dat (rank 0 creates the directory)
  *          flat     ckpt_<s>_<r>.dat
  *          tmpdir   ckpt.<s>.tmp/rank_<r>.dat, then rank 0 renames the directory to ckpt.<s>
  *          tmpfile  ckpt.<s>/rank_<r>.dat.tmp, each rank renames it to rank_<r>.dat
  * --uneven: rank r writes r%3 files (some ranks none); --meta: rank 0 also writes meta.txt.
+ * --meta-after: after the barrier that ends the checkpoint (a sync point: the checkpoint is
+ * complete) and the tmpdir rename, rank 0 writes ckpt.<s>/meta through meta.tmp + rename,
+ * then the pointer file.
  * --hang-at STEP: in a run that did not restart, the last rank hangs (pause(), no CPU) at STEP
  * while the others wait for it in that step's allreduce.
+ * --die-in-ckpt STEP: the last rank exits after writing its file of checkpoint STEP, before
+ * the barrier that would complete it (the others wait there until the launcher ends them).
  * Prints (rank 0): RESTARTED <s> | NO_RESTART, CHECKPOINT <s>, DONE; every rank checks. */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,9 +32,9 @@
 
 static const char *dir = ".";
 static const char *layout = "dir";
-static int use_stdio = 0, uneven = 0, meta = 0;
+static int use_stdio = 0, uneven = 0, meta = 0, meta_after = 0;
 static long size = 1 << 16;
-static int rank, nranks;
+static int rank, nranks, die_in_ckpt = -1;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -111,6 +116,29 @@ static int check_file(const char *path, int step, int k) {
   return ok;
 }
 
+static void write_meta(const char *path, int step) {
+  char text[64];
+  int n = snprintf(text, sizeof text, "step %d ranks %d\n", step, nranks);
+  if (use_stdio) {
+    FILE *f = fopen(path, "w");
+    if (!f) die("fopen", path);
+    if (fputs(text, f) < 0 || fclose(f) != 0) die("write", path);
+  } else {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    if (fd < 0) die("open", path);
+    if (write(fd, text, n) != n || close(fd) != 0) die("write", path);
+  }
+}
+
+static int check_meta(const char *path, int step) {
+  FILE *m = fopen(path, "r");
+  int s = -1, n = -1;
+  int ok = m && fscanf(m, "step %d ranks %d", &s, &n) == 2 && s == step && n == nranks;
+  if (!ok) fprintf(stderr, "rank 0: bad %s: %s\n", path, m ? "wrong content" : strerror(errno));
+  if (m) fclose(m);
+  return ok;
+}
+
 static void checkpoint(int step, int fail_write) {
   char path[4096], tmp[4096];
   if (!strcmp(layout, "dir") || !strcmp(layout, "tmpfile") || !strcmp(layout, "tmpdir")) {
@@ -138,6 +166,10 @@ static void checkpoint(int step, int fail_write) {
     }
   }
   if (fail_write) setrlimit(RLIMIT_FSIZE, &saved);
+  if (step == die_in_ckpt && rank == nranks - 1) {
+    fprintf(stderr, "rank %d: DIE inside checkpoint %d\n", rank, step);
+    _exit(9);
+  }
   if (meta && rank == 0) {
     snprintf(path, sizeof path, "%s/ckpt.%d%s/meta.txt", dir, step, !strcmp(layout, "tmpdir") ? ".tmp" : "");
     FILE *f = fopen(path, "w");
@@ -150,6 +182,14 @@ static void checkpoint(int step, int fail_write) {
     if (!strcmp(layout, "tmpdir")) {
       snprintf(tmp, sizeof tmp, "%s/ckpt.%d.tmp", dir, step);
       snprintf(path, sizeof path, "%s/ckpt.%d", dir, step);
+      if (rename(tmp, path) != 0) die("rename", tmp);
+    }
+    if (meta_after) {
+      /* a file written into the checkpoint after it completed (and, with the tmpdir layout,
+       * after its directory was renamed into place): it must join the checkpoint */
+      snprintf(tmp, sizeof tmp, "%s/ckpt.%d/meta.tmp", dir, step);
+      snprintf(path, sizeof path, "%s/ckpt.%d/meta", dir, step);
+      write_meta(tmp, step);
       if (rename(tmp, path) != 0) die("rename", tmp);
     }
     /* the pointer file: outside the patterns, written atomically */
@@ -176,10 +216,12 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--stdio")) use_stdio = 1;
     else if (!strcmp(argv[i], "--uneven")) uneven = 1;
     else if (!strcmp(argv[i], "--meta")) meta = 1;
+    else if (!strcmp(argv[i], "--meta-after")) meta_after = 1;
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fail-write")) fail_write = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-finalize")) no_finalize = 1;
     else if (!strcmp(argv[i], "--hang-at")) hang_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--die-in-ckpt")) die_in_ckpt = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -205,13 +247,11 @@ int main(int argc, char **argv) {
     }
     if (meta && rank == 0) {
       snprintf(path, sizeof path, "%s/ckpt.%d/meta.txt", dir, start);
-      FILE *m = fopen(path, "r");
-      int s = -1, n = -1;
-      if (!m || fscanf(m, "step %d ranks %d", &s, &n) != 2 || s != start || n != nranks) {
-        fprintf(stderr, "rank 0: bad %s\n", path);
-        ok = 0;
-      }
-      if (m) fclose(m);
+      ok &= check_meta(path, start);
+    }
+    if (meta_after && rank == 0) {
+      snprintf(path, sizeof path, "%s/ckpt.%d/meta", dir, start);
+      ok &= check_meta(path, start);
     }
     int all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -1,457 +1,369 @@
-//! The exported file functions. Each one takes the fast path (the real function, untouched
-//! arguments) unless the process routes files and the path may be under the prefix; the
-//! decisions live in [`crate::fileops`]. `open`-style functions are variadic in C: they are
-//! defined here with a fixed `mode` argument, read only when `O_CREAT` or `O_TMPFILE` asks
-//! for it (glibc's `__OPEN_NEEDS_MODE`), which is sound on the x86_64 and aarch64 ABIs.
+//! The exported file functions, each with the C contract of the libc function of its name.
+//! Each takes the fast path (the real function, untouched arguments, no lock) unless the
+//! process routes files; otherwise it asks `scr::transparent::calls` once, applies the answer
+//! and keeps errno. `open`-style functions are variadic in C: they are defined with a fixed
+//! `mode` argument, read only when `O_CREAT` or `O_TMPFILE` asks for it (glibc's
+//! `__OPEN_NEEDS_MODE`), which is sound on the x86_64 and aarch64 ABIs.
 
 use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t, FILE};
+use scr::transparent::{calls, names};
 
-use crate::fileops::{self, Plan};
-use crate::real;
-use crate::state::{set_errno, Errno};
+use crate::detour::{apply, errno, fence, perform, quietly, redirect, set_errno};
+use crate::real::next_or;
 
-fn needs_mode(flags: c_int) -> bool {
-    flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE
-}
-
-macro_rules! or_enosys {
-    ($f:expr, $fail:expr) => {
-        match $f {
-            Some(f) => f,
-            None => {
-                set_errno(libc::ENOSYS);
-                return $fail;
-            }
-        }
-    };
-}
-
-/// Shared body of the open family: `call(path)` performs the real open on a path.
-unsafe fn open_common(dirfd: c_int, path: *const c_char, flags: c_int, call: impl Fn(*const c_char) -> c_int) -> c_int {
-    match fileops::plan_open(dirfd, path, flags) {
-        Plan::Pass => call(path),
-        Plan::Fail(e) => {
-            set_errno(e);
-            -1
-        }
-        Plan::To(p, id) => {
-            let fd = call(p.as_ptr());
-            let errno = Errno::save();
-            fileops::opened(fd, id);
-            drop(errno);
-            fd
-        }
+/// The open family: `call(path, dirfd)` performs the real open; a pending file the core
+/// routed the open to is told its descriptor.
+unsafe fn open_with(
+    hook: &str,
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    call: impl FnOnce(*const c_char, c_int) -> c_int,
+) -> c_int {
+    if path.is_null() || !calls::concerns(CStr::from_ptr(path)) {
+        return call(path, dirfd);
     }
+    let saved = errno();
+    let pass = || calls::Opening { call: calls::Call::Pass, track: 0, created: false };
+    let o = fence(hook, path, || calls::open(dirfd, CStr::from_ptr(path), flags), pass);
+    let fd = apply(o.call, saved, path, dirfd, -1, call);
+    if o.track != 0 {
+        quietly(hook, || calls::opened(fd, o.track, o.created));
+    }
+    fd
 }
 
 macro_rules! open_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// C `open` contract.
+    (@d $d:ident $x:ident) => { $d };
+    (@int $x:ident) => { c_int };
+    (@file $x:ident) => { *mut FILE };
+    ($($name:ident($($dirfd:ident)?) $(mode $mode:ident $va:tt)?;)*) => {$(
         #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            let mode = if needs_mode(flags) { mode } else { 0 };
-            open_common(libc::AT_FDCWD, path, flags, |p| f(p, flags, mode as c_uint))
+        pub unsafe extern "C" fn $name($($dirfd: c_int,)? path: *const c_char, flags: c_int $(, $mode: mode_t)?) -> c_int {
+            let f = next_or!($name: fn($(open_hook!(@int $dirfd),)? *const c_char, c_int $(; $va)?) -> c_int, -1);
+            $(let $mode = if flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE { $mode } else { 0 };)?
+            let _d = libc::AT_FDCWD $(; let _d = $dirfd)?;
+            open_with(stringify!($name), _d, path, flags, |p, _d| f($(open_hook!(@d _d $dirfd),)? p, flags $(, $mode as c_uint)?))
         }
-    };
+    )*};
 }
-open_hook!(open);
-open_hook!(open64);
-
-macro_rules! openat_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// C `openat` contract.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            let mode = if needs_mode(flags) { mode } else { 0 };
-            open_common(dirfd, path, flags, |p| {
-                let d = if p == path { dirfd } else { libc::AT_FDCWD };
-                f(d, p, flags, mode as c_uint)
-            })
-        }
-    };
+open_hook! {
+    open() mode mode ...;
+    open64() mode mode ...;
+    openat(dirfd) mode mode ...;
+    openat64(dirfd) mode mode ...;
+    __open_2();
+    __open64_2();
+    __openat_2(dirfd);
+    __openat64_2(dirfd);
 }
-openat_hook!(openat);
-openat_hook!(openat64);
 
 macro_rules! creat_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// C `creat` contract.
+    ($($name:ident),*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            open_common(libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, |p| f(p, mode))
+            let f = next_or!($name: fn(*const c_char, mode_t) -> c_int, -1);
+            open_with(stringify!($name), libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, |p, _| f(p, mode))
         }
-    };
+    )*};
 }
-creat_hook!(creat);
-creat_hook!(creat64);
+creat_hook!(creat, creat64);
 
-macro_rules! open2_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// glibc `_FORTIFY_SOURCE` open contract.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char, flags: c_int) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            open_common(libc::AT_FDCWD, path, flags, |p| f(p, flags))
-        }
-    };
-}
-open2_hook!(__open_2);
-open2_hook!(__open64_2);
-
-macro_rules! openat2_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// glibc `_FORTIFY_SOURCE` openat contract.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            open_common(dirfd, path, flags, |p| {
-                let d = if p == path { dirfd } else { libc::AT_FDCWD };
-                f(d, p, flags)
-            })
-        }
-    };
-}
-openat2_hook!(__openat_2);
-openat2_hook!(__openat64_2);
-
-/// `fopen` mode string to `open` flags (what glibc's `_IO_file_fopen` does).
-fn mode_flags(mode: *const c_char) -> c_int {
-    if mode.is_null() {
-        return 0;
-    }
-    // SAFETY: the application's NUL-terminated mode string.
-    let m = unsafe { CStr::from_ptr(mode) }.to_bytes();
-    let mut flags = match m.first() {
-        Some(b'r') => libc::O_RDONLY,
-        Some(b'w') => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
-        Some(b'a') => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
-        _ => return 0,
-    };
-    for &c in &m[1..] {
-        match c {
-            b'+' => flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR,
-            b'x' => flags |= libc::O_EXCL,
-            b'e' => flags |= libc::O_CLOEXEC,
-            b',' => break,
-            _ => {}
-        }
-    }
-    flags
-}
-
-unsafe fn fopen_common(
+/// The stdio opens: `call(path)` performs the real one; the stream's descriptor is tracked.
+unsafe fn fopen_with(
+    hook: &str,
     path: *const c_char,
     mode: *const c_char,
     call: impl Fn(*const c_char) -> *mut FILE,
 ) -> *mut FILE {
-    match fileops::plan_open(libc::AT_FDCWD, path, mode_flags(mode)) {
-        Plan::Pass => call(path),
-        Plan::Fail(e) => {
-            set_errno(e);
-            std::ptr::null_mut()
+    let mut fp = std::ptr::null_mut();
+    let flags = if mode.is_null() { 0 } else { calls::fopen_flags(CStr::from_ptr(mode)) };
+    open_with(hook, libc::AT_FDCWD, path, flags, |p, _| {
+        fp = call(p);
+        if fp.is_null() {
+            -1
+        } else {
+            libc::fileno(fp)
         }
-        Plan::To(p, id) => {
-            let fp = call(p.as_ptr());
-            let errno = Errno::save();
-            let fd = if fp.is_null() { -1 } else { libc::fileno(fp) };
-            fileops::opened(fd, id);
-            drop(errno);
-            fp
-        }
-    }
+    });
+    fp
 }
 
 macro_rules! fopen_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// C `fopen` contract.
+    ($($name:ident($($stream:ident)?);)*) => {$(
         #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char) -> *mut FILE {
-            let f = or_enosys!(real::$name(), std::ptr::null_mut());
-            fopen_common(path, mode, |p| f(p, mode))
-        }
-    };
-}
-fopen_hook!(fopen);
-fopen_hook!(fopen64);
-
-macro_rules! freopen_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// C `freopen` contract.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char, stream: *mut FILE) -> *mut FILE {
-            let f = or_enosys!(real::$name(), std::ptr::null_mut());
-            // the stream's old descriptor is closed inside (no close hook sees it)
-            let old = if stream.is_null() { -1 } else { libc::fileno(stream) };
-            let tag = if path.is_null() { 0 } else { fileops::take_fd(old) };
-            let fp = fopen_common(path, mode, |p| f(p, mode, stream));
-            let errno = Errno::save();
-            fileops::closed(tag, true);
-            drop(errno);
+        pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char $(, $stream: *mut FILE)?) -> *mut FILE {
+            let f = next_or!($name: fn(*const c_char, *const c_char $(, open_hook!(@file $stream))?) -> *mut FILE, std::ptr::null_mut());
+            // freopen closes the stream's old descriptor inside (no close hook sees it)
+            let _id = 0 $(; let _id = if $stream.is_null() || path.is_null() { 0 } else { calls::closing(libc::fileno($stream)) })?;
+            let fp = fopen_with(stringify!($name), path, mode, |p| f(p, mode $(, $stream)?));
+            close_done(_id, true);
             fp
         }
-    };
+    )*};
 }
-freopen_hook!(freopen);
-freopen_hook!(freopen64);
+fopen_hook! {
+    fopen();
+    fopen64();
+    freopen(stream);
+    freopen64(stream);
+}
 
-/// # Safety
-/// C `fclose` contract.
+/// After a descriptor of pending file `id` closed.
+fn close_done(id: u32, ok: bool) {
+    if id != 0 {
+        quietly("close", || calls::closed(id, ok));
+    }
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
-    let f = or_enosys!(real::fclose(), libc::EOF);
-    let tag = if fp.is_null() { 0 } else { fileops::take_fd(libc::fileno(fp)) };
+    let f = next_or!(fclose: fn(*mut FILE) -> c_int, libc::EOF);
+    let id = if fp.is_null() { 0 } else { calls::closing(libc::fileno(fp)) };
     let r = f(fp);
-    let errno = Errno::save();
-    fileops::closed(tag, r == 0);
-    drop(errno);
+    close_done(id, r == 0);
     r
 }
 
-/// # Safety
-/// C `close` contract.
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
-    let f = or_enosys!(real::close(), -1);
-    let tag = fileops::take_fd(fd);
+    let f = next_or!(close: fn(c_int) -> c_int, -1);
+    let id = calls::closing(fd);
     let r = f(fd);
-    if tag != 0 {
-        let errno = Errno::save();
-        fileops::closed(tag, r == 0 || errno_is(libc::EINTR));
-        drop(errno);
-    }
+    close_done(id, r == 0 || errno() == libc::EINTR);
     r
 }
 
-fn errno_is(e: c_int) -> bool {
-    crate::state::get_errno() == e
-}
-
-/// # Safety
-/// C `close_range` contract.
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    let f = or_enosys!(real::close_range(), -1);
-    let hi = last.min(1 << 16);
-    let mut tags = Vec::new();
-    if crate::state::owner().is_some() && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
-        for fd in first..=hi.max(first) {
-            let t = fileops::take_fd(fd as c_int);
-            if t != 0 {
-                tags.push(t);
-            }
-        }
+    let f = next_or!(close_range: fn(c_uint, c_uint, c_int) -> c_int, -1);
+    let mut ids = Vec::new();
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && scr::transparent::session::owner().is_some() {
+        ids.extend((first..=last.min(1 << 16).max(first)).map(|fd| calls::closing(fd as c_int)).filter(|id| *id != 0));
     }
     let r = f(first, last, flags);
-    let errno = Errno::save();
-    for t in tags {
-        fileops::closed(t, true);
-    }
-    drop(errno);
+    ids.into_iter().for_each(|id| close_done(id, true));
     r
 }
 
-/// # Safety
-/// C `dup` contract.
-#[no_mangle]
-pub unsafe extern "C" fn dup(old: c_int) -> c_int {
-    let f = or_enosys!(real::dup(), -1);
-    let new = f(old);
-    let errno = Errno::save();
-    fileops::duplicated(old, new);
-    drop(errno);
+fn duplicated(old: c_int, new: c_int) -> c_int {
+    if new >= 0 {
+        quietly("dup", || calls::duplicated(old, new));
+    }
     new
 }
 
-unsafe fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_int {
+#[no_mangle]
+pub unsafe extern "C" fn dup(old: c_int) -> c_int {
+    let f = next_or!(dup: fn(c_int) -> c_int, -1);
+    duplicated(old, f(old))
+}
+
+/// `dup2`/`dup3` onto a tracked descriptor close it implicitly.
+fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_int {
     if old == new {
         return call();
     }
-    let tag = fileops::take_fd(new);
+    let id = calls::closing(new);
     let r = call();
-    let errno = Errno::save();
     if r >= 0 {
-        fileops::closed(tag, true);
-        fileops::duplicated(old, r);
-    } else if tag != 0 {
-        crate::state::fd_set(new, tag);
+        close_done(id, true);
+        duplicated(old, r);
+    } else if id != 0 {
+        scr::transparent::fds::set(new, id);
     }
-    drop(errno);
     r
 }
 
-/// # Safety
-/// C `dup2` contract.
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    let f = or_enosys!(real::dup2(), -1);
+    let f = next_or!(dup2: fn(c_int, c_int) -> c_int, -1);
     dup_onto(old, new, || f(old, new))
 }
 
-/// # Safety
-/// C `dup3` contract.
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    let f = or_enosys!(real::dup3(), -1);
+    let f = next_or!(dup3: fn(c_int, c_int, c_int) -> c_int, -1);
     dup_onto(old, new, || f(old, new, flags))
 }
 
+/// `fcntl`'s third argument is passed through as a machine word; only `F_DUPFD` is looked at.
 macro_rules! fcntl_hook {
-    ($name:ident) => {
-        /// # Safety
-        /// C `fcntl` contract; the third argument is passed through as a machine word.
+    ($($name:ident),*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
+            let f = next_or!($name: fn(c_int, c_int; ...) -> c_int, -1);
             let r = f(fd, cmd, arg);
-            if (cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC) && r >= 0 {
-                let errno = Errno::save();
-                fileops::duplicated(fd, r);
-                drop(errno);
-            }
-            r
+            if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC { duplicated(fd, r) } else { r }
         }
-    };
+    )*};
 }
-fcntl_hook!(fcntl);
-fcntl_hook!(fcntl64);
+fcntl_hook!(fcntl, fcntl64);
 
+/// Writes: only a failure is looked at (it makes the dataset of a pending file invalid).
 macro_rules! write_hook {
-    ($name:ident ($($a:ident: $t:ty),*)) => {
-        /// # Safety
-        /// C contract of the function of this name; only a failure is looked at.
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, $($a: $t),*) -> ssize_t {
-            let f = or_enosys!(real::$name(), -1);
+            let f = next_or!($name: fn(c_int, $($t),*) -> ssize_t, -1);
             let r = f(fd, $($a),*);
-            if r < 0 && !errno_is(libc::EAGAIN) && !errno_is(libc::EINTR) {
-                let errno = Errno::save();
-                fileops::write_failed(fd);
-                drop(errno);
+            if r < 0 && errno() != libc::EAGAIN && errno() != libc::EINTR {
+                quietly(stringify!($name), || calls::write_failed(fd));
             }
             r
         }
-    };
+    )*};
 }
-write_hook!(write(buf: *const c_void, n: size_t));
-write_hook!(pwrite(buf: *const c_void, n: size_t, off: off_t));
-write_hook!(pwrite64(buf: *const c_void, n: size_t, off: off64_t));
-write_hook!(writev(iov: *const libc::iovec, n: c_int));
-
-/// # Safety
-/// C `rename` contract.
-#[no_mangle]
-pub unsafe extern "C" fn rename(old: *const c_char, new: *const c_char) -> c_int {
-    let f = or_enosys!(real::rename(), -1);
-    fileops::rename(libc::AT_FDCWD, old, libc::AT_FDCWD, new, 0, || f(old, new))
+write_hook! {
+    write(buf: *const c_void, n: size_t);
+    pwrite(buf: *const c_void, n: size_t, off: off_t);
+    pwrite64(buf: *const c_void, n: size_t, off: off64_t);
+    writev(iov: *const libc::iovec, n: c_int);
 }
 
-/// # Safety
-/// C `renameat` contract.
-#[no_mangle]
-pub unsafe extern "C" fn renameat(od: c_int, old: *const c_char, nd: c_int, new: *const c_char) -> c_int {
-    let f = or_enosys!(real::renameat(), -1);
-    fileops::rename(od, old, nd, new, 0, || f(od, old, nd, new))
-}
-
-/// # Safety
-/// C `renameat2` contract.
-#[no_mangle]
-pub unsafe extern "C" fn renameat2(
-    od: c_int,
-    old: *const c_char,
-    nd: c_int,
-    new: *const c_char,
-    flags: c_uint,
-) -> c_int {
-    let f = or_enosys!(real::renameat2(), -1);
-    if flags & libc::RENAME_EXCHANGE != 0 {
-        return f(od, old, nd, new, flags);
-    }
-    fileops::rename(od, old, nd, new, flags, || f(od, old, nd, new, flags))
-}
-
-/// # Safety
-/// C `unlink` contract.
-#[no_mangle]
-pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
-    let f = or_enosys!(real::unlink(), -1);
-    fileops::unlink(libc::AT_FDCWD, path, || f(path))
-}
-
-/// # Safety
-/// C `unlinkat` contract.
-#[no_mangle]
-pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let f = or_enosys!(real::unlinkat(), -1);
-    if flags & libc::AT_REMOVEDIR != 0 {
-        return f(dirfd, path, flags);
-    }
-    fileops::unlink(dirfd, path, || f(dirfd, path, flags))
-}
-
-/// # Safety
-/// C `remove` contract.
-#[no_mangle]
-pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
-    let f = or_enosys!(real::remove(), -1);
-    fileops::unlink(libc::AT_FDCWD, path, || f(path))
-}
-
-/// Metadata calls: the same call on the cached file when SCR holds the path.
-macro_rules! meta_hook {
-    ($name:ident ($($pre:ident: $pt:ty),*; path; $($a:ident: $t:ty),*)) => {
-        /// # Safety
-        /// C contract of the function of this name.
+/// Calls the core performs itself (both the cache and the prefix may change): renames,
+/// links, removals. `paths` must be non-NULL for the core to look at the call.
+macro_rules! perform_hook {
+    ($($name:ident($($a:ident: $t:ty),*) paths($p:ident $(, $q:ident)?) => $core:expr;)*) => {$(
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($pre: $pt,)* path: *const c_char $(, $a: $t)*) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            match fileops::held_path(libc::AT_FDCWD, path) {
-                Some(p) => f($($pre,)* p.as_ptr() $(, $a)*),
-                None => f($($pre,)* path $(, $a)*),
+        pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
+            let f = next_or!($name: fn($($t),*) -> c_int, -1);
+            let real = || f($($a),*);
+            if $p.is_null() $(|| $q.is_null())? {
+                return f($($a),*);
             }
+            let old = CStr::from_ptr($p);
+            let _new = old $(; let _new = CStr::from_ptr($q))?;
+            if !calls::concerns(old) && !calls::concerns(_new) {
+                return f($($a),*);
+            }
+            perform(stringify!($name), $p, |r| ($core)(libc::AT_FDCWD, old, _new, r), real)
         }
-    };
+    )*};
 }
-meta_hook!(stat(; path; buf: *mut libc::stat));
-meta_hook!(stat64(; path; buf: *mut libc::stat64));
-meta_hook!(lstat(; path; buf: *mut libc::stat));
-meta_hook!(lstat64(; path; buf: *mut libc::stat64));
-meta_hook!(__xstat(ver: c_int; path; buf: *mut libc::stat));
-meta_hook!(__xstat64(ver: c_int; path; buf: *mut libc::stat64));
-meta_hook!(__lxstat(ver: c_int; path; buf: *mut libc::stat));
-meta_hook!(__lxstat64(ver: c_int; path; buf: *mut libc::stat64));
-meta_hook!(access(; path; mode: c_int));
+type P = *const c_char;
+perform_hook! {
+    rename(o: P, n: P) paths(o, n) => |at, o, n, r| names::rename(at, o, at, n, 0, r);
+    renameat(od: c_int, o: P, nd: c_int, n: P) paths(o, n) => |_, o, n, r| names::rename(od, o, nd, n, 0, r);
+    renameat2(od: c_int, o: P, nd: c_int, n: P, fl: c_uint) paths(o, n) => |_, o, n, r| names::rename(od, o, nd, n, fl, r);
+    link(o: P, n: P) paths(o, n) => |at, o, n, r| names::link(at, o, at, n, 0, r);
+    linkat(od: c_int, o: P, nd: c_int, n: P, fl: c_int) paths(o, n) => |_, o, n, r| names::link(od, o, nd, n, fl, r);
+    unlink(p: P) paths(p) => |at, p, _, r| names::unlink(at, p, r);
+    unlinkat(d: c_int, p: P, fl: c_int) paths(p) => |_, p, _, r| names::unlinkat(d, p, fl, r);
+    remove(p: P) paths(p) => |_, p, _, r| names::remove(p, r);
+    rmdir(p: P) paths(p) => |at, p, _, r| names::rmdir(at, p, r);
+}
 
-/// `*at` metadata calls: the cached file's absolute path replaces `dirfd` + `path`.
-macro_rules! meta_at_hook {
-    ($name:ident ($($pre:ident: $pt:ty),*; dirfd, path; $($a:ident: $t:ty),*)) => {
-        /// # Safety
-        /// C contract of the function of this name.
+/// Calls on a path's metadata: the same call on the cached bytes when SCR holds the path
+/// (`*at` forms: the cached file's absolute path replaces `dirfd` + `path`).
+macro_rules! held_hook {
+    ($($name:ident($($pre:ident: $pt:ty),*; $(at $dirfd:ident,)? path; $($a:ident: $t:ty),*) -> $ret:ty;)*) => {$(
         #[no_mangle]
-        pub unsafe extern "C" fn $name($($pre: $pt,)* dirfd: c_int, path: *const c_char $(, $a: $t)*) -> c_int {
-            let f = or_enosys!(real::$name(), -1);
-            match fileops::held_path(dirfd, path) {
-                Some(p) => f($($pre,)* libc::AT_FDCWD, p.as_ptr() $(, $a)*),
-                None => f($($pre,)* dirfd, path $(, $a)*),
-            }
+        pub unsafe extern "C" fn $name($($pre: $pt,)* $($dirfd: c_int,)? path: *const c_char $(, $a: $t)*) -> $ret {
+            let f = next_or!($name: fn($($pt,)* $(open_hook!(@int $dirfd),)? *const c_char $(, $t)*) -> $ret, -1);
+            let _d = libc::AT_FDCWD $(; let _d = $dirfd)?;
+            redirect(stringify!($name), _d, path, -1, calls::held, |p, _d| f($($pre,)* $(open_hook!(@d _d $dirfd),)? p $(, $a)*))
         }
-    };
+    )*};
 }
-meta_at_hook!(fstatat(; dirfd, path; buf: *mut libc::stat, flags: c_int));
-meta_at_hook!(fstatat64(; dirfd, path; buf: *mut libc::stat64, flags: c_int));
-meta_at_hook!(__fxstatat(ver: c_int; dirfd, path; buf: *mut libc::stat, flags: c_int));
-meta_at_hook!(__fxstatat64(ver: c_int; dirfd, path; buf: *mut libc::stat64, flags: c_int));
-meta_at_hook!(faccessat(; dirfd, path; mode: c_int, flags: c_int));
-meta_at_hook!(statx(; dirfd, path; flags: c_int, mask: c_uint, buf: *mut libc::statx));
+held_hook! {
+    stat(; path; buf: *mut libc::stat) -> c_int;
+    stat64(; path; buf: *mut libc::stat64) -> c_int;
+    lstat(; path; buf: *mut libc::stat) -> c_int;
+    lstat64(; path; buf: *mut libc::stat64) -> c_int;
+    __xstat(ver: c_int; path; buf: *mut libc::stat) -> c_int;
+    __xstat64(ver: c_int; path; buf: *mut libc::stat64) -> c_int;
+    __lxstat(ver: c_int; path; buf: *mut libc::stat) -> c_int;
+    __lxstat64(ver: c_int; path; buf: *mut libc::stat64) -> c_int;
+    access(; path; mode: c_int) -> c_int;
+    chmod(; path; mode: mode_t) -> c_int;
+    chown(; path; uid: libc::uid_t, gid: libc::gid_t) -> c_int;
+    lchown(; path; uid: libc::uid_t, gid: libc::gid_t) -> c_int;
+    utime(; path; times: *const libc::utimbuf) -> c_int;
+    utimes(; path; times: *const libc::timeval) -> c_int;
+    lutimes(; path; times: *const libc::timeval) -> c_int;
+    readlink(; path; buf: *mut c_char, n: size_t) -> ssize_t;
+    fstatat(; at dirfd, path; buf: *mut libc::stat, flags: c_int) -> c_int;
+    fstatat64(; at dirfd, path; buf: *mut libc::stat64, flags: c_int) -> c_int;
+    __fxstatat(ver: c_int; at dirfd, path; buf: *mut libc::stat, flags: c_int) -> c_int;
+    __fxstatat64(ver: c_int; at dirfd, path; buf: *mut libc::stat64, flags: c_int) -> c_int;
+    faccessat(; at dirfd, path; mode: c_int, flags: c_int) -> c_int;
+    statx(; at dirfd, path; flags: c_int, mask: c_uint, buf: *mut libc::statx) -> c_int;
+    fchmodat(; at dirfd, path; mode: mode_t, flags: c_int) -> c_int;
+    fchownat(; at dirfd, path; uid: libc::uid_t, gid: libc::gid_t, flags: c_int) -> c_int;
+    futimesat(; at dirfd, path; times: *const libc::timeval) -> c_int;
+    utimensat(; at dirfd, path; times: *const libc::timespec, flags: c_int) -> c_int;
+    readlinkat(; at dirfd, path; buf: *mut c_char, n: size_t) -> ssize_t;
+}
+
+/// `truncate` writes a pending file; `statfs`/`statvfs` of a held file describe the prefix
+/// directory holding it.
+macro_rules! path_hook {
+    ($($name:ident($($a:ident: $t:ty),*) via $core:path;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> c_int {
+            let f = next_or!($name: fn(*const c_char $(, $t)*) -> c_int, -1);
+            redirect(stringify!($name), libc::AT_FDCWD, path, -1, |_, p| $core(p), |p, _| f(p $(, $a)*))
+        }
+    )*};
+}
+path_hook! {
+    truncate(len: off_t) via calls::update;
+    truncate64(len: off64_t) via calls::update;
+    statfs(buf: *mut libc::statfs) via calls::statfs;
+    statfs64(buf: *mut libc::statfs64) via calls::statfs;
+    statvfs(buf: *mut libc::statvfs) via calls::statfs;
+    statvfs64(buf: *mut libc::statvfs64) via calls::statfs;
+}
+
+/// `realpath` of a held file from the core (`resolved`: the caller's buffer of `PATH_MAX`
+/// bytes, or NULL for a `malloc`ed result); `real` answers for every other path.
+unsafe fn realpath_with(path: *const c_char, resolved: *mut c_char, real: impl FnOnce() -> *mut c_char) -> *mut c_char {
+    if path.is_null() || !calls::concerns(CStr::from_ptr(path)) {
+        return real();
+    }
+    let saved = errno();
+    let p = match fence("realpath", path, || calls::realpath(CStr::from_ptr(path)), || None) {
+        None => {
+            set_errno(saved);
+            return real();
+        }
+        Some(Err(e)) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+        Some(Ok(p)) => p,
+    };
+    let Ok(c) = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str())) else { return real() };
+    if c.as_bytes().len() >= libc::PATH_MAX as usize {
+        set_errno(libc::ENAMETOOLONG);
+        return std::ptr::null_mut();
+    }
+    set_errno(saved);
+    if resolved.is_null() {
+        return libc::strdup(c.as_ptr());
+    }
+    std::ptr::copy_nonoverlapping(c.as_ptr(), resolved, c.as_bytes_with_nul().len());
+    resolved
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    let f = next_or!(realpath: fn(*const c_char, *mut c_char) -> *mut c_char, std::ptr::null_mut());
+    realpath_with(path, resolved, || f(path, resolved))
+}
+
+/// glibc's fortified `realpath`.
+#[no_mangle]
+pub unsafe extern "C" fn __realpath_chk(path: *const c_char, resolved: *mut c_char, len: size_t) -> *mut c_char {
+    let f = next_or!(__realpath_chk: fn(*const c_char, *mut c_char, size_t) -> *mut c_char, std::ptr::null_mut());
+    realpath_with(path, resolved, || f(path, resolved, len))
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    let f = next_or!(canonicalize_file_name: fn(*const c_char) -> *mut c_char, std::ptr::null_mut());
+    realpath_with(path, std::ptr::null_mut(), || f(path))
+}

@@ -5,34 +5,52 @@
 //! API too (`scr::capi` is linked in), so a preloaded application may call `SCR_*` itself;
 //! once it starts an output phase, routing stops and the application is in charge.
 //!
-//! | module | owns |
-//! |---|---|
-//! | [`real`] | finding the next definition of each hooked symbol |
-//! | [`state`] | the routing setup, the file table, the descriptor table, errno saving |
-//! | [`path`] | the fast "under the prefix?" test and path normalisation |
-//! | [`fileops`] | what an open, close, dup, rename, unlink or stat of a prefix path does |
-//! | [`file_hooks`] | the exported libc symbols (thin) |
-//! | [`sync`] | dataset boundaries: sync points and completing datasets |
-//! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives, process exit |
+//! This crate is a detour layer: each hook resolves its real symbol once ([`real`]), passes
+//! straight through when routing is off or the library itself is working on the thread,
+//! converts its C arguments, calls one function of `scr::transparent` (which owns every
+//! rule) behind a panic fence, applies the decision and keeps errno ([`detour`]).
 //!
-//! Before `MPI_Init` returns, after `MPI_Finalize`, in processes that never initialise MPI
-//! (`mpirun`, shells, compilers) and in forked children, every hook is a plain call of the
-//! real function with errno untouched. The library's own work runs with the re-entry guard
-//! of [`scr::hooks`] set, so its I/O and MPI traffic pass straight through.
+//! | module | hooks |
+//! |---|---|
+//! | [`file_hooks`] | open family, stdio, close and dup family, writes, renames, links, removals, metadata, `realpath`, `statfs` |
+//! | [`dir_hooks`] | directory streams, `scandir`, `nftw` |
+//! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives |
 
 pub use scr::capi;
 
+mod detour;
+mod dir_hooks;
 mod file_hooks;
-mod fileops;
 mod mpi_hooks;
-mod path;
 mod real;
-mod state;
-mod sync;
+
+extern "C" fn constructor() {
+    detour::install_panic_hook();
+    // a process started by a rank: the rank's view of its cached files
+    // SAFETY: getenv at load time, before the program's threads exist.
+    let view = unsafe { libc::getenv(scr::transparent::view::ENV.as_ptr()) };
+    if !view.is_null() {
+        // SAFETY: a NUL-terminated environment value.
+        scr::transparent::view::inherited(unsafe { std::ffi::CStr::from_ptr(view) }, detour::base);
+    }
+}
 
 extern "C" fn destructor() {
-    mpi_hooks::at_exit();
+    detour::fence(
+        "exit",
+        std::ptr::null(),
+        || {
+            // SAFETY: fflush(NULL) flushes every output stream.
+            unsafe { libc::fflush(std::ptr::null_mut()) };
+            scr::transparent::at_exit();
+        },
+        || (),
+    );
 }
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = constructor;
 
 #[used]
 #[link_section = ".fini_array"]

@@ -1,132 +1,44 @@
 //! MPI lifecycle and sync-point hooks: `MPI_Init`, `MPI_Init_thread`, `MPI_Finalize`,
 //! `MPI_Barrier`, `MPI_Allreduce`, each exported under its `MPI_` and `PMPI_` name (Open
 //! MPI's Fortran bindings call `PMPI_*` directly) and calling the next `PMPI_*`
-//! implementation, never our own.
-//!
-//! After the real `PMPI_Init*` succeeded, SCR starts (`SCR_Init`: rebuild, fetch, the
-//! checkpoint to restart from), the files of cached datasets become visible through their
-//! prefix paths, and routing begins. `MPI_Finalize` completes the last dataset, runs
-//! `SCR_Finalize` (flushes owed) and only then calls the real `PMPI_Finalize`.
+//! implementation, never our own. After the real `PMPI_Init*` succeeded, transparent mode
+//! starts; `MPI_Finalize` finishes it before the real one; a world-spanning barrier or
+//! allreduce is a sync point.
 
 use std::ffi::{c_char, c_int, c_void};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use mpi::ffi::{MPI_Comm, MPI_Datatype, MPI_Op};
-use scr::hooks;
 use scr::reentry::Inside;
+use scr::transparent;
 
-use crate::real;
-use crate::state::{self, Active};
+use crate::detour::fence;
+use crate::real::next_or;
 
 const MPI_SUCCESS: c_int = 0;
 const MPI_ERR_OTHER: c_int = 16;
 
-static STARTED: AtomicBool = AtomicBool::new(false);
-
-fn start() {
-    if STARTED.swap(true, Ordering::SeqCst) {
-        return;
-    }
-    let _inside = Inside::enter();
-    // An unmodified application cannot call SCR_Should_exit: honour halt conditions by
-    // ending the run after the checkpoint that meets them, unless configured otherwise.
-    if scr::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
-        let _ = scr::config::scr_config("SCR_HALT_EXIT=1", false);
-    }
-    if let Err(e) = scr::runtime::init_as(scr::runtime::Mode::Transparent) {
-        scr::scr_error!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
+/// After the application's MPI initialisation succeeded.
+fn started() {
+    if fence("MPI_Init", std::ptr::null(), || transparent::start(crate::detour::base).is_err(), || false) {
         scr::comm::abort(1);
-    }
-    hooks::set_auto_init(true);
-    let setup = match scr::runtime::transparent_setup() {
-        Ok(s) => s,
-        Err(e) => {
-            scr::scr_error!("transparent mode: {e}");
-            return;
-        }
-    };
-    let patterns = match scr::config::patterns::PatternSet::compile(&setup.patterns) {
-        Ok(p) => p,
-        Err(e) => {
-            scr::scr_error!("{e}");
-            scr::comm::abort(1);
-        }
-    };
-    if patterns.is_empty() && setup.rank == 0 {
-        scr::scr_warn!(
-            "transparent mode: no checkpoint patterns are configured (PRELOAD= entries or SCR_PRELOAD_PATTERNS), so no file is routed to cache"
-        );
-    }
-    match scr::runtime::restart_auto() {
-        Ok(Some(name)) if setup.rank == 0 => scr::scr_debug!(1, "transparent mode: restarting from {name}"),
-        Ok(_) => {}
-        Err(e) => scr::scr_error!("transparent mode: restart: {e}"),
-    }
-    crate::sync::setup();
-    crate::sync::refresh_committed();
-    let canonical = setup.prefix.canonical.clone();
-    if setup.rank == 0 {
-        scr::scr_debug!(
-            1,
-            "transparent mode: {} pattern(s) under {}, pending files in {}",
-            patterns.len(),
-            setup.prefix.path.display(),
-            setup.pending.display()
-        );
-    }
-    state::activate(Active {
-        rank: setup.rank,
-        // SAFETY: no preconditions.
-        pid: unsafe { libc::getpid() },
-        prefix: setup.prefix.path,
-        canonical,
-        pending: setup.pending,
-        patterns,
-        halt_exit: setup.halt_exit,
-    });
-}
-
-fn finish() {
-    let _inside = Inside::enter();
-    if !STARTED.load(Ordering::SeqCst) || !hooks::auto_init() {
-        return;
-    }
-    if let Some(a) = state::active_any() {
-        if !hooks::explicit() {
-            crate::sync::point(a, true);
-        }
-    }
-    shut_down();
-}
-
-/// `SCR_Finalize` and the end of routing (no MPI call of the library after this).
-fn shut_down() {
-    state::set_finalized();
-    crate::sync::teardown();
-    hooks::set_auto_init(false);
-    if let Err(e) = scr::runtime::finalize() {
-        scr::scr_error!("transparent mode: SCR_Finalize: {e}");
     }
 }
 
 /// `SCR_HALT_EXIT`: a halt condition holds after a checkpoint; end the run as `MPI_Finalize`
-/// and `exit(0)` would (called at a sync point, on every rank).
-pub fn halt_exit(rank: u32) -> ! {
+/// and `exit(0)` would (at a sync point, on every rank).
+fn halt_exit() -> ! {
+    transparent::stop();
     let _inside = Inside::enter();
-    if rank == 0 {
-        scr::log::emit("INFO", format_args!("halting the run after its checkpoint (SCR_HALT_EXIT=1)"));
-    }
-    shut_down();
-    if let Some(f) = real::PMPI_Finalize() {
-        // SAFETY: MPI is initialised and the library holds no communicator any more.
-        unsafe { f() };
-    }
+    // SAFETY: MPI is initialised and the library holds no communicator any more.
+    unsafe { real_finalize() };
     std::process::exit(0);
 }
 
 /// After a successful collective on `comm`: a sync point if `comm` spans the world.
 fn collective_done(comm: MPI_Comm) {
-    let Some(a) = state::routing() else { return };
+    if transparent::routing().is_none() {
+        return;
+    }
     // SAFETY: reading the handle constant; MPI_Comm_compare is local and `comm` was just
     // used successfully by the application.
     let world = unsafe { mpi::ffi::RSMPI_COMM_WORLD };
@@ -134,8 +46,8 @@ fn collective_done(comm: MPI_Comm) {
         let mut r: c_int = 0;
         unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT }
     };
-    if spans {
-        crate::sync::point(a, false);
+    if spans && fence("MPI sync point", std::ptr::null(), || transparent::sync::point(false), || false) {
+        halt_exit();
     }
 }
 
@@ -145,81 +57,77 @@ fn wants_thread_multiple() -> bool {
     std::env::var("SCR_ENCODE_ASYNC").ok().and_then(|v| scr::config::params::parse_bool(&v)) == Some(true)
 }
 
-unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
-    let Some(f) = real::PMPI_Init() else { return MPI_ERR_OTHER };
-    if scr::reentry::inside() || STARTED.load(Ordering::SeqCst) {
-        return f(argc, argv);
+/// The real initialisation, then transparent mode (once, and never for the library's own
+/// calls).
+fn init_with(real: impl FnOnce() -> c_int) -> c_int {
+    if scr::reentry::inside() || scr::runtime::mode().is_some() {
+        return real();
     }
     let rc = {
         let _inside = Inside::enter();
-        match real::PMPI_Init_thread().filter(|_| wants_thread_multiple()) {
-            Some(ft) => {
-                let mut provided: c_int = 0;
-                ft(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided)
-            }
-            None => f(argc, argv),
-        }
+        real()
     };
     if rc == MPI_SUCCESS {
-        start();
+        started();
     }
     rc
+}
+
+unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    if wants_thread_multiple() {
+        let mut provided: c_int = 0;
+        return init_thread(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided);
+    }
+    let f = next_or!(PMPI_Init: fn(*mut c_int, *mut *mut *mut c_char) -> c_int, MPI_ERR_OTHER);
+    init_with(|| f(argc, argv))
 }
 
 unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
-    let Some(f) = real::PMPI_Init_thread() else { return MPI_ERR_OTHER };
-    if scr::reentry::inside() || STARTED.load(Ordering::SeqCst) {
-        return f(argc, argv, required, provided);
-    }
-    let rc = {
-        let _inside = Inside::enter();
-        let required = if wants_thread_multiple() { mpi::ffi::MPI_THREAD_MULTIPLE as c_int } else { required };
-        f(argc, argv, required, provided)
-    };
-    if rc == MPI_SUCCESS {
-        start();
-    }
-    rc
+    let f =
+        next_or!(PMPI_Init_thread: fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int, MPI_ERR_OTHER);
+    let required = if wants_thread_multiple() { mpi::ffi::MPI_THREAD_MULTIPLE as c_int } else { required };
+    init_with(|| f(argc, argv, required, provided))
 }
 
-unsafe fn finalize() -> c_int {
-    let Some(f) = real::PMPI_Finalize() else { return MPI_ERR_OTHER };
-    if !scr::reentry::inside() {
-        finish();
-    }
-    let _inside = Inside::enter();
+unsafe fn real_finalize() -> c_int {
+    let f = next_or!(PMPI_Finalize: fn() -> c_int, MPI_ERR_OTHER);
     f()
 }
 
-unsafe fn barrier(comm: MPI_Comm) -> c_int {
-    let Some(f) = real::PMPI_Barrier() else { return MPI_ERR_OTHER };
-    let rc = f(comm);
-    if rc == MPI_SUCCESS {
-        collective_done(comm);
+unsafe fn finalize() -> c_int {
+    if !scr::reentry::inside() {
+        fence("MPI_Finalize", std::ptr::null(), transparent::finish, || ());
     }
-    rc
+    let _inside = Inside::enter();
+    real_finalize()
 }
 
-unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
-    let Some(f) = real::PMPI_Allreduce() else { return MPI_ERR_OTHER };
-    let rc = f(s, r, n, t, op, comm);
-    if rc == MPI_SUCCESS {
-        collective_done(comm);
-    }
-    rc
+/// The sync-point collectives: the real one, then a sync point if it spans the world.
+macro_rules! collective {
+    ($($imp:ident = $name:ident($($a:ident: $t:ty),*) on $c:ident;)*) => {$(
+        unsafe fn $imp($($a: $t),*) -> c_int {
+            let f = next_or!($name: fn($($t),*) -> c_int, MPI_ERR_OTHER);
+            let rc = f($($a),*);
+            if rc == MPI_SUCCESS {
+                collective_done($c);
+            }
+            rc
+        }
+    )*};
+}
+collective! {
+    barrier = PMPI_Barrier(comm: MPI_Comm) on comm;
+    allreduce = PMPI_Allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) on comm;
 }
 
+/// Both names of each entry point, with the MPI standard's contract.
 macro_rules! export {
     ($($name:ident, $pname:ident => fn $imp:ident($($a:ident: $t:ty),*) -> $ret:ty;)*) => {
         $(
-            /// # Safety
-            /// Called by the application with the arguments the MPI standard defines.
             #[no_mangle]
             pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
                 $imp($($a),*)
             }
-            /// # Safety
-            /// As the `MPI_` form.
             #[no_mangle]
             pub unsafe extern "C" fn $pname($($a: $t),*) -> $ret {
                 $imp($($a),*)
@@ -234,30 +142,4 @@ export! {
     MPI_Finalize, PMPI_Finalize => fn finalize() -> c_int;
     MPI_Barrier, PMPI_Barrier => fn barrier(comm: MPI_Comm) -> c_int;
     MPI_Allreduce, PMPI_Allreduce => fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int;
-}
-
-/// Process exit (library destructor): after `MPI_Finalize`, copy files still pending to the
-/// prefix (stdio buffers flushed first); without it, leave them pending (they never became
-/// a dataset) and say so.
-pub fn at_exit() {
-    let Some(a) = state::owner() else { return };
-    let _inside = Inside::enter();
-    // SAFETY: fflush(NULL) flushes every output stream.
-    unsafe { libc::fflush(std::ptr::null_mut()) };
-    let entries: Vec<state::Entry> = state::files().entries.values().filter(|e| !e.deleted).cloned().collect();
-    if entries.is_empty() {
-        return;
-    }
-    if state::finalized() {
-        for e in &entries {
-            crate::fileops::materialize(e, e.writers == 0);
-        }
-    } else if STARTED.load(Ordering::SeqCst) {
-        scr::scr_warn!(
-            "rank {}: the process exits without MPI_Finalize; {} file(s) written since the last complete dataset stay in {} and are not a dataset",
-            a.rank,
-            entries.len(),
-            a.pending.display()
-        );
-    }
 }

@@ -39,13 +39,16 @@ OPTIONS
         Halt at the first successful checkpoint after TIME.
     -s, --seconds N
         Set the halt seconds of the running job (replaces SCR_HALT_SECONDS; also used with the
-        allocation's end time, SCR_END_TIME or SLURM_JOB_END_TIME).
+        allocation's end time: SCR_END_TIME, else SLURM_JOB_END_TIME, else what Slurm reports
+        for the job).
     -i, --immediate
         Record the exit reason, then stop the current run now. scr_run records the run it
-        launched in PREFIX/.scr/run.scr; the launcher is sent SIGTERM (SIGKILL after 30 s) when
-        scr_halt runs on the same host as scr_run. Elsewhere, stop the job step with the
-        resource manager (e.g. scancel JOBID.STEP, not the allocation); the halt file already
-        prevents a relaunch.
+        launched in PREFIX/.scr/run.scr. A run launched with srun in a Slurm job is stopped by
+        cancelling its job step (scancel JOBID.STEP, found by the srun process; never the
+        allocation, whose nodes hold the cache), from any host where Slurm's commands work.
+        Another launcher is sent SIGTERM (SIGKILL after 30 s) when scr_halt runs on the same
+        host as scr_run; elsewhere, stop the run with the resource manager. The halt file
+        already prevents a relaunch.
     -l, --list
         List the halt conditions (after applying the other options).
     --unset-checkpoints, --unset-before, --unset-after, --unset-seconds, --unset-reason

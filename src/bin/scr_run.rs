@@ -17,15 +17,19 @@ DESCRIPTION
     1.  checks the job (as scr_prerun): configuration, halt file and index readable, no other
         scr_run active on the prefix, no halt condition already holding (SCR_Finalize's exit
         reason from an earlier run does not count: the next SCR_Init clears it);
-    2.  launches the run with LAUNCHER, leaving out the nodes SCR_EXCLUDE_NODES names (srun:
-        --exclude; Open MPI mpirun: --host with the other nodes; the simulated cluster of
-        scripts/sim-node.sh: the ranks of an excluded node move to a spare of SIM_NODES), and
-        records it in PREFIX/.scr/run.scr (for scr_halt --immediate);
+    2.  launches the run with LAUNCHER, leaving out the nodes SCR_EXCLUDE_NODES names and, in a
+        Slurm allocation, the nodes Slurm reports down, drained, failing or not responding, or
+        no longer in the job (srun: --exclude; Open MPI mpirun: --host with the other nodes; the
+        simulated cluster of scripts/sim-node.sh: the ranks of an excluded node move to a spare
+        of SIM_NODES), and records it in PREFIX/.scr/run.scr (for scr_halt --immediate). srun
+        also gets --kill-on-bad-exit=1 (unless the command line or SLURM_KILL_BAD_EXIT sets
+        it): without it the other tasks of an MPI run wait for a dead one until the
+        allocation ends;
     3.  after the run, stops when it exited 0, when the halt file holds a satisfied condition
         (an exit reason from scr_halt, no checkpoints left, --before/--after times, fewer
         than SCR_HALT_SECONDS left before the allocation ends), when SCR_RUNS runs were made,
-        or when fewer usable nodes remain than SCR_MIN_NODES (default: as many nodes as the
-        previous run used); otherwise waits --delay seconds and launches again: the library
+        or when fewer usable nodes remain than SCR_MIN_NODES (default: srun's -N, else as many
+        nodes as the previous run used); otherwise waits --delay seconds and launches again: the library
         restarts from the cache, rebuilding what a lost node held, or from the prefix;
     4.  scavenges the nodes of the last run (scr_scavenge): the newest checkpoint and
         unflushed output are copied to the prefix and rebuilt there if a node is gone.
@@ -58,8 +62,9 @@ OPTIONS (before LAUNCHER)
 
 ENVIRONMENT
     SCR_PREFIX, SCR_RUNS, SCR_MIN_NODES, SCR_EXCLUDE_NODES, SCR_HALT_SECONDS, SCR_END_TIME
-    (or SLURM_JOB_END_TIME), SLURM_JOB_NODELIST/LSB_HOSTS/PBS_NODEFILE (the allocation),
-    SIM_NODE_ROOT, SIM_NODE_MAP, SIM_NODES (the simulated cluster).
+    (else SLURM_JOB_END_TIME, else the end time squeue reports for SLURM_JOB_ID),
+    SLURM_JOB_NODELIST/LSB_HOSTS/PBS_NODEFILE (the allocation), SIM_NODE_ROOT, SIM_NODE_MAP,
+    SIM_NODES (the simulated cluster).
 
 EXIT STATUS
     0 when the job stopped cleanly (completed, or halted by a condition) and whatever was

@@ -25,8 +25,10 @@ OPTIONS
     -n, --nodes LIST
         The nodes to copy from, in host-list syntax (n[0-3],n7). Default: the allocation's
         nodes (SLURM_JOB_NODELIST, LSB_HOSTS, PBS_NODEFILE; the simulated cluster's SIM_NODES;
-        else this host) without those SCR_EXCLUDE_NODES names. A node that is gone should be
-        left out; one that is listed but unreachable is reported and the rest go on.
+        else this host) without those SCR_EXCLUDE_NODES names and, in a Slurm job, those Slurm
+        reports down, drained, failing, not responding or no longer in the job. A node that is
+        gone should be left out; one that is listed but unreachable is reported and the rest
+        go on.
     --node-cmd CMD
         How to run a command on a node: a shell prefix in which {node} is replaced by the node
         name, e.g. 'ssh {node}' or 'srun -N1 -n1 -w {node}' (the default in a SLURM

@@ -319,6 +319,21 @@ impl PatternSet {
         self.specs.len()
     }
 
+    /// Whether a pattern takes a prefix-relative path written by `rank` (as [`Self::route`]
+    /// without naming the dataset).
+    pub fn takes(&self, rel: &str, rank: u32) -> bool {
+        for c in &self.specs {
+            let s = &c.spec;
+            if !s.ranks.is_empty() && !s.ranks.iter().any(|&(lo, hi)| lo <= rank && rank <= hi) {
+                continue;
+            }
+            if c.glob.matches(rel).is_some() {
+                return s.kind != Kind::Exclude;
+            }
+        }
+        false
+    }
+
     /// Route a prefix-relative path written by `rank`: `None` if no pattern takes it.
     pub fn route(&self, rel: &str, rank: u32) -> Option<Route> {
         for c in &self.specs {
@@ -516,6 +531,9 @@ mod tests {
         assert_eq!((r.name.as_str(), r.flags), ("restart_*.dat", FLAG_CHECKPOINT | FLAG_OUTPUT));
         assert_eq!(set.route("run/state/a.bin", 0).unwrap().name, "run/state");
         assert_eq!(set.route("latest", 0), None);
+        for (rel, rank) in [("ckpt.100/rank_3.dat", 3), ("ckpt.100/shared.h5", 0), ("viz_7_0.vtk", 1), ("latest", 0)] {
+            assert_eq!(set.takes(rel, rank), set.route(rel, rank).is_some(), "{rel}");
+        }
     }
 
     #[test]

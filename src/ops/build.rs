@@ -249,6 +249,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
                 fetches,
             },
         );
+        ix.promote_current(id);
     })?;
     Ok(Report { id, name: desc.name, ranks: n, complete, rebuilt, missing, notes })
 }
@@ -274,6 +275,7 @@ fn build_flushed(layout: &Layout, id: u64) -> OpResult<Report> {
             e.failed = old.failed;
         }
         ix.datasets.insert(id, e);
+        ix.promote_current(id);
     })?;
     Ok(Report {
         id,

@@ -223,8 +223,9 @@ pub fn describe(path: &Path, h: Option<&Halt>, now: i64, end: Option<i64>) -> Ve
 }
 
 /// `--immediate`: end the current run `scr_run` launched (the halt file already says not to
-/// relaunch). Only possible from the host `scr_run` runs on; elsewhere the message says what
-/// to do.
+/// relaunch). A run launched by `srun` in a Slurm job is cancelled as a job step, from any host
+/// that can reach Slurm; any other run only from the host `scr_run` runs on (elsewhere the
+/// message says what to do).
 fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
     let path = layout.run_file();
     let Some(rec) = RunRecord::load(&path)? else {
@@ -235,8 +236,15 @@ fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
             path.display()
         )]);
     };
-    if rec.ended.is_some() || !process_is(rec.launcher_pid, rec.launcher_start) {
-        return Ok(vec![format!("run {} of this job is not running; nothing to stop", rec.attempt)]);
+    let not_running = || Ok(vec![format!("run {} of this job is not running; nothing to stop", rec.attempt)]);
+    if rec.ended.is_some() {
+        return not_running();
+    }
+    if let Some(job) = &rec.slurm_job {
+        return cancel_step(&rec, job);
+    }
+    if !process_is(rec.launcher_pid, rec.launcher_start) {
+        return not_running();
     }
     let here = crate::identity::host_name();
     if rec.host != here {
@@ -264,6 +272,35 @@ fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
     }
     signal(rec.launcher_pid, libc::SIGKILL)?;
     notes.push("the launcher did not stop within 30 s of SIGTERM and was killed".to_string());
+    Ok(notes)
+}
+
+/// Cancel the job step of a run `srun` launched in Slurm job `job` (never the allocation: the
+/// cache lives as long as it does) and wait until Slurm no longer lists the step.
+fn cancel_step(rec: &RunRecord, job: &str) -> OpResult<Vec<String>> {
+    use super::slurm;
+    let launcher = format!("srun process {} on {}", rec.launcher_pid, rec.host);
+    let Some(step) = slurm::step_of(job, &rec.host, rec.launcher_pid).map_err(OpError::failed)? else {
+        return Ok(vec![format!(
+            "run {} ({launcher}) has no job step in Slurm job {job} (it has ended, or not started yet); \
+             nothing to stop",
+            rec.attempt
+        )]);
+    };
+    let mut notes = vec![format!(
+        "stopping run {} by cancelling its job step {step} ({launcher}: {}); the allocation stays",
+        rec.attempt,
+        rec.command.join(" ")
+    )];
+    slurm::cancel_step(&step).map_err(OpError::failed)?;
+    for _ in 0..600 {
+        if !slurm::step_listed(&step).map_err(OpError::failed)? {
+            notes.push("the run has stopped".to_string());
+            return Ok(notes);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    notes.push(format!("job step {step} was cancelled and is still ending (squeue -s -j {job} shows it)"));
     Ok(notes)
 }
 

@@ -4,6 +4,11 @@
 //! gets `LD_PRELOAD` in its environment and a warning that it cannot leave nodes out), and on
 //! the simulated cluster (`scripts/sim-node.sh` in the command line) the rank-to-node map in
 //! `SIM_NODE_MAP`, whose excluded nodes' ranks move to spare nodes.
+//!
+//! `srun` also gets `--kill-on-bad-exit=1` unless the command line or `SLURM_KILL_BAD_EXIT`
+//! says otherwise: Slurm's default lets the other tasks of a step run on when one dies, and the
+//! ranks of an MPI application then wait for the dead one until the allocation ends, leaving no
+//! time for the relaunch.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -81,6 +86,8 @@ pub struct Prepared {
     pub nodes: Vec<String>,
     /// On the simulated cluster, the node of each rank.
     pub map: Option<Vec<String>>,
+    /// The Slurm job the run is a step of (`srun` inside an allocation).
+    pub slurm_job: Option<String>,
 }
 
 impl Launch {
@@ -141,6 +148,12 @@ impl Launch {
             }
             None => (usable.to_vec(), None),
         };
+        let kill_option =
+            |a: &String| a == "-K" || (a.starts_with("-K") && a.len() == 3) || a.starts_with("--kill-on-bad-exit");
+        if self.kind == Kind::Srun && !argv.iter().any(kill_option) && std::env::var_os("SLURM_KILL_BAD_EXIT").is_none()
+        {
+            insert.push("--kill-on-bad-exit=1".into());
+        }
         if !excluded.is_empty() && self.sim.is_none() {
             match self.kind {
                 Kind::Srun => insert.push(format!("--exclude={}", excluded.join(","))),
@@ -179,7 +192,8 @@ impl Launch {
         }
         let mut shown: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         shown.extend(argv);
-        Ok(Prepared { command, shown, nodes, map })
+        let slurm_job = if self.kind == Kind::Srun { crate::identity::slurm_job() } else { None };
+        Ok(Prepared { command, shown, nodes, map, slurm_job })
     }
 
     /// How to reach a node for the scavenge when not told: `sim-node.sh` on the simulated
@@ -274,9 +288,22 @@ mod tests {
         let p = l.prepare(&s(&["a", "c"]), &s(&["b"])).unwrap();
         assert_eq!(
             p.shown,
-            s(&["srun", "--exclude=b", "--export=ALL,LD_PRELOAD=/l/libscr_preload.so", "-n4", "./app"])
+            s(&[
+                "srun",
+                "--kill-on-bad-exit=1",
+                "--exclude=b",
+                "--export=ALL,LD_PRELOAD=/l/libscr_preload.so",
+                "-n4",
+                "./app"
+            ])
         );
         assert_eq!(p.nodes, s(&["a", "c"]));
+        // The user's own choice stands.
+        for own in ["-K0", "--kill-on-bad-exit=0", "-K"] {
+            let mut l = launch(&["srun", own, "-n4", "./app"], Kind::Srun, None);
+            let p = l.prepare(&s(&["a"]), &[]).unwrap();
+            assert!(!p.shown.iter().any(|a| a == "--kill-on-bad-exit=1"), "{own}: {:?}", p.shown);
+        }
         let mut l = launch(&["mpirun", "-np", "4", "./app"], Kind::OpenMpi, None);
         let p = l.prepare(&s(&["a", "c"]), &s(&["b"])).unwrap();
         assert_eq!(

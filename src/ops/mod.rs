@@ -14,7 +14,8 @@
 //! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
 //! | [`build`] | scanning a dataset directory, rebuilding lost files, publishing it (`scr_index --build`) |
 //! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
-//! | [`nodes`] | node lists: the allocation, `SCR_EXCLUDE_NODES`, host-list syntax |
+//! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
+//! | [`slurm`] | what the commands ask Slurm: unusable nodes, a run's job step, cancelling it |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
 //! | [`should_exit`] | the same stop-or-relaunch decision for job scripts that loop themselves |
 //! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
@@ -37,6 +38,7 @@ pub mod prefix;
 pub mod run;
 pub mod scavenge;
 pub mod should_exit;
+pub mod slurm;
 pub mod times;
 
 use std::fmt;

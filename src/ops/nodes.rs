@@ -1,7 +1,8 @@
 //! Node lists for the wrappers: the nodes of the allocation (from the resource manager, or the
-//! simulated cluster of `scripts/sim-node.sh`, or this host alone), the nodes to leave out
-//! (`SCR_EXCLUDE_NODES`, user guide table 2: SLURM host-list syntax, nodes outside the
-//! allocation silently ignored), and that syntax itself (`n[1-3,7],gpu[01-02]`).
+//! simulated cluster of `scripts/sim-node.sh`, or this host alone), the nodes to leave out of a
+//! run (those `SCR_EXCLUDE_NODES` names, user guide table 2: SLURM host-list syntax, nodes
+//! outside the allocation silently ignored; and those the resource manager reports unusable,
+//! see [`super::slurm`]), and that syntax itself (`n[1-3,7],gpu[01-02]`).
 
 use std::collections::BTreeSet;
 
@@ -117,6 +118,42 @@ pub fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, 
     Ok(alloc.iter().filter(|n| named.contains(n)).cloned().collect())
 }
 
+/// The nodes of `alloc` to leave out of the next run, each with why: those `exclude` (a host
+/// list, e.g. `SCR_EXCLUDE_NODES`) names, then those the resource manager reports unusable
+/// (Slurm allocations only). A resource manager that cannot be asked is reported in
+/// `warnings` and leaves only the named nodes out.
+pub fn left_out(
+    alloc: &Allocation,
+    exclude: Option<&str>,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out: Vec<(String, String)> =
+        excluded(&alloc.nodes, exclude)?.into_iter().map(|n| (n, "SCR_EXCLUDE_NODES".to_string())).collect();
+    let job = crate::identity::slurm_job().filter(|_| alloc.source.starts_with("SLURM"));
+    if let Some(job) = job {
+        match super::slurm::unusable(&job, &alloc.nodes) {
+            Ok(down) => {
+                for (n, why) in down {
+                    if !out.iter().any(|(o, _)| *o == n) {
+                        out.push((n, why));
+                    }
+                }
+            }
+            Err(e) => warnings
+                .push(format!("cannot ask Slurm which nodes are down ({e}); leaving out only SCR_EXCLUDE_NODES")),
+        }
+    }
+    Ok(out)
+}
+
+/// `n2 (down* in Slurm), n5 (SCR_EXCLUDE_NODES)`, or `none`.
+pub fn describe(left_out: &[(String, String)]) -> String {
+    if left_out.is_empty() {
+        return "none".to_string();
+    }
+    left_out.iter().map(|(n, why)| format!("{n} ({why})")).collect::<Vec<_>>().join(", ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +189,17 @@ mod tests {
         let a = allocation_from(&env(&[("LSB_HOSTS", "h1 h1 h2")])).unwrap();
         assert_eq!(a.nodes, s(&["h1", "h2"]));
         assert_eq!(allocation_from(&env(&[])).unwrap().nodes.len(), 1);
+    }
+
+    #[test]
+    fn left_out_nodes_say_why() {
+        // Outside a Slurm allocation only SCR_EXCLUDE_NODES counts, and nothing is asked.
+        let alloc = Allocation { nodes: s(&["n0", "n1", "n2"]), source: "LSB_HOSTS".into() };
+        let mut warnings = Vec::new();
+        let out = left_out(&alloc, Some("n[1-2]"), &mut warnings).unwrap();
+        assert_eq!(describe(&out), "n1 (SCR_EXCLUDE_NODES), n2 (SCR_EXCLUDE_NODES)");
+        assert!(warnings.is_empty());
+        assert_eq!(describe(&[]), "none");
     }
 
     #[test]

@@ -7,10 +7,11 @@
 //! limits, `SCR_HALT_SECONDS` before the allocation's end); `SCR_RUNS` runs were made (`-1`:
 //! no limit); or fewer healthy nodes remain than the next run needs (`SCR_MIN_NODES`, else as
 //! many as the previous run used). Nodes named by `SCR_EXCLUDE_NODES` (read again before every
-//! run, so a node can be added to `<prefix>/.scrconf` while the job runs) are left out, as
+//! run, so a node can be added to `<prefix>/.scrconf` while the job runs) and, in a Slurm
+//! allocation, nodes Slurm reports unusable ([`super::slurm`]) are left out, as
 //! [`super::launch`] tells each launcher (on the simulated cluster, their ranks move to spare
-//! nodes). With `--preload` the application runs in transparent mode
-//! (`LD_PRELOAD=libscr_preload.so`).
+//! nodes); the scavenge after the last run skips them too. With `--preload` the application
+//! runs in transparent mode (`LD_PRELOAD=libscr_preload.so`).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -111,6 +112,16 @@ pub(super) fn halt_reason(h: &Halt, settings: &crate::config::Settings, skip_fin
     end.filter(|e| now >= *e).map(|_| "the allocation's time is up".to_string())
 }
 
+/// The nodes to leave out of the next run ([`nodes::left_out`]); `cmd` prints the warnings.
+fn left_out(alloc: &nodes::Allocation, r: &Resolved, cmd: &str) -> OpResult<Vec<(String, String)>> {
+    let mut warnings = Vec::new();
+    let out = nodes::left_out(alloc, r.get("SCR_EXCLUDE_NODES"), &mut warnings).map_err(OpError::failed)?;
+    for w in warnings {
+        eprintln!("{cmd}: warning: {w}");
+    }
+    Ok(out)
+}
+
 fn runs_limit(r: &Resolved, over: Option<i64>) -> OpResult<i64> {
     if let Some(n) = over {
         return Ok(n);
@@ -201,7 +212,8 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         if let Some(why) = halt_reason(&halt, &settings, true) {
             break Stop::Halted(why);
         }
-        let excluded = nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES")).map_err(OpError::failed)?;
+        let left_out = left_out(&alloc, &resolved, "scr_run")?;
+        let excluded: Vec<String> = left_out.iter().map(|(n, _)| n.clone()).collect();
         let usable: Vec<String> = alloc.nodes.iter().filter(|n| !excluded.contains(n)).cloned().collect();
         let needed = min_nodes(&resolved, opts.min_nodes)?.unwrap_or(needed_default);
         if usable.len() < needed {
@@ -209,7 +221,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
                 "{} usable node(s) ({}; excluded: {}), the run needs {needed} ({})",
                 usable.len(),
                 usable.join(","),
-                if excluded.is_empty() { "none".into() } else { excluded.join(",") },
+                nodes::describe(&left_out),
                 if resolved.get("SCR_MIN_NODES").is_some() || opts.min_nodes.is_some() {
                     "SCR_MIN_NODES"
                 } else {
@@ -221,7 +233,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             Ok(p) => p,
             Err(why) => break Stop::Nodes(why),
         };
-        let Prepared { command: mut cmd, shown: argv, nodes: run_nodes, map } = prepared;
+        let Prepared { command: mut cmd, shown: argv, nodes: run_nodes, map, slurm_job } = prepared;
         attempt += 1;
         say(format!(
             "run {attempt}{} on nodes {}{}: {}",
@@ -231,7 +243,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             argv.join(" ")
         ));
         if !excluded.is_empty() {
-            say(format!("excluded nodes: {}", excluded.join(",")));
+            say(format!("excluded nodes: {}", nodes::describe(&left_out)));
         }
         let mut child = cmd.spawn().map_err(|e| OpError::failed(format!("cannot start {}: {e}", opts.launch[0])))?;
         let pid = child.id();
@@ -246,6 +258,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             command: argv.clone(),
             ended: None,
             status: None,
+            slurm_job,
         };
         if let Err(e) = rec.save(&layout.run_file()) {
             say(format!("warning: {e} (scr_halt --immediate cannot find this run)"));
@@ -258,7 +271,8 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         }
         last_status = status.code();
         last_nodes = run_nodes.clone();
-        needed_default = run_nodes.len();
+        // What the run asked for (srun -N, the simulated map), else the nodes it was given.
+        needed_default = launch.nodes_needed(Some(run_nodes.len()), alloc.nodes.len());
         match (status.code(), status.signal()) {
             (Some(c), _) => say(format!("run {attempt} exited with status {c}")),
             (None, Some(s)) => say(format!("run {attempt} was killed by signal {s}")),
@@ -294,9 +308,9 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
     });
 
     let scavenged = if opts.scavenge && attempt > 0 {
-        let resolved = crate::config::resolve()?;
-        let excluded = nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES")).map_err(OpError::failed)?;
-        let nodes: Vec<String> = last_nodes.into_iter().filter(|n| !excluded.contains(n)).collect();
+        // A node that failed during the last run has nothing to copy and cannot be reached.
+        let left_out = left_out(&alloc, &crate::config::resolve()?, "scr_run")?;
+        let nodes: Vec<String> = last_nodes.into_iter().filter(|n| !left_out.iter().any(|(o, _)| o == n)).collect();
         let node_cmd = opts.node_cmd.clone().or_else(|| launch.node_cmd());
         let so = scavenge::Options {
             nodes,
@@ -397,12 +411,12 @@ pub fn prerun_cli(argv: &[String]) -> OpResult<i32> {
     runs_limit(&resolved, None)?;
     min_nodes(&resolved, None)?;
     let alloc = nodes::allocation().map_err(OpError::failed)?;
-    let excluded = nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES")).map_err(OpError::failed)?;
+    let left_out = left_out(&alloc, &resolved, "scr_prerun")?;
     println!(
         "scr_prerun: allocation: {} ({}); excluded: {}; SCR_HALT_SECONDS={}",
         alloc.nodes.join(","),
         alloc.source,
-        if excluded.is_empty() { "none".to_string() } else { excluded.join(",") },
+        nodes::describe(&left_out),
         settings.halt_seconds
     );
     println!("scr_prerun: ready");

@@ -409,10 +409,18 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
     let nodes = match p.value("nodes") {
         Some(list) => super::nodes::expand(list).map_err(|e| OpError::usage(format!("--nodes: {e}")))?,
         None => {
+            // Nodes excluded or down have nothing to give and may not answer.
             let alloc = super::nodes::allocation().map_err(OpError::failed)?;
-            let excluded =
-                super::nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES")).map_err(OpError::failed)?;
-            alloc.nodes.into_iter().filter(|n| !excluded.contains(n)).collect()
+            let mut warnings = Vec::new();
+            let left_out = super::nodes::left_out(&alloc, resolved.get("SCR_EXCLUDE_NODES"), &mut warnings)
+                .map_err(OpError::failed)?;
+            for w in warnings {
+                eprintln!("scr_scavenge: warning: {w}");
+            }
+            if !left_out.is_empty() {
+                eprintln!("scr_scavenge: leaving out nodes {}", super::nodes::describe(&left_out));
+            }
+            alloc.nodes.into_iter().filter(|n| !left_out.iter().any(|(o, _)| o == n)).collect()
         }
     };
     let node_cmd = p

@@ -186,8 +186,10 @@ impl Runtime {
     /// directory after the rename. Not collective: the ranks' arrivals are read in the prefix.
     pub(super) fn settle_flushes_under(&self, dir: &Path) {
         for f in &self.flights {
-            let below =
-                self.filemap.datasets.get(&f.id).is_some_and(|r| r.files.iter().any(|m| m.rel.starts_with(dir)));
+            // named by the directory, or with files below it (this rank may have none)
+            let below = self.filemap.datasets.get(&f.id).is_some_and(|r| {
+                Path::new(&r.desc.name).starts_with(dir) || r.files.iter().any(|m| m.rel.starts_with(dir))
+            });
             if below {
                 self.flusher.wait(f.id);
                 crate::transfer::background::wait_all_arrived(&self.layout, f.id, &f.token, self.world.size() as u32);

@@ -68,6 +68,22 @@ impl Runtime {
                 layout.prefix.path.display(),
                 layout.cntl_dir.display()
             );
+            if settings.halt_seconds > 0 {
+                match identity::end_time() {
+                    Some(end) => scr_debug!(
+                        1,
+                        "the allocation ends at {} UTC ({} s from now); SCR_HALT_SECONDS={}",
+                        identity::iso_time(end),
+                        end - identity::now_secs(),
+                        settings.halt_seconds
+                    ),
+                    None => scr_warn!(
+                        "SCR_HALT_SECONDS={} but the allocation's end time is unknown (no SCR_END_TIME, and no \
+                         Slurm job that reports one): the job is not halted before its allocation ends",
+                        settings.halt_seconds
+                    ),
+                }
+            }
         }
 
         let mut rt = Runtime {
@@ -97,6 +113,8 @@ impl Runtime {
             run_stamp: 0,
             any_rank_log: None,
             watchdog: None,
+            pinned: Vec::new(),
+            version_of: None,
             checksums: Default::default(),
             deleter: Default::default(),
             encoders: Default::default(),
@@ -121,6 +139,9 @@ impl Runtime {
     /// The prefix's `.scr` directory (rank 0), the control and cache directories (each node's
     /// leader, private to the user); failures anywhere fail `SCR_Init` everywhere.
     fn make_directories(&mut self) -> Result<()> {
+        // transparent mode's pending area: the world ranks of this node keep theirs
+        let on_node: Option<Vec<i32>> =
+            (!self.settings.preload.is_empty()).then(|| self.node.allgather(&self.world.rank())).transpose()?;
         let local = (|| -> Result<()> {
             if self.rank0() {
                 let d = self.layout.scr_dir();
@@ -139,11 +160,8 @@ impl Runtime {
                     paths::ensure_private_dir(&dir)?;
                 }
                 self.sweep_trash();
-                if !self.settings.preload.is_empty() {
-                    // what a transparent-mode run left pending never became a dataset
-                    let pending = self.pending_dir();
-                    paths::remove_tree_if_exists(&pending)?;
-                    paths::ensure_private_dir(&pending)?;
+                if let Some(on_node) = &on_node {
+                    self.prepare_pending(on_node)?;
                 }
             }
             Ok(())

@@ -29,10 +29,12 @@ pub mod watchdog;
 mod worker;
 
 pub use transparent::{
-    adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, TransparentSetup,
+    adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, Adopt, Adopted,
+    CachedFile, TransparentSetup,
 };
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -64,7 +66,8 @@ struct Loaded {
     in_prefix: bool,
 }
 
-/// Which front end runs SCR in this process.
+/// Which front end runs SCR in this process (the runtime records it in [`init_as`]; see
+/// [`mode`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// The application calls the API (`libscr.so`, or the preload's exported API).
@@ -115,6 +118,12 @@ pub struct Runtime {
     any_rank_log: Option<crate::events::EventLog>,
     /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
     watchdog: Option<watchdog::Watchdog>,
+    /// Cached datasets eviction must keep for now (transparent mode: the application still
+    /// sees their files while a new dataset forms).
+    pinned: Vec<u64>,
+    /// Transparent mode: the cached checkpoint the current output phase makes a new version
+    /// of (same name and checkpoint number; flushed again if it was flushed).
+    version_of: Option<u64>,
     /// Background CRC32 of SINGLE datasets ([`checksums`]).
     checksums: checksums::Checksummer,
     /// Background removal of deleted datasets ([`deletions`]).
@@ -130,6 +139,30 @@ enum State {
 }
 
 static STATE: Mutex<State> = Mutex::new(State::Uninit);
+
+/// The mode of this process's SCR instance, readable without the runtime lock (hooks read it
+/// on every call): 0 before `SCR_Init`, then [`Mode`] as a number; it stays after
+/// `SCR_Finalize`, since the mode was a property of the process's one run.
+static MODE: AtomicU8 = AtomicU8::new(0);
+/// Transparent mode only: the application started an output phase itself
+/// ([`start_output`]), so dataset boundaries are its own from then on.
+static APP_OUTPUT: AtomicBool = AtomicBool::new(false);
+
+/// The mode SCR was started in, if `SCR_Init` (or the preload in `MPI_Init`) started it.
+pub fn mode() -> Option<Mode> {
+    match MODE.load(Ordering::Acquire) {
+        1 => Some(Mode::Api),
+        2 => Some(Mode::Transparent),
+        _ => None,
+    }
+}
+
+/// In transparent mode: whether the application took over the dataset boundaries by starting
+/// an output phase itself (routing of files then stops for the run).
+#[inline]
+pub fn application_controls_output() -> bool {
+    APP_OUTPUT.load(Ordering::Relaxed)
+}
 
 fn lock() -> std::sync::MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
@@ -203,6 +236,7 @@ pub fn init_as(mode: Mode) -> Result<()> {
         return Err(Error::usage("SCR_Init", "MPI is not initialised: call MPI_Init before SCR_Init"));
     }
     let rt = Runtime::start(mode)?;
+    MODE.store(if mode == Mode::Api { 1 } else { 2 }, Ordering::Release);
     *g = State::Running(Box::new(rt));
     let exit = match &mut *g {
         State::Running(rt) => rt.exit_requested.take(),
@@ -236,7 +270,12 @@ pub fn need_checkpoint() -> Result<bool> {
     with_rt("SCR_Need_checkpoint", |rt| rt.need_checkpoint())
 }
 
+/// `SCR_Start_output`, called by the application. In transparent mode this hands the dataset
+/// boundaries to the application for the rest of the run.
 pub fn start_output(name: Option<&str>, flags: i32) -> Result<()> {
+    if mode() == Some(Mode::Transparent) {
+        APP_OUTPUT.store(true, Ordering::Relaxed);
+    }
     with_rt("SCR_Start_output", |rt| rt.start_output_logged(name, flags))
 }
 

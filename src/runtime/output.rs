@@ -51,11 +51,18 @@ impl Runtime {
         self.progress(&[]);
         self.restart = None;
         self.dataset_id += 1;
-        if is_ckpt {
-            self.ckpt_id += 1;
-        }
+        // A new version of a checkpoint keeps its number (and so its descriptor).
+        let ckpt = match self.version_of.and_then(|v| self.filemap.datasets.get(&v)).and_then(|r| r.desc.ckpt) {
+            Some(c) => c,
+            None => {
+                if is_ckpt {
+                    self.ckpt_id += 1;
+                }
+                self.ckpt_id
+            }
+        };
         let id = self.dataset_id;
-        let reddesc = self.descs.select(self.ckpt_id.max(1), is_ckpt, is_output).clone();
+        let reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
         self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
             // marked now, saved with the new record below, moved away once every rank saved
@@ -66,7 +73,7 @@ impl Runtime {
         let rec = DatasetRecord {
             desc: DatasetDesc {
                 id,
-                ckpt: is_ckpt.then_some(self.ckpt_id),
+                ckpt: is_ckpt.then_some(ckpt),
                 name: name.map(str::to_string).unwrap_or_else(|| format!("scr.dataset.{id}")),
                 checkpoint: is_ckpt,
                 output: is_output,
@@ -112,6 +119,7 @@ impl Runtime {
                 .filter(|r| r.reddesc.store == store && !r.reddesc.bypass && Some(r.desc.id) != keep)
                 // another number of processes wrote it: never evicted, it is not this run's
                 .filter(|r| self.fits(r.desc.ranks))
+                .filter(|r| !self.pinned.contains(&r.desc.id))
                 .collect();
             let mut victims = Vec::new();
             let mut excess = (cached.len() + 1).saturating_sub(count);
@@ -315,7 +323,10 @@ impl Runtime {
             );
         }
 
-        let periodic = is_ckpt && self.settings.flush > 0 && self.ckpt_id.is_multiple_of(self.settings.flush);
+        let ckpt = self.filemap.datasets.get(&id).and_then(|r| r.desc.ckpt);
+        let periodic = self.settings.flush > 0 && ckpt.is_some_and(|c| c.is_multiple_of(self.settings.flush));
+        // a new version of a checkpoint in the prefix goes there too
+        let periodic = periodic || self.version_of.is_some_and(|v| self.flushed(v) || self.in_flight(v));
         let mut result = Ok(true);
         let background = (is_output || periodic) && self.flushes_async(id);
         if !background && (is_output || periodic || bypass) {
@@ -336,7 +347,7 @@ impl Runtime {
             }
         }
 
-        if is_ckpt {
+        if is_ckpt && self.version_of.is_none() {
             self.checkpoint_taken();
         }
         self.progress(&[]);

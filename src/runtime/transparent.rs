@@ -1,21 +1,23 @@
-//! What transparent mode (the preload) needs from the runtime beyond the `SCR_*` calls:
-//! adopting files the application already wrote into a pending area of the cache as a new
-//! dataset, restarting without the application asking, and the table of this rank's cached
-//! files that prefix paths resolve to.
+//! What transparent mode (`crate::transparent`) needs from the runtime beyond the `SCR_*`
+//! calls: forming a dataset of files the application already wrote into a pending area of the
+//! cache, new versions of a cached checkpoint, restarting without the application asking, the
+//! list of this rank's cached files that prefix paths resolve to, and the log of directory
+//! renames.
 //!
 //! Files matching a checkpoint pattern are written before any dataset exists (the
 //! application does not say when a checkpoint starts), so they go to
-//! `<store>/<user>/scr.<jobid>/scr.pending/<path below the prefix>` first. When the ranks
-//! agree that a dataset is complete, [`adopt_output`] runs the ordinary output phase over
-//! them: start, route each file (it is moved, not copied, to its routed place), complete
-//! (redundancy, flush, halt). Node leaders clear the pending area in `SCR_Init`: what a
-//! run left there never became a dataset.
+//! `<store>/<user>/scr.<jobid>/scr.pending/<rank>/<path below the prefix>` first. When the
+//! ranks agree that a dataset is complete, [`adopt_output`] runs the ordinary output phase
+//! over them: start, route each file (moved, not copied, to its routed place; files carried
+//! from the earlier version are hard-linked), complete (redundancy, flush, halt). Node leaders
+//! clear the pending area in `SCR_Init`: what a run left there never became a dataset.
 
 use std::path::{Path, PathBuf};
 
-use super::{with_rt, Runtime};
+use super::{with_rt, Runtime, FLAG_CHECKPOINT};
 use crate::config::patterns::PatternSpec;
 use crate::error::{Error, Result};
+use crate::state::filemap::FileMeta;
 
 /// What the preload needs to route paths.
 #[derive(Debug, Clone)]
@@ -41,11 +43,45 @@ pub fn transparent_setup() -> Result<TransparentSetup> {
     })
 }
 
-/// Make a dataset of files already written to the pending area (collective). `files` holds
-/// (prefix path, current path) pairs of this rank, possibly none. Returns whether the
-/// dataset is valid and complete, and where each file now is.
-pub fn adopt_output(name: &str, flags: i32, files: &[(PathBuf, PathBuf)], valid: bool) -> Result<(bool, Vec<PathBuf>)> {
-    with_rt("SCR_Complete_output (transparent)", |rt| rt.adopt_output(name, flags, files, valid))
+/// One dataset transparent mode forms at a sync point, as this rank sees it.
+#[derive(Debug)]
+pub struct Adopt<'a> {
+    pub name: &'a str,
+    pub flags: i32,
+    /// This rank's new files: (path relative to the prefix, where the bytes are now).
+    pub files: &'a [(PathBuf, PathBuf)],
+    /// Files (relative to the prefix) of the cached dataset of this name that the application
+    /// removed or renamed away.
+    pub removed: &'a [PathBuf],
+    /// No write or close failed on this rank.
+    pub valid: bool,
+    /// Only a new version of a cached dataset of this name may form (files a killed run
+    /// left pending): without one, nothing happens ([`Adopted::Invalid`]).
+    pub version_only: bool,
+}
+
+/// What became of an [`Adopt`] (the same on every rank).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adopted {
+    /// A new dataset, or a new version of the cached dataset of its name, is complete.
+    Complete { checkpoint: bool },
+    /// The dataset is invalid (a failed write somewhere, or redundancy could not be applied);
+    /// the cached dataset of its name, if any, is unchanged.
+    Invalid,
+    /// The application removed every file of the cached dataset of this name: it is gone from
+    /// cache and from the prefix's index.
+    Removed,
+}
+
+/// Form a dataset of files already written to the pending area (collective). A dataset name
+/// is one checkpoint: when a complete dataset of `name` is cached, the result is a new
+/// version of it holding its files (hard-linked within the cache, never copied) that were not
+/// replaced or removed, plus the new ones; its redundancy is applied again, it is flushed if
+/// it is due or the earlier version was flushed, and the earlier version leaves the cache
+/// once the new one is complete. The newest checkpoint stays in cache until the new dataset
+/// is complete.
+pub fn adopt_output(a: &Adopt) -> Result<Adopted> {
+    with_rt("SCR_Complete_output (transparent)", |rt| rt.adopt_output(a))
 }
 
 /// Load the checkpoint SCR offers, as `SCR_Start_restart`/`SCR_Complete_restart` would
@@ -66,16 +102,35 @@ pub fn restart_auto() -> Result<Option<String>> {
     })
 }
 
-/// This rank's cached files of complete datasets, as (prefix path, cache path), oldest
-/// dataset first (so a later entry for the same prefix path is the newer file).
-pub fn cached_files() -> Result<Vec<(PathBuf, PathBuf)>> {
+/// A file of a complete cached dataset, as transparent mode serves it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedFile {
+    /// The application's name for it, relative to the prefix.
+    pub rel: PathBuf,
+    /// Where its bytes are.
+    pub path: PathBuf,
+    pub dataset: u64,
+    /// The dataset's name.
+    pub name: String,
+}
+
+/// This rank's files of complete cached datasets, oldest dataset first (so a later entry for
+/// the same path is the newer file).
+pub fn cached_files() -> Result<Vec<CachedFile>> {
     with_rt("transparent mode", |rt| {
         Ok(rt
             .filemap
             .datasets
             .values()
             .filter(|r| r.complete && !r.reddesc.bypass)
-            .flat_map(|r| r.files.iter().map(|f| (rt.layout.prefix.join(&f.rel), f.path.clone())))
+            .flat_map(|r| {
+                r.files.iter().map(|f| CachedFile {
+                    rel: f.rel.clone(),
+                    path: f.path.clone(),
+                    dataset: r.desc.id,
+                    name: r.desc.name.clone(),
+                })
+            })
             .collect())
     })
 }
@@ -105,6 +160,14 @@ pub fn before_rename_dir(old: &Path) {
 /// says of the flushed datasets below `old`.
 pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
     with_rt("rename (transparent)", |rt| {
+        // a dataset is concerned when it is named by the directory or has files below it
+        // here (a rank may have none)
+        let concerned = |r: &crate::state::filemap::DatasetRecord| {
+            Path::new(&r.desc.name).starts_with(old) || r.files.iter().any(|f| f.rel.starts_with(old))
+        };
+        if !rt.filemap.datasets.values().any(concerned) {
+            return Ok(());
+        }
         if log {
             let id = rt.dataset_id;
             let path = rt.layout.scr_dir().join(RENAME_LOG);
@@ -114,13 +177,7 @@ pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
                 l.renames.retain(|(upto, _, _)| *upto >= oldest);
                 l.renames.push((id, old.to_path_buf(), new.to_path_buf()))
             })?;
-            let flushed: Vec<u64> = rt
-                .filemap
-                .datasets
-                .values()
-                .filter(|r| r.files.iter().any(|f| f.rel.starts_with(old)))
-                .map(|r| r.desc.id)
-                .collect();
+            let flushed: Vec<u64> = rt.filemap.datasets.values().filter(|r| concerned(r)).map(|r| r.desc.id).collect();
             let ix = rt.load_index();
             for id in flushed.into_iter().filter(|id| ix.datasets.get(id).is_some_and(|e| e.complete)) {
                 crate::transfer::flush::rename_in_prefix(&rt.layout, id, old, new)?;
@@ -167,6 +224,27 @@ impl Runtime {
         }
     }
 
+    /// Node leader, in `SCR_Init`: the pending area exists and holds nothing but what ranks
+    /// now on this node left there in transparent mode (each rank then recovers or removes
+    /// its own when transparent mode starts); in API mode nothing left pending is kept.
+    pub(super) fn prepare_pending(&self, on_node: &[i32]) -> Result<()> {
+        let pending = self.pending_dir();
+        if self.mode == super::Mode::Api {
+            crate::paths::remove_tree_if_exists(&pending)?;
+        } else if let Ok(rd) = std::fs::read_dir(&pending) {
+            for e in rd.flatten() {
+                let mine =
+                    e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()).is_some_and(|r| on_node.contains(&r));
+                if !mine && e.file_type().is_ok_and(|t| t.is_dir()) {
+                    crate::paths::remove_tree_if_exists(&e.path())?;
+                } else if !mine {
+                    crate::paths::remove_file_if_exists(&e.path())?;
+                }
+            }
+        }
+        crate::paths::ensure_private_dir(&pending)
+    }
+
     /// The pending area of transparent mode (in the store of the first checkpoint).
     pub(super) fn pending_dir(&self) -> PathBuf {
         let store = &self.descs.select(1, true, false).store;
@@ -186,36 +264,120 @@ impl Runtime {
             .collect()
     }
 
-    fn adopt_output(
+    fn adopt_output(&mut self, a: &Adopt) -> Result<Adopted> {
+        let earlier = self.filemap.by_name(a.name).filter(|r| r.complete && !r.reddesc.bypass).map(|r| r.desc.id);
+        let mine = earlier.map_or(-1, |id| id as i64);
+        let earlier = if self.world.min_i64(mine) == self.world.max_i64(mine) {
+            earlier
+        } else {
+            if self.rank0() {
+                crate::scr_warn!(
+                    "dataset {}: not every rank holds its earlier version in cache; the new files form a dataset of their own",
+                    a.name
+                );
+            }
+            None
+        };
+        if a.version_only && earlier.is_none() {
+            return Ok(Adopted::Invalid);
+        }
+        let new: std::collections::HashSet<&Path> = a.files.iter().map(|(rel, _)| rel.as_path()).collect();
+        let carried: Vec<FileMeta> = earlier
+            .and_then(|id| self.filemap.datasets.get(&id))
+            .map(|r| {
+                r.files
+                    .iter()
+                    .filter(|f| !new.contains(f.rel.as_path()) && !a.removed.contains(&f.rel))
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Some(id) = earlier {
+            if self.world.sum_u64((a.files.len() + carried.len()) as u64) == 0 {
+                self.forget_removed(id);
+                return Ok(Adopted::Removed);
+            }
+        }
+        let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
+        let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
+        self.pinned = earlier.into_iter().chain(newest).collect();
+        self.version_of = earlier;
+        let r = self.adopt_phase(a.name, flags, a.files, &carried, a.valid);
+        self.pinned.clear();
+        self.version_of = None;
+        let Some(id) = r? else { return Ok(Adopted::Invalid) };
+        if let Some(old) = earlier {
+            self.drop_cached(old);
+        }
+        // now that it is complete, the cache holds no more datasets than configured
+        if let Some(store) = self.filemap.datasets.get(&id).map(|r| r.reddesc.store.clone()) {
+            let victims = self.evictions(&store, Some(id));
+            self.drop_many(&victims);
+        }
+        Ok(Adopted::Complete { checkpoint: flags & FLAG_CHECKPOINT != 0 })
+    }
+
+    /// The output phase of [`Runtime::adopt_output`]: new files are moved into the dataset,
+    /// carried ones hard-linked. The dataset's id if it is valid and complete.
+    fn adopt_phase(
         &mut self,
         name: &str,
         flags: i32,
         files: &[(PathBuf, PathBuf)],
+        carried: &[FileMeta],
         valid: bool,
-    ) -> Result<(bool, Vec<PathBuf>)> {
+    ) -> Result<Option<u64>> {
         self.start_output_logged(Some(name), flags)?;
+        let id = self.dataset_id;
         // From here on every rank must reach complete_output: local failures only make the
         // dataset invalid.
         let mut problems = Vec::new();
-        let mut placed = Vec::with_capacity(files.len());
-        for (prefix_path, current) in files {
-            let moved = self
-                .route_file(&prefix_path.to_string_lossy())
-                .and_then(|target| move_file(current, &target).map(|_| target));
-            match moved {
-                Ok(t) => placed.push(t),
-                Err(e) => {
-                    problems.push(e.to_string());
-                    placed.push(current.clone());
+        let moves = files.iter().map(|(rel, at)| (rel, at, false));
+        let links = carried.iter().map(|f| (&f.rel, &f.path, true));
+        for (rel, current, link) in moves.chain(links) {
+            let placed = self.route_file(&self.layout.prefix.join(rel).to_string_lossy()).and_then(|target| {
+                if link {
+                    link_file(current, &target)
+                } else {
+                    move_file(current, &target)
                 }
+            });
+            if let Err(e) = placed {
+                problems.push(e.to_string());
             }
         }
         for p in &problems {
             crate::scr_error!("dataset {name}: {p}");
         }
-        let ok = self.complete_output_logged(valid && problems.is_empty())?;
-        Ok((ok, placed))
+        Ok(self.complete_output_logged(valid && problems.is_empty())?.then_some(id))
     }
+
+    /// Every file of cached dataset `id` was removed by the application (collective): it
+    /// leaves the cache, and the prefix's record of it goes too (its files there are gone).
+    fn forget_removed(&mut self, id: u64) {
+        if self.rank0() {
+            crate::scr_debug!(1, "dataset {id}: the application removed all of its files; SCR forgets it");
+        }
+        self.drop_cached(id);
+        let local = if self.rank0() && self.load_index().datasets.contains_key(&id) {
+            crate::transfer::flush::delete_from_prefix(&self.layout, id)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = local {
+            crate::scr_warn!("dataset {id}: {e}");
+        }
+    }
+}
+
+fn flags_of(d: &crate::state::dataset::DatasetDesc) -> i32 {
+    (if d.checkpoint { FLAG_CHECKPOINT } else { 0 }) | (if d.output { crate::FLAG_OUTPUT } else { 0 })
+}
+
+/// Hard-link a file of an earlier version into the new one (same store: same file system).
+fn link_file(from: &Path, to: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(to);
+    std::fs::hard_link(from, to).map_err(|e| Error::io("link into the new version of the dataset", from, e))
 }
 
 /// Move a file within the node (rename, or copy and remove across file systems).

@@ -94,6 +94,20 @@ impl Index {
         }
     }
 
+    /// Make dataset `id` the current checkpoint if it is a complete, usable checkpoint newer
+    /// than the one the marker names (as SCR's scavenge does: a marker left on an older
+    /// checkpoint would hide this one from the next fetch).
+    pub fn promote_current(&mut self, id: u64) {
+        let Some(e) = self.datasets.get(&id) else { return };
+        if !(e.complete && !e.failed && e.desc.checkpoint) {
+            return;
+        }
+        let cur = self.current.as_deref().and_then(|c| self.by_name(c)).map(|c| c.desc.id);
+        if cur.is_none_or(|c| c < id) {
+            self.current = Some(e.desc.name.clone());
+        }
+    }
+
     /// The newest entry with this name.
     pub fn by_name(&self, name: &str) -> Option<&IndexEntry> {
         self.datasets.values().rev().find(|e| e.desc.name == name)
@@ -176,6 +190,12 @@ mod tests {
         assert_eq!(ix.restart_candidates(&[]), vec![4, 1]);
         assert_eq!(ix.restart_candidates(&[4]), vec![5, 1]);
         assert_eq!(ix.max_ids(), (5, 5));
+        ix.promote_current(5);
+        assert_eq!(ix.current.as_deref(), Some("ckpt.5"));
+        ix.promote_current(1);
+        assert_eq!(ix.current.as_deref(), Some("ckpt.5"), "an older one never takes over");
+        ix.promote_current(2);
+        assert_eq!(ix.current.as_deref(), Some("ckpt.5"), "nor a failed one");
     }
 
     /// A flushed dataset's directory, as a flush leaves it.

@@ -1,7 +1,8 @@
-//! The run record (`<prefix>/.scr/run.scr`): which run `scr_run` launched, from where, and
-//! whether it is still going. `scr_halt --immediate` reads it to stop the current run; the
-//! next `scr_run` reads the node count of the previous run from it (user guide 2.8.5: the
-//! next run needs as many nodes as the previous one unless `SCR_MIN_NODES` says otherwise).
+//! The run record (`<prefix>/.scr/run.scr`): which run `scr_run` launched, from where (and in
+//! which Slurm job), and whether it is still going. `scr_halt --immediate` reads it to stop the
+//! current run; the next `scr_run` reads the node count of the previous run from it (user guide
+//! 2.8.5: the next run needs as many nodes as the previous one unless `SCR_MIN_NODES` says
+//! otherwise).
 //!
 //! Only `scr_run` writes it (atomically, through [`crate::persist`]); a crash leaves a record
 //! whose process no longer exists, which readers check (`launcher_start` guards against a
@@ -37,6 +38,10 @@ pub struct RunRecord {
     pub ended: Option<String>,
     /// Exit status of the launcher (`None`: killed by a signal, or still running).
     pub status: Option<i32>,
+    /// The Slurm job whose step the run is, when the launcher is `srun` in an allocation: the
+    /// step is found by the launcher's host and process id, and cancelled, from any host.
+    #[serde(default)]
+    pub slurm_job: Option<String>,
 }
 
 impl RunRecord {

@@ -270,22 +270,27 @@ fn run(job: &Job) -> Outcome {
                     f(&job.rec, secs);
                 }
             }
-            Err(e) => out.files = Err(format!("publishing the dataset: {e}")),
+            Err(e) => {
+                // the attempt is over: whoever waits for it stops waiting
+                let _ = persist::update(&dir.join("arrivals"), "arrivals", |a: &mut Arrivals| a.failed += 1);
+                out.files = Err(format!("publishing the dataset: {e}"));
+            }
         },
         Ok(_) => {}
     }
     out
 }
 
-/// Block until every rank's share of the flush attempt `token` of dataset `id` has arrived
-/// (whatever its outcome), polling the prefix: no MPI, so it may run inside a file hook.
+/// Block until the flush attempt `token` of dataset `id` is over: published (the index
+/// entry and `rank2file.scr` written), or failed on some rank. Polls the prefix: no MPI, so
+/// it may run inside a file hook.
 pub fn wait_all_arrived(layout: &Layout, id: u64, token: &str, ranks: u32) {
     let path = layout.prefix_dataset_dir(id).join("flush").join("arrivals");
     loop {
         match persist::read::<Arrivals>(&path, "arrivals") {
             // Published: the publisher removed the flush directory.
             Ok(None) if !path.parent().is_some_and(|d| d.exists()) => return,
-            Ok(Some(a)) if a.token == token && a.count >= ranks => return,
+            Ok(Some(a)) if a.token == token && a.count >= ranks && a.failed > 0 => return,
             Err(_) => return,
             _ => std::thread::sleep(std::time::Duration::from_millis(10)),
         }

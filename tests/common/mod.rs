@@ -1,7 +1,10 @@
 //! Test harness: compiles the C example programs against `scr.h` and `libscr.so` with
 //! `mpicc`, and runs them under a real `mpirun` with 4 oversubscribed ranks in a private
-//! job directory (prefix, cache and control directories of its own).
+//! job directory (prefix, cache and control directories of its own). [`slurm`] starts a
+//! private Slurm cluster for the tests that run jobs the way a batch script does.
 #![allow(dead_code)]
+
+pub mod slurm;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -337,23 +340,34 @@ impl Job {
     /// Run a command line (`exe` may be an interpreter and its script) with `np` ranks.
     pub fn run_exe(&self, np: usize, exe: &[String], args: &[String]) -> Run {
         let mut cmd = Command::new("timeout");
-        cmd.arg("180").arg("mpirun").arg("-np").arg(np.to_string());
-        if let Some(nodes) = &self.nodes {
-            assert_eq!(nodes.len(), np, "one node name per rank");
-            cmd.arg(repo().join("scripts/sim-node.sh"));
-        }
-        cmd.args(exe).args(args);
-        self.apply_env(&mut cmd);
-        if self.preload {
-            // mpirun, the launcher's helpers and sim-node.sh's shells load it too: they must
-            // not notice (they never initialise MPI)
-            cmd.env("LD_PRELOAD", preload_lib());
-        }
+        cmd.arg("180");
+        self.mpirun(&mut cmd, np, exe, args);
         let out = cmd.output().expect("mpirun runs (install MPI: scripts/setup.sh)");
         Run {
             code: out.status.code(),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Append `mpirun -np NP [sim-node.sh] EXE ARGS` to `cmd`, with this job's environment
+    /// (and the preload library when the job uses it).
+    fn mpirun(&self, cmd: &mut Command, np: usize, exe: &[String], args: &[String]) {
+        if cmd.get_program() == "mpirun" {
+            cmd.arg("-np").arg(np.to_string());
+        } else {
+            cmd.arg("mpirun").arg("-np").arg(np.to_string());
+        }
+        if let Some(nodes) = &self.nodes {
+            assert_eq!(nodes.len(), np, "one node name per rank");
+            cmd.arg(repo().join("scripts/sim-node.sh"));
+        }
+        cmd.args(exe).args(args);
+        self.apply_env(cmd);
+        if self.preload {
+            // mpirun, the launcher's helpers and sim-node.sh's shells load it too: they must
+            // not notice (they never initialise MPI)
+            cmd.env("LD_PRELOAD", preload_lib());
         }
     }
 
@@ -395,13 +409,14 @@ impl Job {
     /// `mpirun` of `program` with `NP` ranks in the background (on the simulated cluster's
     /// nodes if the job has them).
     pub fn spawn(&self, program_name: &str, args: &[&str]) -> Spawned {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        self.spawn_exe(&[program(program_name).display().to_string()], &args)
+    }
+
+    /// A command line (as [`Job::run_exe`]) with `NP` ranks in the background.
+    pub fn spawn_exe(&self, exe: &[String], args: &[String]) -> Spawned {
         let mut cmd = Command::new("mpirun");
-        cmd.arg("-np").arg(NP.to_string());
-        if self.nodes.is_some() {
-            cmd.arg(repo().join("scripts/sim-node.sh"));
-        }
-        cmd.arg(program(program_name)).args(args);
-        self.apply_env(&mut cmd);
+        self.mpirun(&mut cmd, NP, exe, args);
         Spawned::start(cmd)
     }
 

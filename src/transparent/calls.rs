@@ -1,0 +1,411 @@
+//! The calls a front end forwards (opens, descriptors, metadata; renames, links and removals
+//! are in [`super::names`]): each takes the application's arguments (a path as a C string, a
+//! directory descriptor, flags), applies [`super::rules`] with the facts it gathers, updates
+//! the table and the cache, and returns what the front end does with the application's call
+//! ([`Call`]) or the call's result ([`Done`]) when it had to perform it itself. Every function
+//! returns [`Call::Pass`] at once, without allocating or locking, unless routing is on and the
+//! path may be under the prefix. The library's own I/O here passes the hooks (the re-entry
+//! guard is set first).
+
+use std::ffi::{CStr, CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::fds;
+use super::prefix::{reserved, PATH_MAX};
+use super::rules::{self, Disk, OnDisk, Open};
+pub use super::session::concerns;
+use super::session::{self, owner, routing, table, table_now, Session};
+use super::table::{Held, Table};
+use crate::reentry::Inside;
+use crate::scr_error;
+
+/// What the front end does with the application's call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Call {
+    /// The real function with the application's arguments.
+    Pass,
+    /// The real function with this absolute path (and `AT_FDCWD`) instead.
+    Path(CString),
+    /// Fail with this errno.
+    Fail(i32),
+}
+
+/// A call performed here: `Ok(value)` (errno as the application had it) or `Err(errno)`.
+pub type Done = Result<i32, i32>;
+
+fn c_path(p: &Path) -> Call {
+    match CString::new(p.as_os_str().as_bytes()) {
+        Ok(c) => Call::Path(c),
+        Err(_) => Call::Pass,
+    }
+}
+
+pub(super) fn errno_of(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+/// Run the application's call as it is and report it.
+pub(super) fn real_done(real: &mut dyn FnMut() -> i32) -> Done {
+    let r = real();
+    if r < 0 {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
+    } else {
+        Ok(r)
+    }
+}
+
+/// The path argument relative to the prefix (`""` for the prefix itself), if it is below it
+/// and this is the process that routes.
+pub(super) fn resolve(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+    let bytes = path.to_bytes();
+    let mut buf = [0u8; PATH_MAX];
+    let base = match bytes.first() {
+        None => return None,
+        Some(b'/') => None,
+        Some(_) => (s.base)(dirfd, &mut buf).map(|n| &buf[..n]),
+    };
+    if !s.prefix.may_contain(bytes, base) || !s.is_owner() {
+        return None;
+    }
+    s.prefix.relative(bytes, base).filter(|rel| !reserved(rel))
+}
+
+/// As [`resolve`], for a file below the prefix (not the prefix itself).
+pub(super) fn resolve_file(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+    resolve(s, dirfd, path).filter(|rel| !rel.as_os_str().is_empty())
+}
+
+/// The absolute, normalised form of any path argument.
+pub(super) fn absolute(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+    let p = Path::new(OsStr::from_bytes(path.to_bytes()));
+    if p.is_absolute() {
+        return Some(crate::paths::normalize(p, Path::new("/")));
+    }
+    let mut buf = [0u8; PATH_MAX];
+    let n = (s.base)(dirfd, &mut buf)?;
+    Some(crate::paths::normalize(p, Path::new(OsStr::from_bytes(&buf[..n]))))
+}
+
+pub(super) fn on_disk(p: &Path) -> OnDisk {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_file() => OnDisk::File,
+        Ok(m) if m.is_dir() => OnDisk::Dir,
+        Ok(_) => OnDisk::Other,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => OnDisk::Missing,
+        Err(_) => OnDisk::Other,
+    }
+}
+
+/// The outcome of deciding an open.
+#[derive(Debug)]
+pub struct Opening {
+    pub call: Call,
+    /// The pending file a successful open writes (0: none); report the descriptor with
+    /// [`opened`].
+    pub track: u32,
+    /// The pending file was added for this open (an open that fails abandons it).
+    pub created: bool,
+}
+
+const PASS: Opening = Opening { call: Call::Pass, track: 0, created: false };
+
+/// An open of `path` (relative to `dirfd`) with `flags`.
+pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
+    let Some(s) = routing() else { return PASS };
+    let Some(rel) = resolve_file(s, dirfd, path) else { return PASS };
+    if s.child && rules::writing(flags) {
+        // a child changes no cached file: its writes reach the prefix
+        return PASS;
+    }
+    super::test_panic(path);
+    let _inside = Inside::enter();
+    let mut t = table_now();
+    let abs = s.prefix.join(&rel);
+    let disk = || Disk { at: on_disk(&abs), parent: abs.parent().map_or(OnDisk::Dir, on_disk) };
+    match rules::open(&t, &rel, flags, || s.routed(&rel), &abs, disk) {
+        Open::Pass => PASS,
+        Open::Fail(e) => Opening { call: Call::Fail(e), ..PASS },
+        Open::Read(p) => Opening { call: c_path(&p), ..PASS },
+        Open::Write { id, unshare: copy } => {
+            if copy {
+                if let Err(e) = unshare(s, &mut t, id, flags & libc::O_TRUNC == 0) {
+                    return Opening { call: Call::Fail(e), ..PASS };
+                }
+            }
+            let cache = t.get(id).map(|p| p.cache.clone()).unwrap_or_default();
+            Opening { call: c_path(&cache), track: id, created: false }
+        }
+        Open::Create { from, check_prefix } => {
+            if check_prefix {
+                if let Err(e) = may_open(&abs, flags) {
+                    return Opening { call: Call::Fail(e), ..PASS };
+                }
+            }
+            match create_pending(s, &mut t, &rel, from.as_deref(), flags) {
+                Ok((id, cache)) => Opening { call: c_path(&cache), track: id, created: true },
+                Err(e) => Opening { call: Call::Fail(e), ..PASS },
+            }
+        }
+    }
+}
+
+/// Whether the application may open the existing file `p` with `flags`' access mode.
+fn may_open(p: &Path, flags: i32) -> Result<(), i32> {
+    let acc = flags & libc::O_ACCMODE;
+    std::fs::OpenOptions::new()
+        .read(acc != libc::O_WRONLY)
+        .write(acc != libc::O_RDONLY)
+        .open(p)
+        .map(drop)
+        .map_err(|e| errno_of(&e))
+}
+
+/// A new pending file for `rel`, its bytes copied from `from` first (an update in place).
+fn create_pending(
+    s: &Session,
+    t: &mut Table,
+    rel: &Path,
+    from: Option<&Path>,
+    flags: i32,
+) -> Result<(u32, PathBuf), i32> {
+    if let Some(src) = from {
+        // the file's own permissions decide, as they would in the prefix
+        may_open(src, flags)?;
+    }
+    let cache = s.pending_path(rel);
+    if let Some(parent) = cache.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
+    }
+    let _ = std::fs::remove_file(&cache);
+    if let Some(src) = from {
+        std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
+    }
+    let id = t.add(rel, cache.clone(), false);
+    Ok((id, cache))
+}
+
+/// Give pending file `id` bytes of its own (a copy of them with `keep`, else empty): they
+/// were a cached dataset's file, which must not change. Every other name SCR holds for the
+/// same bytes (hard links) moves to the new bytes with it, so the names stay linked, as in
+/// the prefix.
+fn unshare(s: &Session, t: &mut Table, id: u32, keep: bool) -> Result<(), i32> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(p) = t.get(id).cloned() else { return Ok(()) };
+    let old = std::fs::metadata(&p.cache).map_err(|e| errno_of(&e))?;
+    let tmp = p.cache.with_extension("scr-copy");
+    let fresh = if keep { std::fs::copy(&p.cache, &tmp).map(drop) } else { std::fs::File::create(&tmp).map(drop) };
+    fresh.and_then(|_| std::fs::rename(&tmp, &p.cache)).map_err(|e| errno_of(&e))?;
+    let same = |c: &Path| std::fs::metadata(c).is_ok_and(|m| m.ino() == old.ino() && m.dev() == old.dev());
+    let others: Vec<PathBuf> = t
+        .visible_below(Path::new(""))
+        .filter(|(rel, c)| *rel != p.rel && same(c))
+        .map(|(r, _)| r.to_path_buf())
+        .collect();
+    for rel in others {
+        let cache = s.pending_path(&rel);
+        let linked = match t.held(&rel) {
+            Some(Held::Pending(other, _)) => Some(other),
+            _ => None,
+        };
+        if let Some(parent) = cache.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
+        }
+        let _ = std::fs::remove_file(&cache);
+        std::fs::hard_link(&p.cache, &cache).map_err(|e| errno_of(&e))?;
+        match linked {
+            Some(other) => {
+                if let Some(o) = t.get_mut(other) {
+                    o.cache = cache;
+                    o.shares_committed = false;
+                }
+            }
+            None => {
+                t.add(&rel, cache, false);
+            }
+        }
+    }
+    if let Some(p) = t.get_mut(id) {
+        p.shares_committed = false;
+    }
+    Ok(())
+}
+
+/// After the real open of an [`Opening`] that tracks a pending file.
+pub fn opened(fd: i32, track: u32, created: bool) {
+    if track == 0 {
+        return;
+    }
+    let _inside = Inside::enter();
+    let mut t = table();
+    if fd < 0 {
+        if created {
+            if let Some(bytes) = t.get(track).map(|p| p.cache.clone()) {
+                t.abandon(track);
+                let _ = std::fs::remove_file(bytes);
+            }
+        }
+        return;
+    }
+    let epoch = t.epoch;
+    if let Some(p) = t.get_mut(track) {
+        p.writers += 1;
+        p.epoch = epoch;
+        fds::set(fd, track);
+    }
+}
+
+/// Before `fd` closes: the pending file it writes, taken out of the descriptor table (0:
+/// none). Report the close with [`closed`].
+pub fn closing(fd: i32) -> u32 {
+    let id = fds::get(fd);
+    if id == 0 || owner().is_none() {
+        return 0;
+    }
+    fds::set(fd, 0);
+    id
+}
+
+/// After a descriptor of pending file `id` closed (`ok`: the close succeeded). After
+/// `MPI_Finalize` no dataset can form: the file goes where the application put it.
+pub fn closed(id: u32, ok: bool) {
+    let Some(s) = (id != 0).then(owner).flatten() else { return };
+    let _inside = Inside::enter();
+    let mut t = table();
+    if t.closed(id, ok) && session::finished() {
+        if let Some(p) = t.get(id).cloned() {
+            t.forget(id);
+            drop(t);
+            materialize(&p.cache, &s.prefix.join(&p.rel), true);
+        }
+    }
+}
+
+/// `new` now refers to what `old` refers to (the `dup` family, `F_DUPFD`).
+pub fn duplicated(old: i32, new: i32) {
+    let id = fds::get(old);
+    if id == 0 || new < 0 || old == new || owner().is_none() {
+        return;
+    }
+    let _inside = Inside::enter();
+    if let Some(p) = table().get_mut(id) {
+        p.writers += 1;
+        fds::set(new, id);
+    }
+}
+
+/// A write on `fd` failed: the dataset of its pending file is invalid.
+pub fn write_failed(fd: i32) {
+    let id = fds::get(fd);
+    if id == 0 || owner().is_none() {
+        return;
+    }
+    let _inside = Inside::enter();
+    if let Some(p) = table().get_mut(id) {
+        p.failed = true;
+    }
+}
+
+/// A call that reads or sets metadata of a path (the stat family, `access`, `chmod`,
+/// `utimensat`, `readlink`, ...): on the cached bytes when SCR holds the path.
+pub fn held(dirfd: i32, path: &CStr) -> Call {
+    let Some(s) = routing() else { return Call::Pass };
+    let Some(rel) = resolve_file(s, dirfd, path) else { return Call::Pass };
+    let _inside = Inside::enter();
+    match table_now().held(&rel) {
+        Some(h) => c_path(h.cache()),
+        None => Call::Pass,
+    }
+}
+
+/// `fopen` mode string to `open` flags (as glibc's `_IO_file_fopen` reads it).
+pub fn fopen_flags(mode: &CStr) -> i32 {
+    let m = mode.to_bytes();
+    let mut flags = match m.first() {
+        Some(b'r') => libc::O_RDONLY,
+        Some(b'w') => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        Some(b'a') => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        _ => return 0,
+    };
+    for &c in &m[1..] {
+        match c {
+            b'+' => flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR,
+            b'x' => flags |= libc::O_EXCL,
+            b'e' => flags |= libc::O_CLOEXEC,
+            b',' => break,
+            _ => {}
+        }
+    }
+    flags
+}
+
+/// A call that changes a file's bytes through its path (`truncate`): on a pending file
+/// (made from the cached or prefix bytes first, as an open for writing would).
+pub fn update(path: &CStr) -> Call {
+    open(libc::AT_FDCWD, path, libc::O_WRONLY).call
+}
+
+/// `statfs`/`statvfs` of a held file: the file system of the directory holding it in the
+/// prefix.
+pub fn statfs(path: &CStr) -> Call {
+    let Some(s) = routing() else { return Call::Pass };
+    let Some(rel) = resolve_file(s, libc::AT_FDCWD, path) else { return Call::Pass };
+    let _inside = Inside::enter();
+    if table_now().held(&rel).is_none() {
+        return Call::Pass;
+    }
+    match s.prefix.join(&rel).parent() {
+        Some(dir) => c_path(dir),
+        None => Call::Pass,
+    }
+}
+
+/// `realpath` of a held file: the canonical form of its directory in the prefix, and its
+/// name. `None`: the real `realpath` answers.
+pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
+    let s = routing()?;
+    let rel = resolve_file(s, libc::AT_FDCWD, path)?;
+    let _inside = Inside::enter();
+    table_now().held(&rel)?;
+    let abs = s.prefix.join(&rel);
+    let (dir, name) = (abs.parent()?, abs.file_name()?);
+    Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))
+}
+
+/// Copy pending bytes to the application's path (after `MPI_Finalize`, a file cannot join a
+/// dataset any more); `last`: drop the pending copy.
+pub(super) fn materialize(cache: &Path, dest: &Path, last: bool) {
+    if let Some(parent) = dest.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    match std::fs::copy(cache, dest) {
+        Ok(_) => {
+            if last {
+                let _ = std::fs::remove_file(cache);
+            }
+        }
+        Err(err) => scr_error!(
+            "transparent mode: cannot copy {} to {}: {err}; the bytes stay in {}",
+            cache.display(),
+            dest.display(),
+            cache.display()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fopen_modes_map_to_open_flags() {
+        let f = |m: &CStr| fopen_flags(m);
+        assert_eq!(f(c"r"), libc::O_RDONLY);
+        assert_eq!(f(c"rb+"), libc::O_RDWR);
+        assert_eq!(f(c"w"), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC);
+        assert_eq!(f(c"wxe"), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_EXCL | libc::O_CLOEXEC);
+        assert_eq!(f(c"a+"), libc::O_RDWR | libc::O_CREAT | libc::O_APPEND);
+        assert_eq!(f(c"r,ccs=UTF-8x"), libc::O_RDONLY);
+        assert_eq!(f(c"q"), 0);
+    }
+}

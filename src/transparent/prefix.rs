@@ -1,0 +1,144 @@
+//! Which path arguments concern transparent mode.
+//!
+//! [`PrefixPaths::may_contain`] is the test every hooked call with a path takes first: it
+//! compares raw bytes with the prefix (its spelled and its canonical form, on a component
+//! boundary) and allocates nothing. A relative path is judged by its base directory (the
+//! working directory or a directory descriptor's path), which the front end reads into a
+//! stack buffer ([`BaseFn`]). Only a path that may be under the prefix is normalised (`.`,
+//! `..`, repeated `/`) and made relative to it ([`PrefixPaths::relative`]). A path reaching
+//! the prefix through some other symbolic link is not recognised: it goes to the file system.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Size of the buffer a base directory is read into.
+pub const PATH_MAX: usize = 4096;
+
+/// Reads the directory a relative path is taken against (`dirfd`: `AT_FDCWD` for the working
+/// directory, else a directory descriptor) into `buf`; its length, or `None`.
+pub type BaseFn = fn(dirfd: i32, buf: &mut [u8; PATH_MAX]) -> Option<usize>;
+
+/// The prefix directory, as spelled in the configuration and with symbolic links resolved.
+#[derive(Debug, Clone)]
+pub struct PrefixPaths {
+    spelled: PathBuf,
+    canonical: PathBuf,
+}
+
+fn below(path: &[u8], dir: &[u8]) -> bool {
+    path.len() > dir.len() && path.starts_with(dir) && (dir == b"/" || path[dir.len()] == b'/')
+}
+
+/// `..`, `.` or `//` somewhere: only normalisation can tell where the path goes.
+fn unusual(p: &[u8]) -> bool {
+    p.windows(2).any(|w| w == b"//" || w == b"/." || w == b"..")
+}
+
+impl PrefixPaths {
+    pub fn new(spelled: &Path, canonical: &Path) -> PrefixPaths {
+        PrefixPaths { spelled: spelled.to_path_buf(), canonical: canonical.to_path_buf() }
+    }
+
+    /// The prefix as the configuration spells it (the form paths are reported in).
+    pub fn path(&self) -> &Path {
+        &self.spelled
+    }
+
+    /// The prefix with symbolic links resolved.
+    pub fn canonical(&self) -> &Path {
+        &self.canonical
+    }
+
+    fn forms(&self) -> [&[u8]; 2] {
+        [self.spelled.as_os_str().as_bytes(), self.canonical.as_os_str().as_bytes()]
+    }
+
+    /// Fast check: may `path` (taken against `base` when relative) name the prefix or
+    /// something below it? False positives are allowed, false negatives are not.
+    pub fn may_contain(&self, path: &[u8], base: Option<&[u8]>) -> bool {
+        if path.is_empty() {
+            return false;
+        }
+        let forms = self.forms();
+        if path[0] == b'/' {
+            return forms.iter().any(|f| below(path, f) || path == *f) || unusual(path);
+        }
+        let Some(b) = base else { return false };
+        // below the prefix, the prefix itself, or above it (`a/../../prefix/x`)
+        forms.iter().any(|f| below(b, f) || b == *f || below(f, b)) || unusual(path)
+    }
+
+    /// `path` (taken against `base` when relative) normalised and made relative to the
+    /// prefix: `Some("")` for the prefix itself, `None` outside it.
+    pub fn relative(&self, path: &[u8], base: Option<&[u8]>) -> Option<PathBuf> {
+        let p = Path::new(OsStr::from_bytes(path));
+        let abs = if p.is_absolute() {
+            crate::paths::normalize(p, Path::new("/"))
+        } else {
+            crate::paths::normalize(p, Path::new(OsStr::from_bytes(base?)))
+        };
+        [&self.spelled, &self.canonical].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
+    }
+
+    /// The application's path of `rel`.
+    pub fn join(&self, rel: &Path) -> PathBuf {
+        if rel.as_os_str().is_empty() {
+            self.spelled.clone()
+        } else {
+            self.spelled.join(rel)
+        }
+    }
+}
+
+/// Whether `rel` (relative to the prefix) is SCR's own `.scr` directory or inside it.
+pub fn reserved(rel: &Path) -> bool {
+    rel.components().next().is_some_and(|c| c.as_os_str() == ".scr")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p() -> PrefixPaths {
+        PrefixPaths::new(Path::new("/run/job"), Path::new("/lustre/u/job"))
+    }
+
+    #[test]
+    fn absolute_paths_are_judged_on_a_component_boundary() {
+        let p = p();
+        assert!(p.may_contain(b"/run/job/ckpt.1/a", None));
+        assert!(p.may_contain(b"/lustre/u/job/ckpt.1/a", None));
+        assert!(p.may_contain(b"/run/job", None));
+        assert!(!p.may_contain(b"/run/jobfoo/a", None), "a sibling with a longer name");
+        assert!(!p.may_contain(b"/tmp/a", None));
+        assert!(!p.may_contain(b"", None));
+        assert!(p.may_contain(b"/tmp/../run/job/a", None), "unusual paths are normalised");
+        assert_eq!(p.relative(b"/tmp/../run/job/./ckpt.1//a", None), Some(PathBuf::from("ckpt.1/a")));
+        assert_eq!(p.relative(b"/lustre/u/job/ckpt.1/a", None), Some(PathBuf::from("ckpt.1/a")));
+        assert_eq!(p.relative(b"/run/job", None), Some(PathBuf::new()));
+        assert_eq!(p.relative(b"/run/jobfoo/a", None), None);
+    }
+
+    #[test]
+    fn relative_paths_are_judged_by_their_base() {
+        let p = p();
+        assert!(p.may_contain(b"ckpt.1/a", Some(b"/run/job")));
+        assert!(p.may_contain(b"a", Some(b"/run/job/ckpt.1")));
+        assert!(p.may_contain(b"job/a", Some(b"/run")), "a base above the prefix");
+        assert!(p.may_contain(b"job/a", Some(b"/")));
+        assert!(!p.may_contain(b"a", Some(b"/home/u")));
+        assert!(p.may_contain(b"../run/job/a", Some(b"/home")), "`..` may lead anywhere");
+        assert!(!p.may_contain(b"a", None), "no base: the front end could not read it");
+        assert_eq!(p.relative(b"a", Some(b"/run/job/ckpt.1")), Some(PathBuf::from("ckpt.1/a")));
+        assert_eq!(p.relative(b"../x", Some(b"/run/job")), None);
+    }
+
+    #[test]
+    fn scr_directory_is_reserved() {
+        assert!(reserved(Path::new(".scr/index.scr")));
+        assert!(reserved(Path::new(".scr")));
+        assert!(!reserved(Path::new("ckpt.1/.scr")));
+        assert!(!reserved(Path::new("")));
+    }
+}

@@ -1,0 +1,509 @@
+//! The file table: what SCR holds for each path the application uses below the prefix.
+//!
+//! * **Pending** files: written since their dataset last completed, bytes in this rank's
+//!   pending area of the cache. Each has an id (descriptors refer to the id, so a file renamed
+//!   or unlinked while open stays the same entry), the number of descriptors writing it, the
+//!   sync epoch of its last open for writing, and whether a write failed.
+//! * **Committed** files: this rank's files of complete cached datasets, as the runtime lists
+//!   them after each sync point. A pending file of the same path hides the committed one.
+//! * **Removed** files: committed files the application deleted or renamed away. They are
+//!   invisible at once; at the next sync point their dataset gets a new version without them.
+//! * **Changes**: directory renames and removals this rank made under the prefix, which every
+//!   rank applies to its own files at the next sync point (as a shared file system shows a
+//!   rename or `rm -r` by one process to all).
+//!
+//! Keys are paths relative to the prefix. Everything here is plain data and pure: the file
+//! system is touched by the callers. A file that several ranks write (a shared file, such as
+//! one MPI-IO opens on every rank) would be one more kind of entry keyed the same way, whose
+//! bytes are not in one rank's pending area; nothing in the lookups assumes a private copy.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// A file written since its dataset last completed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub rel: PathBuf,
+    /// Where the bytes are.
+    pub cache: PathBuf,
+    /// Descriptors open for writing.
+    pub writers: u32,
+    /// Sync epoch of the last open for writing.
+    pub epoch: u64,
+    /// A write or close failed: its dataset is invalid.
+    pub failed: bool,
+    /// Unlinked or replaced while open: dropped at its last close, in no dataset.
+    pub deleted: bool,
+    /// The bytes are a hard link of a committed file: they are copied before a write in place.
+    pub shares_committed: bool,
+    /// The dataset of the committed file this one replaced (it joins that dataset when no
+    /// pattern routes its path).
+    pub dataset: Option<String>,
+}
+
+/// A file of a complete cached dataset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub cache: PathBuf,
+    pub dataset: u64,
+    /// The dataset's name.
+    pub name: String,
+}
+
+/// What a path stands for now.
+#[derive(Debug, PartialEq)]
+pub enum Held<'a> {
+    Pending(u32, &'a Pending),
+    Committed(&'a Committed),
+}
+
+impl Held<'_> {
+    pub fn cache(&self) -> &Path {
+        match self {
+            Held::Pending(_, p) => &p.cache,
+            Held::Committed(c) => &c.cache,
+        }
+    }
+}
+
+/// A change of the namespace every rank applies to its own files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Change {
+    RenamedDir {
+        from: PathBuf,
+        to: PathBuf,
+    },
+    /// Made in sync epoch `epoch`: pending files opened later are not affected.
+    RemovedDir {
+        dir: PathBuf,
+        epoch: u64,
+    },
+}
+
+/// Numbers a sync point agrees on.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Pending files open for writing.
+    pub open: u64,
+    /// Pending files closed.
+    pub closed: u64,
+    /// Committed files removed.
+    pub removed: u64,
+    /// Namespace changes not yet shared.
+    pub changes: u64,
+}
+
+#[derive(Debug, Default)]
+pub struct Table {
+    pending: HashMap<u32, Pending>,
+    by_path: BTreeMap<PathBuf, u32>,
+    next_id: u32,
+    committed: BTreeMap<PathBuf, Committed>,
+    removed: BTreeMap<PathBuf, Committed>,
+    changes: Vec<Change>,
+    /// Sync points passed (the same count on every rank).
+    pub epoch: u64,
+    /// Changes with every mutation (listings cache what they derive from the table).
+    generation: u64,
+}
+
+fn strictly_below(p: &Path, dir: &Path) -> bool {
+    p != dir && p.starts_with(dir)
+}
+
+/// Whether normalised relative path `p` is strictly below `dir` (`""`: the prefix itself).
+pub(super) fn under(p: &Path, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (p, d) = (p.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    if d.is_empty() {
+        return !p.is_empty();
+    }
+    p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/'
+}
+
+impl Table {
+    /// What `rel` stands for, if SCR holds its bytes.
+    pub fn held(&self, rel: &Path) -> Option<Held<'_>> {
+        if let Some((&id, p)) = self.by_path.get(rel).and_then(|id| Some((id, self.pending.get(id)?))) {
+            return Some(Held::Pending(id, p));
+        }
+        self.committed.get(rel).map(Held::Committed)
+    }
+
+    /// Changes whenever the table does.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    pub fn get(&self, id: u32) -> Option<&Pending> {
+        self.pending.get(&id)
+    }
+
+    pub fn get_mut(&mut self, id: u32) -> Option<&mut Pending> {
+        self.generation += 1;
+        self.pending.get_mut(&id)
+    }
+
+    /// A new pending file at `rel` (it replaces what `rel` stood for). Its id.
+    pub fn add(&mut self, rel: &Path, cache: PathBuf, shares_committed: bool) -> u32 {
+        self.generation += 1;
+        let dataset = match self.held(rel) {
+            Some(Held::Committed(c)) => Some(c.name.clone()),
+            Some(Held::Pending(_, p)) => p.dataset.clone(),
+            None => None,
+        };
+        self.remove(rel);
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        while self.pending.contains_key(&self.next_id) {
+            self.next_id = self.next_id.wrapping_add(1).max(1);
+        }
+        let id = self.next_id;
+        let p = Pending {
+            rel: rel.to_path_buf(),
+            cache,
+            writers: 0,
+            epoch: self.epoch,
+            failed: false,
+            deleted: false,
+            shares_committed,
+            dataset,
+        };
+        self.pending.insert(id, p);
+        self.by_path.insert(rel.to_path_buf(), id);
+        id
+    }
+
+    /// The application removed `rel` (unlinked it, or renamed it away): a pending file is
+    /// dropped (at its last close if still open), a committed one is hidden. Returns the
+    /// pending file's bytes to delete, and whether SCR held anything at `rel`.
+    pub fn remove(&mut self, rel: &Path) -> (Option<PathBuf>, bool) {
+        self.generation += 1;
+        let mut bytes = None;
+        let mut held = false;
+        if let Some(id) = self.by_path.remove(rel) {
+            held = true;
+            if let Some(p) = self.pending.get_mut(&id) {
+                bytes = Some(p.cache.clone());
+                if p.writers == 0 {
+                    self.pending.remove(&id);
+                } else {
+                    p.deleted = true;
+                }
+            }
+        }
+        if let Some(c) = self.committed.remove(rel) {
+            held = true;
+            self.removed.insert(rel.to_path_buf(), c);
+        }
+        (bytes, held)
+    }
+
+    /// Pending file `id` is now called `to`, its bytes at `cache` (what `to` stood for is
+    /// replaced; `id`'s old name is free).
+    pub fn rename(&mut self, id: u32, to: &Path, cache: PathBuf) {
+        self.generation += 1;
+        let Some(from) = self.pending.get(&id).map(|p| p.rel.clone()) else { return };
+        if self.by_path.get(&from) == Some(&id) {
+            self.by_path.remove(&from);
+        }
+        self.remove(to);
+        if let Some(p) = self.pending.get_mut(&id) {
+            p.rel = to.to_path_buf();
+            p.cache = cache;
+            self.by_path.insert(to.to_path_buf(), id);
+        }
+    }
+
+    /// A descriptor of `id` closed: drop a deleted file at its last close. Whether the file
+    /// is now closed and still named.
+    pub fn closed(&mut self, id: u32, ok: bool) -> bool {
+        self.generation += 1;
+        let Some(p) = self.pending.get_mut(&id) else { return false };
+        p.writers = p.writers.saturating_sub(1);
+        p.failed |= !ok;
+        if p.writers > 0 {
+            return false;
+        }
+        if p.deleted {
+            self.pending.remove(&id);
+            return false;
+        }
+        true
+    }
+
+    /// Pending file `id` was just added but its open failed: forget it, and make the cached
+    /// dataset's file at its path visible again.
+    pub fn abandon(&mut self, id: u32) {
+        let Some(rel) = self.pending.get(&id).map(|p| p.rel.clone()) else { return };
+        self.forget(id);
+        if let Some(c) = self.removed.remove(&rel) {
+            self.committed.insert(rel, c);
+        }
+    }
+
+    /// Forget pending file `id` (it joined a dataset, or went to the prefix).
+    pub fn forget(&mut self, id: u32) {
+        self.generation += 1;
+        if let Some(p) = self.pending.remove(&id) {
+            if self.by_path.get(&p.rel) == Some(&id) {
+                self.by_path.remove(&p.rel);
+            }
+        }
+    }
+
+    /// Whether SCR holds a file strictly below directory `dir`.
+    pub fn any_below(&self, dir: &Path) -> bool {
+        self.visible_below(dir).next().is_some()
+    }
+
+    /// The files SCR holds below `dir` (any depth): (path, bytes), each path once, in order.
+    pub fn visible_below<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = (&'a Path, &'a Path)> + 'a {
+        // paths are normalised: comparing bytes is exact, and much cheaper than components
+        let below = move |p: &Path| under(p, dir);
+        let start = (std::ops::Bound::Excluded(dir), std::ops::Bound::Unbounded);
+        let pending = self
+            .by_path
+            .range::<Path, _>(start)
+            .skip_while(move |(p, _)| *p == dir)
+            .take_while(move |(p, _)| below(p))
+            .filter_map(|(p, id)| Some((p.as_path(), self.pending.get(id)?.cache.as_path())));
+        let committed = self
+            .committed
+            .range::<Path, _>(start)
+            .take_while(move |(p, _)| below(p))
+            .filter(|(p, _)| self.by_path.is_empty() || !self.by_path.contains_key(*p))
+            .map(|(p, c)| (p.as_path(), c.cache.as_path()));
+        pending.chain(committed)
+    }
+
+    /// Pending files below `dir` (for a directory rename or removal): (id, path, bytes, epoch).
+    pub fn pending_below(&self, dir: &Path) -> Vec<(u32, PathBuf, PathBuf, u64)> {
+        let mut v: Vec<_> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| !p.deleted && strictly_below(&p.rel, dir))
+            .map(|(id, p)| (*id, p.rel.clone(), p.cache.clone(), p.epoch))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The committed files now, from the runtime (oldest dataset first: a later entry for a
+    /// path is the newer file). Removed files whose dataset left the cache are forgotten.
+    pub fn set_committed(&mut self, files: impl IntoIterator<Item = (PathBuf, Committed)>) {
+        self.generation += 1;
+        self.committed.clear();
+        for (rel, c) in files {
+            self.committed.insert(rel, c);
+        }
+        let datasets: std::collections::HashSet<u64> = self.committed.values().map(|c| c.dataset).collect();
+        let committed = &mut self.committed;
+        self.removed.retain(|rel, r| {
+            if !datasets.contains(&r.dataset) {
+                return false;
+            }
+            // still removed; a file of a newer dataset at this path stays visible
+            if committed.get(rel).is_some_and(|c| c.dataset == r.dataset) {
+                committed.remove(rel);
+            }
+            true
+        });
+    }
+
+    /// Committed files the application removed, by the name of their dataset.
+    pub fn removed_by_name(&self) -> BTreeMap<String, Vec<PathBuf>> {
+        let mut m: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+        for (rel, c) in &self.removed {
+            m.entry(c.name.clone()).or_default().push(rel.clone());
+        }
+        m
+    }
+
+    /// Another rank removed directory `dir` in sync epoch `epoch`: what this rank holds
+    /// below it goes too, except pending files opened since. The pending bytes to delete.
+    pub fn remove_below(&mut self, dir: &Path, epoch: u64) -> Vec<PathBuf> {
+        let gone: Vec<PathBuf> = self
+            .visible_below(dir)
+            .map(|(rel, _)| rel.to_path_buf())
+            .filter(|rel| !matches!(self.held(rel), Some(Held::Pending(_, p)) if p.epoch >= epoch))
+            .collect();
+        gone.iter().filter_map(|rel| self.remove(rel).0).collect()
+    }
+
+    /// Pending files that are closed and named, by id.
+    pub fn closed_pending(&self) -> Vec<(u32, &Pending)> {
+        let mut v: Vec<(u32, &Pending)> =
+            self.pending.iter().filter(|(_, p)| p.writers == 0 && !p.deleted).map(|(id, p)| (*id, p)).collect();
+        v.sort_by_key(|(id, _)| *id);
+        v
+    }
+
+    pub fn counts(&self) -> Counts {
+        let live = self.pending.values().filter(|p| !p.deleted);
+        let open = live.clone().filter(|p| p.writers > 0).count() as u64;
+        let closed = live.filter(|p| p.writers == 0).count() as u64;
+        Counts { open, closed, removed: self.removed.len() as u64, changes: self.changes.len() as u64 }
+    }
+
+    pub fn record(&mut self, c: Change) {
+        self.changes.push(c);
+    }
+
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// Every pending file that is still named (process exit).
+    pub fn all_pending(&self) -> Vec<Pending> {
+        let mut v: Vec<Pending> = self.pending.values().filter(|p| !p.deleted).cloned().collect();
+        v.sort_by(|a, b| a.rel.cmp(&b.rel));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    fn committed(t: &mut Table, files: &[(&str, u64)]) {
+        t.set_committed(
+            files.iter().map(|(r, d)| {
+                (p(r), Committed { cache: p(&format!("/c/{d}/{r}")), dataset: *d, name: format!("ds{d}") })
+            }),
+        );
+    }
+
+    #[test]
+    fn a_pending_file_hides_the_committed_one_and_removal_hides_both() {
+        let mut t = Table::default();
+        committed(&mut t, &[("ckpt.2/a", 1)]);
+        assert_eq!(t.held(&p("ckpt.2/a")).unwrap().cache(), Path::new("/c/1/ckpt.2/a"));
+        let id = t.add(&p("ckpt.2/a"), p("/pend/ckpt.2/a"), false);
+        assert_eq!(t.held(&p("ckpt.2/a")).unwrap().cache(), Path::new("/pend/ckpt.2/a"));
+        // the committed file is replaced: the new file joins its dataset in its place
+        assert_eq!(t.removed_by_name().get("ds1"), Some(&vec![p("ckpt.2/a")]));
+        assert_eq!(t.get(id).unwrap().dataset.as_deref(), Some("ds1"));
+        let (bytes, held) = t.remove(&p("ckpt.2/a"));
+        assert_eq!((bytes, held), (Some(p("/pend/ckpt.2/a")), true));
+        assert!(t.held(&p("ckpt.2/a")).is_none());
+        assert!(t.get(id).is_none(), "closed: dropped at once");
+        assert_eq!(t.remove(&p("ckpt.2/a")), (None, false));
+    }
+
+    #[test]
+    fn an_abandoned_open_restores_the_cached_file() {
+        let mut t = Table::default();
+        committed(&mut t, &[("c/a", 1)]);
+        let id = t.add(&p("c/a"), p("/pend/c/a"), false);
+        t.abandon(id);
+        assert_eq!(t.held(&p("c/a")).unwrap().cache(), Path::new("/c/1/c/a"));
+        assert_eq!(t.counts(), Counts::default());
+    }
+
+    #[test]
+    fn a_file_removed_while_open_stays_until_its_last_close_and_joins_no_dataset() {
+        let mut t = Table::default();
+        let id = t.add(&p("c/a"), p("/pend/c/a"), false);
+        t.get_mut(id).unwrap().writers = 2;
+        t.remove(&p("c/a"));
+        assert!(t.held(&p("c/a")).is_none());
+        assert_eq!(t.counts(), Counts::default());
+        assert!(!t.closed(id, true));
+        assert!(t.get(id).is_some());
+        assert!(!t.closed(id, true));
+        assert!(t.get(id).is_none());
+    }
+
+    #[test]
+    fn closing_records_failures_and_reports_the_last_close() {
+        let mut t = Table::default();
+        let id = t.add(&p("c/a"), p("/pend/c/a"), false);
+        t.get_mut(id).unwrap().writers = 2;
+        assert_eq!(t.counts(), Counts { open: 1, ..Default::default() });
+        assert!(!t.closed(id, false));
+        assert!(t.closed(id, true));
+        assert!(t.get(id).unwrap().failed);
+        assert_eq!(t.counts(), Counts { closed: 1, ..Default::default() });
+        assert_eq!(t.closed_pending().len(), 1);
+        assert!(!t.closed(999, true), "unknown ids are ignored");
+    }
+
+    #[test]
+    fn rename_moves_an_entry_and_replaces_the_target() {
+        let mut t = Table::default();
+        committed(&mut t, &[("c/b", 1)]);
+        let a = t.add(&p("c/a.tmp"), p("/pend/c/a.tmp"), false);
+        let b = t.add(&p("c/x"), p("/pend/c/x"), false);
+        t.rename(a, &p("c/b"), p("/pend/c/b"));
+        assert!(t.held(&p("c/a.tmp")).is_none());
+        assert_eq!(t.held(&p("c/b")), Some(Held::Pending(a, t.get(a).unwrap())));
+        assert_eq!(t.removed_by_name().get("ds1"), Some(&vec![p("c/b")]));
+        t.rename(b, &p("c/b"), p("/pend/c/b"));
+        assert!(t.get(a).is_none(), "the replaced pending file is gone");
+        assert_eq!(t.get(b).unwrap().rel, p("c/b"));
+    }
+
+    #[test]
+    fn listing_below_a_directory_sees_each_path_once() {
+        let mut t = Table::default();
+        committed(&mut t, &[("c/a", 1), ("c/b", 1), ("c/sub/x", 1), ("c.other/z", 2), ("c", 3)]);
+        t.add(&p("c/b"), p("/pend/c/b"), false);
+        t.add(&p("c/n"), p("/pend/c/n"), false);
+        let mut seen: Vec<(String, String)> =
+            t.visible_below(Path::new("c")).map(|(r, c)| (r.display().to_string(), c.display().to_string())).collect();
+        seen.sort();
+        assert_eq!(
+            seen,
+            [("c/a", "/c/1/c/a"), ("c/b", "/pend/c/b"), ("c/n", "/pend/c/n"), ("c/sub/x", "/c/1/c/sub/x")]
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        );
+        assert!(t.any_below(Path::new("c/sub")));
+        assert!(!t.any_below(Path::new("c/sub/x")));
+        assert!(!t.any_below(Path::new("d")));
+    }
+
+    #[test]
+    fn refreshing_committed_files_forgets_removals_of_datasets_that_left_the_cache() {
+        let mut t = Table::default();
+        committed(&mut t, &[("c/a", 1), ("c/b", 1)]);
+        t.remove(&p("c/a"));
+        committed(&mut t, &[("c/a", 1), ("c/b", 1)]);
+        assert!(t.held(&p("c/a")).is_none(), "still removed while dataset 1 is cached");
+        assert_eq!(t.counts().removed, 1);
+        // a new version (dataset 2) replaced dataset 1 without the file
+        committed(&mut t, &[("c/b", 2)]);
+        assert_eq!(t.counts().removed, 0);
+        assert!(t.held(&p("c/b")).is_some());
+    }
+
+    #[test]
+    fn a_directory_removed_elsewhere_takes_what_was_written_before() {
+        let mut t = Table::default();
+        committed(&mut t, &[("c/a", 1)]);
+        t.epoch = 4;
+        let old = t.add(&p("c/old"), p("/pend/c/old"), false);
+        t.get_mut(old).unwrap().epoch = 3;
+        t.add(&p("c/new"), p("/pend/c/new"), false);
+        t.add(&p("d/x"), p("/pend/d/x"), false);
+        let bytes = t.remove_below(Path::new("c"), 4);
+        assert_eq!(bytes, vec![p("/pend/c/old")]);
+        assert!(t.held(&p("c/a")).is_none() && t.held(&p("c/old")).is_none());
+        assert!(t.held(&p("c/new")).is_some() && t.held(&p("d/x")).is_some());
+        assert_eq!(t.removed_by_name().get("ds1"), Some(&vec![p("c/a")]));
+    }
+
+    #[test]
+    fn changes_are_taken_once() {
+        let mut t = Table::default();
+        t.record(Change::RemovedDir { dir: p("c"), epoch: 3 });
+        assert_eq!(t.counts().changes, 1);
+        assert_eq!(t.take_changes().len(), 1);
+        assert!(t.take_changes().is_empty());
+    }
+}

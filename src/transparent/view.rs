@@ -1,0 +1,189 @@
+//! What the processes a rank starts see: a shell from `system()`, Fortran's
+//! `EXECUTE_COMMAND_LINE`, Python's `subprocess`, and the `ls` or `rm -r` they run. They never
+//! initialise MPI, so they cannot route files; but the rank's cached files must not vanish
+//! from their view either.
+//!
+//! The rank publishes its view: `<pending area>/view.<rank>`, a checked metadata file
+//! ([`crate::persist`]) listing the cached files it holds (path below the prefix, bytes), written
+//! at start and after each sync point that changed the file table, and names it in the
+//! environment its children inherit ([`ENV`]). A child process with the preload loaded (the
+//! front end reads the variable at load time) serves reads, metadata calls, listings and
+//! `realpath` of those files from the view, as the rank does; it changes no cached file. When
+//! it removes one (`unlink`, `rm -r`, a rename out), it appends the removal to
+//! `<pending area>/removed.<rank>`, and the rank absorbs that journal before its next call on
+//! a path below the prefix (looking for it at most every millisecond, and at every sync
+//! point), so the removal reaches the dataset at the next sync point as the rank's own would. Files
+//! written since the last sync point are not in the view yet.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+use super::prefix::{BaseFn, PrefixPaths};
+use super::session::Session;
+use super::table::{Change, Committed, Table};
+use crate::reentry::Inside;
+
+/// The environment variable naming a rank's view file to the processes it starts.
+pub const ENV: &std::ffi::CStr = c"SCR_PRELOAD_VIEW";
+const KIND: &str = "preload-view";
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ViewFile {
+    rank: u32,
+    prefix: PathBuf,
+    canonical: PathBuf,
+    journal: PathBuf,
+    /// (path below the prefix, bytes)
+    files: Vec<(PathBuf, PathBuf)>,
+}
+
+/// Where a rank's view file and journal of removals are (beside its pending directory).
+pub(super) fn paths(pending_root: &Path, rank: u32) -> (PathBuf, PathBuf) {
+    (pending_root.join(format!("view.{rank}")), pending_root.join(format!("removed.{rank}")))
+}
+
+/// The table generation last published (so an unchanged table is not written again).
+static PUBLISHED: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// The rank: publish its view if the table changed since the last time.
+pub(super) fn publish(s: &Session, t: &Table) {
+    let Some(view) = &s.view else { return };
+    if PUBLISHED.swap(t.generation(), Ordering::SeqCst) == t.generation() {
+        return;
+    }
+    let files = t
+        .visible_below(Path::new(""))
+        .filter(|(rel, _)| matches!(t.held(rel), Some(super::table::Held::Committed(_))))
+        .map(|(rel, cache)| (rel.to_path_buf(), cache.to_path_buf()))
+        .collect();
+    let v = ViewFile {
+        rank: s.rank,
+        prefix: s.prefix.path().to_path_buf(),
+        canonical: s.prefix.canonical().to_path_buf(),
+        journal: s.journal.clone(),
+        files,
+    };
+    if let Err(e) = crate::persist::write_atomic(view, KIND, &v) {
+        crate::scr_warn!("transparent mode: child processes will not see the cached files: {e}");
+    }
+}
+
+/// The view file this process was started with ([`ENV`], as the front end read it), and
+/// how the front end reads base directories.
+static FROM_ENV: OnceLock<(PathBuf, BaseFn)> = OnceLock::new();
+
+/// The front end, at load time: the value of [`ENV`], if set.
+pub fn inherited(path: &std::ffi::CStr, base: BaseFn) {
+    use std::os::unix::ffi::OsStrExt;
+    let _ = FROM_ENV.set((PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())), base));
+}
+
+/// Whether this process was started by a rank (known once the front end was loaded).
+pub(super) fn inherited_any() -> bool {
+    FROM_ENV.get().is_some()
+}
+
+/// A child process: its read-only session and its table's files, from the view file.
+pub(super) fn load() -> Option<(Session, Vec<(PathBuf, Committed)>)> {
+    let (path, base) = FROM_ENV.get()?;
+    let _inside = Inside::enter();
+    let v: ViewFile = crate::persist::read(path, KIND).ok().flatten()?;
+    let files =
+        v.files.into_iter().map(|(rel, cache)| (rel, Committed { cache, dataset: 0, name: String::new() })).collect();
+    let s = Session::child(v.rank, PrefixPaths::new(&v.prefix, &v.canonical), v.journal, *base);
+    Some((s, files))
+}
+
+/// A removal a child made: a file, or a directory.
+fn record(s: &Session, kind: u8, rel: &Path) {
+    use std::io::Write;
+    use std::os::unix::ffi::OsStrExt;
+    let mut line = vec![kind];
+    line.extend_from_slice(rel.as_os_str().as_bytes());
+    line.push(0);
+    // one write with O_APPEND: entries of concurrent children never interleave
+    let r = std::fs::OpenOptions::new().append(true).create(true).open(&s.journal).and_then(|mut f| f.write_all(&line));
+    if let Err(e) = r {
+        crate::scr_warn!("transparent mode: cannot tell rank {} of the removal of {}: {e}", s.rank, rel.display());
+    }
+}
+
+/// A child removed the cached file `rel`.
+pub(super) fn removed_file(s: &Session, rel: &Path) {
+    record(s, b'f', rel);
+}
+
+/// A child removed directory `rel` of the prefix.
+pub(super) fn removed_dir(s: &Session, rel: &Path) {
+    record(s, b'd', rel);
+}
+
+/// How often the rank looks for its children's journal: a child (a shell, `rm`) takes longer
+/// than this to start, so a removal made by a command the rank waited for is always seen.
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
+
+/// The rank: apply what its children removed since the last look (`now`: whatever the time
+/// since the last look; otherwise at most every [`LOOK_EVERY`], no system call in between).
+pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
+    use std::os::unix::ffi::OsStrExt;
+    static START: OnceLock<std::time::Instant> = OnceLock::new();
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let at = START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1;
+    if !now && at.saturating_sub(LAST.load(Ordering::Relaxed)) < LOOK_EVERY.as_nanos() as u64 {
+        return;
+    }
+    LAST.store(at, Ordering::Relaxed);
+    if std::fs::symlink_metadata(&s.journal).is_err() {
+        return;
+    }
+    let taken = s.journal.with_extension("taken");
+    if std::fs::rename(&s.journal, &taken).is_err() {
+        return;
+    }
+    let bytes = std::fs::read(&taken).unwrap_or_default();
+    let _ = std::fs::remove_file(&taken);
+    for entry in bytes.split(|b| *b == 0).filter(|e| e.len() > 1) {
+        let rel = PathBuf::from(std::ffi::OsStr::from_bytes(&entry[1..]));
+        match entry[0] {
+            b'f' => {
+                if let (Some(pending), _) = t.remove(&rel) {
+                    let _ = std::fs::remove_file(pending);
+                }
+            }
+            b'd' => {
+                let epoch = t.epoch;
+                t.record(Change::RemovedDir { dir: rel, epoch });
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn removals_by_children_reach_the_rank_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join("removed.0");
+        let base: BaseFn = |_, _| None;
+        let s = Session::child(0, PrefixPaths::new(Path::new("/p"), Path::new("/p")), journal.clone(), base);
+        let mut t = Table::default();
+        let c = |n: &str| Committed { cache: dir.path().join(n), dataset: 1, name: "ckpt.1".into() };
+        t.set_committed([(PathBuf::from("ckpt.1/a"), c("a")), (PathBuf::from("ckpt.1/b"), c("b"))]);
+        absorb(&s, &mut t, true); // no journal: nothing happens
+        assert!(t.held(Path::new("ckpt.1/a")).is_some());
+        removed_file(&s, Path::new("ckpt.1/a"));
+        removed_dir(&s, Path::new("ckpt.1/sub"));
+        absorb(&s, &mut t, true);
+        assert!(t.held(Path::new("ckpt.1/a")).is_none());
+        assert!(t.held(Path::new("ckpt.1/b")).is_some());
+        assert_eq!(t.removed_by_name().get("ckpt.1"), Some(&vec![PathBuf::from("ckpt.1/a")]));
+        assert_eq!(t.take_changes(), vec![Change::RemovedDir { dir: PathBuf::from("ckpt.1/sub"), epoch: 0 }]);
+        assert!(!journal.exists(), "the journal is taken once");
+    }
+}
