@@ -463,9 +463,11 @@ fn rebuild_code(
             for s in 0..n {
                 let part = &buf[s * len..(s + 1) * len];
                 match shard(s, off) {
-                    (true, at) => fail.note(stream.write_at(at, part)),
-                    (false, at) => Some(io.write(fail, at, part)),
-                };
+                    (true, at) => {
+                        fail.note(stream.write_at(at, part));
+                    }
+                    (false, at) => io.write(fail, at, part),
+                }
             }
         };
         for (p, &(_, len)) in all.iter().enumerate() {

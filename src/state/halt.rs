@@ -41,14 +41,15 @@ impl Halt {
     /// A checkpoint was taken: decrement `scr_halt --checkpoints`' count, if one is set. The
     /// file (in the prefix, written with fsync) is rewritten only then, not at every checkpoint.
     pub fn count_checkpoint(path: &Path) -> Result<(), MetaError> {
-        let r = persist::try_update(path, KIND, |h: &mut Halt| match h.checkpoints_left.as_mut() {
+        // the closure's Err(()): no count is set, and the file is left as it is
+        let _rewritten = persist::try_update(path, KIND, |h: &mut Halt| match h.checkpoints_left.as_mut() {
             Some(n) => {
                 *n = n.saturating_sub(1);
                 Ok(())
             }
             None => Err(()),
         })?;
-        Ok(r.unwrap_or(()))
+        Ok(())
     }
 
     /// Why the job should halt now, if it should. `end_time` is the allocation's end.
