@@ -13,6 +13,8 @@
 //! these functions and map errors to return codes.
 
 mod checksums;
+mod deletions;
+mod encoder;
 mod flights;
 mod init;
 mod manage;
@@ -24,6 +26,7 @@ mod restart;
 mod sets;
 mod transparent;
 pub mod watchdog;
+mod worker;
 
 pub use transparent::{
     adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, Adopt, Adopted,
@@ -95,6 +98,8 @@ pub struct Runtime {
     wanted: Option<String>,
     /// Checkpoints whose restart failed in this run.
     failed: Vec<u64>,
+    /// Cached datasets whose every file was checked against its CRC32 in this run's rebuild.
+    verified: Vec<u64>,
     policy: policy::Policy,
     /// The event log (`SCR_LOG_ENABLE`); enabled on rank 0 only.
     events: crate::events::EventLog,
@@ -121,6 +126,10 @@ pub struct Runtime {
     version_of: Option<u64>,
     /// Background CRC32 of SINGLE datasets ([`checksums`]).
     checksums: checksums::Checksummer,
+    /// Background removal of deleted datasets ([`deletions`]).
+    deleter: deletions::Deleter,
+    /// Background redundancy encoding ([`encoder`]).
+    encoders: encoder::Encoder,
 }
 
 enum State {
@@ -380,21 +389,6 @@ impl Runtime {
         self.flushes.location(id) == Some(Location::Pfs)
     }
 
-    /// Delete a dataset from this rank's cache: its cached files, its directory, its record.
-    /// A background flush of it finishes first (a dataset is never deleted while it is
-    /// flushed); a background checksum of it is cancelled.
-    fn drop_cached(&mut self, id: u64) {
-        self.flusher.wait(id);
-        self.cancel_checksum(id);
-        if let Some(rec) = self.filemap.datasets.remove(&id) {
-            remove_cached_files(&rec);
-        }
-        if let Err(e) = self.save_filemap() {
-            scr_error!("{e}");
-        }
-        self.set_location(id, None);
-    }
-
     /// Flush a cached dataset (collective) and record the outcome.
     fn flush_dataset(&mut self, id: u64) -> Result<()> {
         let Some(mut rec) = self.filemap.datasets.get(&id).cloned() else {
@@ -439,10 +433,27 @@ impl Runtime {
             }
         }
         self.finish_flights();
+        self.finish_encodes();
         self.finish_checksums();
         self.flush_owed();
+        self.finish_deletions();
         self.world.barrier();
         self.log_run_end(reason);
+    }
+}
+
+/// Debug builds only: end this process at once at a named point of a protocol when
+/// `SCRRS_TEST_CRASH=<point>` (or `<point>@<rank>`) says so. For tests that need a run killed
+/// between two steps no outside observer can time; release builds compile it to nothing.
+fn crash_point(rank: i32, point: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Ok(want) = std::env::var("SCRRS_TEST_CRASH") else { return };
+    let (p, r) = want.split_once('@').map_or((want.as_str(), None), |(p, r)| (p, Some(r)));
+    if p == point && r.is_none_or(|r| r.parse() == Ok(rank)) {
+        crate::log::emit("INFO", format_args!("test crash at {point}"));
+        std::process::exit(9);
     }
 }
 
@@ -455,10 +466,4 @@ fn remove_part(rec: &DatasetRecord) {
             crate::paths::prune_empty_dirs(parent, rec.dir.parent().unwrap_or(&rec.dir));
         }
     }
-}
-
-/// Remove a whole cached dataset on this node: its directory holds every cached file of it
-/// (bypass files live in the prefix and are left alone).
-fn remove_cached_files(rec: &DatasetRecord) {
-    let _ = crate::paths::remove_tree_if_exists(&rec.dir);
 }
