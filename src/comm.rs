@@ -38,6 +38,16 @@ fn decode<T: DeserializeOwned>(op: &'static str, from: i32, bytes: &[u8]) -> CRe
         .map_err(|e| CommError { op, why: format!("data from rank {from} does not decode: {e}") })
 }
 
+/// How a process waits for the messages of [`Comm::overlap`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waiting {
+    /// Block in MPI (the caller has nothing else to do, as inside `SCR_Complete_output`).
+    Block,
+    /// Test now and then, sleeping in between: a background thread that leaves the cores to
+    /// the application (a blocked MPI call would spin on one).
+    Poll,
+}
+
 /// A communicator owned by the library.
 pub struct Comm {
     inner: SimpleCommunicator,
@@ -58,6 +68,24 @@ pub fn mpi_active() -> bool {
     init != 0 && fin == 0
 }
 
+/// Whether MPI was initialised with `MPI_THREAD_MULTIPLE` (any thread may call MPI at any
+/// time), and the name of the level it has.
+pub fn thread_level() -> (bool, &'static str) {
+    let mut provided = 0;
+    // SAFETY: MPI_Query_thread may be called by any thread once MPI is initialised (the
+    // callers run inside SCR calls, which require that); it only writes the int we pass.
+    unsafe {
+        mpi::ffi::MPI_Query_thread(&mut provided);
+    }
+    let name = match provided {
+        p if p == mpi::ffi::MPI_THREAD_MULTIPLE as i32 => "MPI_THREAD_MULTIPLE",
+        p if p == mpi::ffi::MPI_THREAD_SERIALIZED as i32 => "MPI_THREAD_SERIALIZED",
+        p if p == mpi::ffi::MPI_THREAD_FUNNELED as i32 => "MPI_THREAD_FUNNELED",
+        _ => "MPI_THREAD_SINGLE",
+    };
+    (name == "MPI_THREAD_MULTIPLE", name)
+}
+
 /// `MPI_Abort` on the world communicator: for failures where ranks can no longer agree.
 pub fn abort(code: i32) -> ! {
     SimpleCommunicator::world().abort(code)
@@ -74,6 +102,8 @@ pub fn finalize_mpi() {
 // SAFETY: an MPI communicator handle is a plain value that any thread may use; the library
 // keeps its communicators inside the runtime mutex, so at most one thread calls MPI through
 // them at a time, which MPI_THREAD_SERIALIZED (and FUNNELED from the main thread) permits.
+// The one exception, the background encoder's own duplicates ([`Comm::dup`]), is used by
+// that thread alone and only when [`thread_level`] reports MPI_THREAD_MULTIPLE.
 unsafe impl Send for Comm {}
 
 impl Comm {
@@ -98,6 +128,11 @@ impl Comm {
 
     pub fn barrier(&self) {
         self.inner.barrier();
+    }
+
+    /// A duplicate of this communicator (collective): the same processes, separate traffic.
+    pub fn dup(&self) -> Comm {
+        Comm::wrap(self.inner.duplicate())
     }
 
     /// Split into sub-communicators of equal `color`, ordered by `key`.
@@ -172,6 +207,47 @@ impl Comm {
             buf,
             &self.inner.process_at_rank(src),
         );
+    }
+
+    /// Start receiving into each of `recvs` and sending each of `sends` (buffer, peer rank),
+    /// run `work` while the messages travel, then wait until all of them completed. Messages
+    /// between two ranks arrive in the order they were started.
+    pub fn overlap<R>(
+        &self,
+        sends: &[(&[u8], i32)],
+        recvs: &mut [(&mut [u8], i32)],
+        waiting: Waiting,
+        work: impl FnOnce() -> R,
+    ) -> R {
+        mpi::request::scope(|scope| {
+            let mut pending = Vec::with_capacity(sends.len() + recvs.len());
+            for (buf, src) in recvs.iter_mut() {
+                pending.push(self.inner.process_at_rank(*src).immediate_receive_into(scope, &mut **buf));
+            }
+            for (data, dest) in sends {
+                pending.push(self.inner.process_at_rank(*dest).immediate_send(scope, *data));
+            }
+            let out = work();
+            for req in pending {
+                match waiting {
+                    Waiting::Block => {
+                        req.wait_without_status();
+                    }
+                    Waiting::Poll => {
+                        let mut req = req;
+                        // a transfer takes a few handshakes, each needs a test on both sides:
+                        // short naps keep it moving, and cost a few microseconds of CPU each
+                        let mut nap = std::time::Duration::from_micros(5);
+                        while let Err(r) = req.test() {
+                            req = r;
+                            std::thread::sleep(nap);
+                            nap = (nap * 2).min(std::time::Duration::from_micros(200));
+                        }
+                    }
+                }
+            }
+            out
+        })
     }
 
     /// Logical AND of `v` over all ranks.

@@ -148,14 +148,15 @@ fn a_flush_that_finished_before_the_kill_stays_in_the_index() {
     let mut bg = job.spawn("test_api", &["--size", SIZE, "--steps", "2", "--pause-before", "2", &gs]);
     bg.wait_for(&g.join("paused.2"));
     // The application is held at the gate and calls no SCR function: the flush completes in
-    // the background and is published by the ranks' workers alone.
-    bg.wait_until("dataset 1 complete in the index", || complete(&job, 1));
+    // the background and is published by the ranks' workers alone; the publishing rank logs
+    // FLUSH_END right after it updated the index, not at a later SCR call.
+    bg.wait_until("dataset 1 complete in the index and its FLUSH_END logged", || {
+        complete(&job, 1) && event_at(&events(&job), "FLUSH_END", 1).is_some()
+    });
     resume(&g, 2, "crash");
     let out = bg.finish();
     assert_ne!(out.code, Some(0), "{}", out.dump());
     assert!(complete(&job, 1), "the finished flush was lost: {}", entry(&job, 1));
-    // Its FLUSH_END line was written by the rank that published it, not at a later SCR call.
-    assert!(event_at(&events(&job), "FLUSH_END", 1).is_some(), "{:?}", events(&job));
     assert_eq!(location(&job, 1), "Flushing", "the run died before it could record the flush itself");
     // The next run learns from the index that the flush landed, and does not flush it again.
     let out = job.run("test_api", &["--size", SIZE, "--steps", "0"]);

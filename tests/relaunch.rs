@@ -169,6 +169,38 @@ fn killed_while_the_index_is_rebuilt() {
     assert!(r.stderr.contains("index.scr is missing") && r.stderr.contains("rebuilt"), "{}", r.dump());
 }
 
+/// A run killed while it deletes a cached checkpoint (evicted when the next one starts):
+/// right after some rank saved its mark, or right after a rank moved its node's files to the
+/// trash. The checkpoint is never offered again, even when it becomes the newest one left in
+/// cache and its files are still there (or could be rebuilt), and the next run deletes it
+/// everywhere, trash included.
+#[test]
+fn killed_while_a_checkpoint_is_deleted() {
+    for (scheme, point) in [("SINGLE", "marked@1"), ("XOR", "marked@2"), ("XOR", "buried@0")] {
+        let what = format!("{scheme}, crash at {point}");
+        let nodes = ["n0", "n1", "n2", "n3"];
+        let mut job = Job::cluster(&nodes);
+        job.set("SCR_COPY_TYPE", scheme).set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+        job.set("SCRRS_TEST_CRASH", point);
+        let r = job.run("test_api", &["--size", SIZE, "--steps", "3"]);
+        assert!(r.has("CHECKPOINT ckpt.2 ok=1") && !r.has("CHECKPOINT ckpt.3 ok=1"), "{what}\n{}", r.dump());
+        assert!(r.stderr.contains("test crash at"), "{what}\n{}", r.dump());
+        job.unset("SCRRS_TEST_CRASH");
+        // ckpt.2 loses the files of two nodes: beyond repair, so ckpt.1 would be next
+        for n in ["n1", "n3"] {
+            let files = job.node_files(n, "ckpt.2/");
+            assert!(!files.is_empty(), "{what}");
+            files.iter().for_each(|f| std::fs::remove_file(f).unwrap());
+        }
+        let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+        assert!(r.has("NO_RESTART") && r.code == Some(0), "{what}: never the deleted ckpt.1\n{}", r.dump());
+        assert!(r.stderr.contains("finishing the deletion of cached dataset(s) 1 begun"), "{what}\n{}", r.dump());
+        for n in nodes {
+            assert_eq!(job.node_files(n, "scr.dataset.1"), Vec::<std::path::PathBuf>::new(), "{what}: {n}");
+        }
+    }
+}
+
 // The same kill points with an unmodified application under the preload (transparent mode):
 // SCR_Init runs inside MPI_Init, and the program finds its checkpoint through its own pointer
 // file and checks every byte it reads back.

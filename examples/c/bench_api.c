@@ -1,19 +1,39 @@
 /*
- * bench_api: what the SCR API costs against the raw limit, measured in the same run.
+ * bench_api: what the SCR API costs against the raw limit, measured in the same run. Every
+ * repetition times our operation and its raw limit back to back (A B A B ...), and rank 0
+ * prints one line per pair and per plain time:
  *
- *   bench_api write   --size BYTES --reps N   checkpoints through SCR vs the same bytes
- *                                             written straight into the same cache dir;
- *                                             then a flush vs a plain copy to the prefix
- *   bench_api restart --size BYTES            SCR_Init..SCR_Complete_restart (data read
- *                                             included) vs reading the same files directly
+ *   RATIO <name> <value>      scripts/common.sh's `summarize` gives median, min and max
+ *   TIME <name> <seconds>
+ *
+ * Times are the maximum over ranks.
+ *
+ *   bench_api write   --size BYTES --reps N [--gap S]
+ *                                             a checkpoint through SCR vs the same bytes
+ *                                             written into the same cache directory by a raw
+ *                                             writer that deletes its previous file outside the
+ *                                             timed region; RATIO checkpoint = raw / SCR time.
+ *                                             Pairs are S seconds apart (idle), so that the
+ *                                             library's background work on one checkpoint (CRC,
+ *                                             deleting the one it evicted) does not slow the
+ *                                             next pair's raw write
+ *   bench_api restart --size BYTES            SCR_Init..SCR_Complete_restart (reading the data
+ *                                             included) vs a plain read of the same files right
+ *                                             after; RATIO restart = SCR / read time, TIME init
+ *   bench_api alternate --size BYTES --reps N [--compute S]
+ *                                             checkpoints 1, 2, 3, ... (odd and even ones may
+ *                                             use different CKPT descriptors, INTERVAL=2), each
+ *                                             followed by S seconds of compute (a kernel
+ *                                             calibrated without SCR); RATIO checkpoint_even =
+ *                                             even / odd checkpoint time, RATIO compute_even =
+ *                                             compute after an even one / after an odd one
  *   bench_api async   --size BYTES --reps N   with SCR_FLUSH=0: a checkpoint that stays in
- *                                             cache (SINGLE, no flush) vs one flagged
- *                                             output too, flushed by SCR_FLUSH_ASYNC; and a
- *                                             compute kernel timed while that flush runs vs
- *                                             with no flush running
+ *                                             cache vs one flagged output too (flushed by
+ *                                             SCR_FLUSH_ASYNC); RATIO flush_async = the second /
+ *                                             the first; RATIO compute_flush = a compute kernel
+ *                                             while that flush runs / with nothing behind it
  *
- * Times are the maximum over ranks of each phase; bandwidth is aggregate. Run from the
- * prefix directory with SCR_CACHE_BYPASS=0 and SCR_FLUSH=0 (scripts/bench.sh does).
+ * Run from the prefix directory with SCR_CACHE_BYPASS=0 and SCR_FLUSH=0 (the scripts do).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +56,7 @@ static void die(const char* what, const char* path)
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static void write_file(const char* path, int do_fsync)
+static void write_file(const char* path)
 {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd < 0) die("open", path);
@@ -44,7 +64,6 @@ static void write_file(const char* path, int do_fsync)
     size_t n = size - done < CHUNK ? size - done : CHUNK;
     if (write(fd, buf, n) != (ssize_t) n) die("write", path);
   }
-  if (do_fsync) fsync(fd);
   if (close(fd) != 0) die("close", path);
 }
 
@@ -61,21 +80,6 @@ static void read_file(const char* path)
   if (sum == 1) printf(" ");
 }
 
-static void copy_file(const char* src, const char* dst, int do_fsync)
-{
-  int in = open(src, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (in < 0) die("open", src);
-  if (out < 0) die("open", dst);
-  unsigned char* cb = malloc(CHUNK);
-  ssize_t n;
-  while ((n = read(in, cb, CHUNK)) > 0)
-    if (write(out, cb, (size_t) n) != n) die("write", dst);
-  free(cb);
-  if (do_fsync) fsync(out);
-  close(in);
-  close(out);
-}
-
 static double tmax(double t0)
 {
   double t = MPI_Wtime() - t0, m;
@@ -83,22 +87,18 @@ static double tmax(double t0)
   return m;
 }
 
-static double bw(double secs) { return (double) size * ranks / (1024.0 * 1024.0) / secs; }
-
-static int cmp(const void* a, const void* b)
+static void ratio(const char* name, double v)
 {
-  double x = *(const double*) a, y = *(const double*) b;
-  return x < y ? -1 : x > y;
+  if (rank == 0) printf("RATIO %s %.4f\n", name, v);
 }
 
-static double median(double* v, int n)
+static void timed(const char* name, double secs)
 {
-  qsort(v, (size_t) n, sizeof(double), cmp);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+  if (rank == 0) printf("TIME %s %.4f\n", name, secs);
 }
 
 /* A compute kernel: `iters` rounds of arithmetic on a 4 MiB array (cache-resident work
- * that a background copy competes with for cores and memory bandwidth). */
+ * that background work competes with for cores and memory bandwidth). */
 static double kernel(long iters)
 {
   static double* a = NULL;
@@ -114,6 +114,19 @@ static double kernel(long iters)
       s += a[i];
     }
   return s;
+}
+
+/* Kernel iterations that take about `secs` on rank 0 (the same on every rank). */
+static long calibrate(double secs)
+{
+  kernel(1); /* first touch of the array */
+  double t0 = MPI_Wtime();
+  kernel(1);
+  double one = MPI_Wtime() - t0;
+  long iters = (long) (secs / (one > 1e-6 ? one : 1e-6));
+  if (iters < 1) iters = 1;
+  MPI_Bcast(&iters, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+  return iters;
 }
 
 /* Rank 0 waits until dataset `id` (named `name`) is published in the prefix: its summary
@@ -136,23 +149,34 @@ static void wait_published(int id, const char* name)
   MPI_Barrier(MPI_COMM_WORLD);
 }
 
-static void one_checkpoint(const char* name, int flags)
+/* One checkpoint through SCR, timed from SCR_Start_output to SCR_Complete_output's return. */
+static double checkpoint(const char* name, int flags)
 {
   char path[2 * SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
+  MPI_Barrier(MPI_COMM_WORLD);
+  double t0 = MPI_Wtime();
   SCR_Start_output(name, flags);
   snprintf(path, sizeof path, "%s/rank_%d", name, rank);
   SCR_Route_file(path, routed);
-  write_file(routed, 0);
+  write_file(routed);
   SCR_Complete_output(1);
+  return tmax(t0);
 }
 
 int main(int argc, char** argv)
 {
   int reps = 5;
+  double compute = 0, gap = 0;
   const char* mode = argc > 1 ? argv[1] : "write";
   for (int i = 2; i < argc; i++) {
     if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--compute") && i + 1 < argc) compute = atof(argv[++i]);
+    else if (!strcmp(argv[i], "--gap") && i + 1 < argc) gap = atof(argv[++i]);
+    else {
+      fprintf(stderr, "unknown argument %s\n", argv[i]);
+      return 2;
+    }
   }
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -160,134 +184,80 @@ int main(int argc, char** argv)
   buf = malloc(CHUNK);
   for (int i = 0; i < CHUNK; i++) buf[i] = (unsigned char) (i * 7 + rank);
   const char* base = getenv("SCR_CACHE_BASE");
-  char raw[4096], path[2 * SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME];
+  char raw[4096], path[2 * SCR_MAX_FILENAME], routed[SCR_MAX_FILENAME], name[64];
   snprintf(raw, sizeof raw, "%s/bench_raw.%d", base ? base : "/dev/shm", rank);
 
   if (!strcmp(mode, "write")) {
-    double t0 = MPI_Wtime();
     if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
-    double t_init = tmax(t0);
-    double* t_raw = calloc((size_t) reps, sizeof(double));
-    double* t_scr = calloc((size_t) reps, sizeof(double));
     for (int r = 0; r < reps; r++) {
-      /* raw: the same bytes straight into the same cache directory */
+      if (r > 0 && gap > 0) usleep((useconds_t) (gap * 1e6));
       MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-      write_file(raw, 0);
-      t_raw[r] = tmax(t0);
+      double t0 = MPI_Wtime();
+      write_file(raw);
+      double t_raw = tmax(t0);
       unlink(raw);
-      /* through SCR: Start_output .. Complete_output */
-      char name[64];
       snprintf(name, sizeof name, "bench.%d", r);
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-      SCR_Start_output(name, SCR_FLAG_CHECKPOINT);
-      snprintf(path, sizeof path, "%s/rank_%d", name, rank);
-      SCR_Route_file(path, routed);
-      write_file(routed, 0);
-      SCR_Complete_output(1);
-      t_scr[r] = tmax(t0);
+      double t_scr = checkpoint(name, SCR_FLAG_CHECKPOINT);
+      ratio("checkpoint", t_raw / t_scr);
+      timed("raw_write", t_raw);
+      timed("checkpoint", t_scr);
     }
-    /* flush: an output dataset's completion minus a checkpoint's, vs a plain copy */
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = MPI_Wtime();
-    SCR_Start_output("bench.flush", SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT);
-    snprintf(path, sizeof path, "bench.flush/rank_%d", rank);
-    SCR_Route_file(path, routed);
-    write_file(routed, 0);
-    SCR_Complete_output(1);
-    double t_out = tmax(t0);
-    double m_raw = median(t_raw, reps), m_scr = median(t_scr, reps);
-    double t_flush = t_out - m_scr;
-    char dst[4096];
-    snprintf(dst, sizeof dst, "bench.copy.%d", rank);
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = MPI_Wtime();
-    copy_file(routed, dst, 0);
-    double t_copy = tmax(t0);
-    unlink(dst);
-    MPI_Barrier(MPI_COMM_WORLD);
-    t0 = MPI_Wtime();
-    copy_file(routed, dst, 1);
-    double t_copy_sync = tmax(t0);
-    unlink(dst);
-    if (rank == 0) {
-      printf("BENCH ranks=%d size_per_rank=%zu MiB reps=%d init=%.4f s\n", ranks, size >> 20, reps, t_init);
-      printf("BENCH checkpoint raw  median %.4f s  %8.1f MiB/s\n", m_raw, bw(m_raw));
-      printf("BENCH checkpoint scr  median %.4f s  %8.1f MiB/s  ratio %.3f\n", m_scr, bw(m_scr), m_raw / m_scr);
-      printf("BENCH flush scr            %.4f s  %8.1f MiB/s\n", t_flush, bw(t_flush));
-      printf("BENCH copy plain           %.4f s  %8.1f MiB/s  ratio %.3f\n", t_copy, bw(t_copy), t_copy / t_flush);
-      printf("BENCH copy plain+fsync     %.4f s  %8.1f MiB/s  ratio %.3f\n", t_copy_sync, bw(t_copy_sync), t_copy_sync / t_flush);
+    SCR_Finalize();
+  } else if (!strcmp(mode, "alternate")) {
+    if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
+    long iters = compute > 0 ? calibrate(compute) : 0;
+    double t_ckpt[2] = {0, 0}, t_comp[2] = {0, 0};
+    for (int c = 1; c <= 2 * reps; c++) {
+      snprintf(name, sizeof name, "bench.%d", c);
+      t_ckpt[c % 2] = checkpoint(name, SCR_FLAG_CHECKPOINT);
+      if (iters > 0) {
+        double t0 = MPI_Wtime();
+        kernel(iters);
+        t_comp[c % 2] = tmax(t0);
+      }
+      if (c % 2 == 0) {
+        ratio("checkpoint_even", t_ckpt[0] / t_ckpt[1]);
+        timed("checkpoint_odd", t_ckpt[1]);
+        timed("checkpoint_even", t_ckpt[0]);
+        if (iters > 0) {
+          ratio("compute_even", t_comp[0] / t_comp[1]);
+          timed("compute_odd", t_comp[1]);
+        }
+      }
     }
-    free(t_raw);
-    free(t_scr);
     SCR_Finalize();
   } else if (!strcmp(mode, "async")) {
     if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
-    /* calibrate the kernel to about 0.5 s on rank 0 */
-    long iters = 1;
-    kernel(iters); /* first touch of the array */
-    double t0 = MPI_Wtime();
-    kernel(iters);
-    double one = MPI_Wtime() - t0;
-    iters = (long) (0.5 / (one > 1e-6 ? one : 1e-6));
-    if (iters < 1) iters = 1;
-    MPI_Bcast(&iters, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-    double* t_single = calloc((size_t) reps, sizeof(double));
-    double* t_async = calloc((size_t) reps, sizeof(double));
-    double* t_busy = calloc((size_t) reps, sizeof(double));
-    double* t_idle = calloc((size_t) reps, sizeof(double));
-    char name[64];
+    long iters = calibrate(0.5);
     for (int r = 0; r < reps; r++) {
       snprintf(name, sizeof name, "single.%d", r);
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-      one_checkpoint(name, SCR_FLAG_CHECKPOINT);
-      t_single[r] = tmax(t0);
+      double t_single = checkpoint(name, SCR_FLAG_CHECKPOINT);
       snprintf(name, sizeof name, "async.%d", r);
-      MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
-      one_checkpoint(name, SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT);
-      t_async[r] = tmax(t0);
-      /* compute while the flush runs */
-      t0 = MPI_Wtime();
+      double t_async = checkpoint(name, SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT);
+      /* compute while the flush runs, then with nothing behind it */
+      double t0 = MPI_Wtime();
       kernel(iters);
-      t_busy[r] = tmax(t0);
+      double t_busy = tmax(t0);
       wait_published(2 * r + 2, name);
-      /* the same compute with nothing in the background */
       t0 = MPI_Wtime();
       kernel(iters);
-      t_idle[r] = tmax(t0);
+      double t_idle = tmax(t0);
+      ratio("flush", t_async / t_single);
+      ratio("compute_flush", t_busy / t_idle);
+      timed("checkpoint", t_single);
     }
-    const char* env_async = getenv("SCR_FLUSH_ASYNC");
-    int async = env_async && atoi(env_async);
-    double ms = median(t_single, reps), ma = median(t_async, reps);
-    double mb = median(t_busy, reps), mi = median(t_idle, reps);
-    if (rank == 0) {
-      printf("BENCH ranks=%d size_per_rank=%zu MiB reps=%d\n", ranks, size >> 20, reps);
-      printf("BENCH checkpoint single, no flush   median %.4f s  %8.1f MiB/s\n", ms, bw(ms));
-      printf("BENCH checkpoint + flush (%s)  median %.4f s  %8.1f MiB/s  ratio %.3f\n",
-             async ? "async" : "sync ", ma, bw(ma), ma / ms);
-      if (async) {
-        printf("BENCH compute, nothing behind       median %.4f s\n", mi);
-        printf("BENCH compute, flush behind         median %.4f s  slowdown %.3f\n", mb, mb / mi);
-      }
-    }
-    free(t_single);
-    free(t_async);
-    free(t_busy);
-    free(t_idle);
     SCR_Finalize();
   } else {
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = MPI_Wtime();
     if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
+    double t_init = tmax(t0);
     int have = 0;
-    char name[SCR_MAX_FILENAME];
-    SCR_Have_restart(&have, name);
+    char ckpt[SCR_MAX_FILENAME];
+    SCR_Have_restart(&have, ckpt);
     if (!have) MPI_Abort(MPI_COMM_WORLD, 3);
-    SCR_Start_restart(name);
-    snprintf(path, sizeof path, "%s/rank_%d", name, rank);
+    SCR_Start_restart(ckpt);
+    snprintf(path, sizeof path, "%s/rank_%d", ckpt, rank);
     SCR_Route_file(path, routed);
     read_file(routed);
     SCR_Complete_restart(1);
@@ -295,11 +265,11 @@ int main(int argc, char** argv)
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
     read_file(routed);
-    double t_raw = tmax(t0);
-    if (rank == 0) {
-      printf("BENCH restart raw read       %.4f s  %8.1f MiB/s\n", t_raw, bw(t_raw));
-      printf("BENCH restart scr (init..complete) %.4f s  %8.1f MiB/s  ratio %.3f\n", t_scr, bw(t_scr), t_scr / t_raw);
-    }
+    double t_read = tmax(t0);
+    ratio("restart", t_scr / t_read);
+    timed("init", t_init);
+    timed("restart", t_scr);
+    timed("read", t_read);
     SCR_Finalize();
   }
   free(buf);

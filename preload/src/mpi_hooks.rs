@@ -51,6 +51,12 @@ fn collective_done(comm: MPI_Comm) {
     }
 }
 
+/// `SCR_ENCODE_ASYNC=1` in the environment: MPI is initialised with `MPI_THREAD_MULTIPLE`,
+/// which the background encoding needs (an application may always get more than it asked for).
+fn wants_thread_multiple() -> bool {
+    std::env::var("SCR_ENCODE_ASYNC").ok().and_then(|v| scr::config::params::parse_bool(&v)) == Some(true)
+}
+
 /// The real initialisation, then transparent mode (once, and never for the library's own
 /// calls).
 fn init_with(real: impl FnOnce() -> c_int) -> c_int {
@@ -68,6 +74,10 @@ fn init_with(real: impl FnOnce() -> c_int) -> c_int {
 }
 
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
+    if wants_thread_multiple() {
+        let mut provided: c_int = 0;
+        return init_thread(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided);
+    }
     let f = next_or!(PMPI_Init: fn(*mut c_int, *mut *mut *mut c_char) -> c_int, MPI_ERR_OTHER);
     init_with(|| f(argc, argv))
 }
@@ -75,6 +85,7 @@ unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
 unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
     let f =
         next_or!(PMPI_Init_thread: fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int, MPI_ERR_OTHER);
+    let required = if wants_thread_multiple() { mpi::ffi::MPI_THREAD_MULTIPLE as c_int } else { required };
     init_with(|| f(argc, argv, required, provided))
 }
 

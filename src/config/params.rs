@@ -52,7 +52,7 @@ const MYSQL: &str = "logging to MySQL is not supported";
 
 /// Every parameter of the SCR 3 user guide (section 2.7.4) plus the ones SCR 3 reads from its
 /// environment (`SCR_CONF_FILE`, `SCR_JOB_ID`, CRC switches) and this implementation's
-/// `SCR_END_TIME`.
+/// `SCR_END_TIME` and `SCR_ENCODE_ASYNC`.
 pub const PARAMS: &[Param] = &[
     p("SCR_DEBUG", Count, Some("0"), Implemented, "1: readable summary (decisions, timings, bandwidth); 2: detail"),
     p("SCR_CHECKPOINT_INTERVAL", Count, Some("0"), Implemented, "SCR_Need_checkpoint returns 1 every N calls"),
@@ -144,6 +144,13 @@ pub const PARAMS: &[Param] = &[
         Some("0"),
         Implemented,
         "1: flushes run in a background thread while the application computes (SCR_FLUSH_TYPE=PTHREAD)",
+    ),
+    p(
+        "SCR_ENCODE_ASYNC",
+        Bool,
+        None,
+        Implemented,
+        "1: PARTNER/XOR/RS redundancy is encoded in a background thread after SCR_Complete_output returns (needs MPI_THREAD_MULTIPLE; until it is done the dataset has SINGLE protection); 0 or unset: inside SCR_Complete_output",
     ),
     p(
         "SCR_FLUSH_ASYNC_BW",

@@ -52,6 +52,8 @@ pub struct Settings {
     pub flush_async: bool,
     /// Bytes per second each process may write in a background flush (0: unlimited).
     pub flush_async_bw: u64,
+    /// `SCR_ENCODE_ASYNC` as set (`None`: not set).
+    pub encode_async: Option<bool>,
     pub flush_width: usize,
     pub flush_on_restart: bool,
     pub global_restart: bool,
@@ -258,6 +260,10 @@ impl Settings {
             flush_type,
             flush_async,
             flush_async_bw: size("SCR_FLUSH_ASYNC_BW")? as u64,
+            encode_async: match r.get("SCR_ENCODE_ASYNC") {
+                None => None,
+                Some(_) => Some(boolean(r, "SCR_ENCODE_ASYNC")?),
+            },
             flush_width: num::<usize>(r, "SCR_FLUSH_WIDTH")?.max(1),
             flush_on_restart: boolean(r, "SCR_FLUSH_ON_RESTART")?,
             global_restart: boolean(r, "SCR_GLOBAL_RESTART")?,

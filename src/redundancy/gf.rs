@@ -17,18 +17,20 @@ pub fn inv(a: u8) -> u8 {
     g::div(1, a)
 }
 
-/// `out ^= input`.
+/// `out ^= input` (a plain loop, which the compiler turns into the widest vector XOR).
 pub fn xor_into(out: &mut [u8], input: &[u8]) {
     assert_eq!(out.len(), input.len());
-    let mut oc = out.chunks_exact_mut(8);
-    let mut ic = input.chunks_exact(8);
-    for (o, i) in (&mut oc).zip(&mut ic) {
-        let v =
-            u64::from_ne_bytes(o[..].try_into().expect("8 bytes")) ^ u64::from_ne_bytes(i.try_into().expect("8 bytes"));
-        o.copy_from_slice(&v.to_ne_bytes());
-    }
-    for (o, i) in oc.into_remainder().iter_mut().zip(ic.remainder()) {
+    for (o, i) in out.iter_mut().zip(input) {
         *o ^= *i;
+    }
+}
+
+/// `out = c * input` (c = 1 is a copy), for a first contribution: no clearing beforehand.
+pub fn mul_into(c: u8, input: &[u8], out: &mut [u8]) {
+    match c {
+        0 => out.fill(0),
+        1 => out.copy_from_slice(input),
+        _ => g::mul_slice(c, input, out),
     }
 }
 
@@ -113,6 +115,10 @@ pub(crate) mod tests {
             let expect: Vec<u8> = out.iter().zip(&input).map(|(o, i)| o ^ slow_mul(c, *i)).collect();
             mul_xor(c, &input, &mut out);
             assert_eq!(out, expect, "c = {c}");
+            let mut fresh = vec![0xaau8; 1000];
+            mul_into(c, &input, &mut fresh);
+            let expect: Vec<u8> = input.iter().map(|i| slow_mul(c, *i)).collect();
+            assert_eq!(fresh, expect, "c = {c}");
         }
     }
 

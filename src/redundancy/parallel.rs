@@ -1,16 +1,26 @@
-//! The parallel schedules over a set's communicator: encoding after `SCR_Complete_output` and
+//! The parallel schedules over a set's communicator: encoding a completed dataset and
 //! rebuilding lost members in `SCR_Init`. Every rank of the set runs the same sequence of
 //! messages whatever fails locally (a failed read sends zeros and is reported afterwards), so an
 //! I/O error never leaves a partner waiting; the caller agrees on the outcome.
 //!
+//! Every schedule is pipelined: while one piece travels (non-blocking send and receive), the
+//! rank reads the data of its next step or writes what arrived before ([`Comm::overlap`]).
+//! Each file byte is read once, each redundancy byte written once, buffers are filled by the
+//! read or the first contribution (never cleared first), and CRC32s are taken as the bytes
+//! pass (the stream's), so a rebuilt file is checked without reading it back.
+//!
 //! * XOR/RS encode is SCR's pipelined reduce-scatter: for each piece of the chunk, `n - 1`
-//!   steps of receive-from-left, add own contribution, send-right; each file byte is read once
-//!   and each parity byte written once, and only a few pieces are in memory.
+//!   steps of receive-from-left, add own contribution, send-right.
 //! * XOR/RS rebuild is a chain through the survivors in set order: each adds its shards times
-//!   the recovery coefficients into the running sums and passes them on; the last survivor
-//!   sends each lost rank its shards.
+//!   the recovery coefficients into the running sums and passes them on (piece `p` travels
+//!   while piece `p + 1` is read); the last survivor sends each lost rank its shards.
 //! * PARTNER sends each rank's files to its right-hand neighbour; a rebuild gets the files back
 //!   from the right neighbour and the partner copy again from the left one.
+//!
+//! An encoding writes its redundancy file under a temporary name (`<name>.part`) and renames it
+//! into place only once every member of the set finished its own: a redundancy file under its
+//! name means the whole set is encoded, so a run killed during an encoding never leaves a
+//! member that looks protected by half an encoding.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -19,9 +29,9 @@ use super::codec::{Code, Shard};
 use super::redfile::{self, FileEntry, Header};
 use super::stream::{Part, Stream};
 use super::{gf, RedInfo};
-use crate::comm::Comm;
+use crate::comm::{Comm, Waiting};
 use crate::desc::Scheme;
-use crate::error::{Error, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::state::filemap::DatasetRecord;
 
 /// This rank's set for a redundancy descriptor (built at `SCR_Init`).
@@ -35,6 +45,21 @@ pub struct SetPlan {
     /// Losses tolerated per set.
     pub failures: usize,
     pub comm: Comm,
+}
+
+impl SetPlan {
+    /// The same set over a duplicate of its communicator (collective over the set): traffic
+    /// that can never match the original's.
+    pub fn duplicate(&self) -> SetPlan {
+        SetPlan {
+            id: self.id,
+            ranks: self.ranks.clone(),
+            index: self.index,
+            scheme: self.scheme,
+            failures: self.failures,
+            comm: self.comm.dup(),
+        }
+    }
 }
 
 /// Remembers the first local failure while the schedule goes on.
@@ -56,6 +81,42 @@ impl Failure {
     }
 }
 
+/// The payload of a redundancy file being read or written (absent if it could not be opened:
+/// the failure is noted already and the schedule goes on without it).
+struct Payload<'a> {
+    file: Option<&'a File>,
+    path: &'a Path,
+}
+
+impl Payload<'_> {
+    fn write(&self, fail: &mut Failure, off: u64, bytes: &[u8]) {
+        if let Some(f) = self.file {
+            fail.note(redfile::write_payload(f, self.path, off, bytes));
+        }
+    }
+
+    fn read(&self, fail: &mut Failure, off: u64, buf: &mut [u8]) {
+        let r = self.file.map_or(Ok(()), |f| redfile::read_payload(f, self.path, off, buf));
+        if fail.note(r).is_none() {
+            buf.fill(0);
+        }
+    }
+}
+
+/// Read `buf.len()` bytes of the stream at `off`; zeros if that fails (noted).
+fn read_stream(stream: &mut Stream, fail: &mut Failure, off: u64, buf: &mut [u8]) {
+    if fail.note(stream.read_at(off, buf)).is_none() {
+        buf.fill(0);
+    }
+}
+
+/// The pieces `(offset, length)` of `size` bytes.
+fn pieces(size: u64, piece: usize) -> Vec<(u64, usize)> {
+    (0..size.div_ceil(piece as u64))
+        .map(|p| (p * piece as u64, piece.min((size - p * piece as u64) as usize)))
+        .collect()
+}
+
 fn parts(rec: &DatasetRecord) -> Vec<Part> {
     rec.files.iter().map(|f| Part { path: f.path.clone(), size: f.size }).collect()
 }
@@ -65,9 +126,17 @@ pub fn red_path(dir: &Path, red: &RedInfo) -> PathBuf {
     dir.join(".scr").join(redfile::file_name(red))
 }
 
-/// Encode `rec` (complete, sizes known) over the set; records the CRC32 of every file and
-/// `rec.red`. Collective over `plan.comm`.
-pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<()> {
+/// The temporary name of a redundancy file while it is encoded.
+fn part_path(file: &Path) -> PathBuf {
+    let mut name = file.as_os_str().to_owned();
+    name.push(".part");
+    PathBuf::from(name)
+}
+
+/// Encode `rec` (complete, sizes known) over the set; records the CRC32 of every file and,
+/// once every member's redundancy file is complete and in place, `rec.red`. Collective over
+/// `plan.comm`; `waiting` says how this rank waits for its messages.
+pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize, waiting: Waiting) -> Result<()> {
     let n = plan.ranks.len();
     let comm = &plan.comm;
     let mut stream = Stream::reader(parts(rec));
@@ -82,68 +151,19 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<(
         file: PathBuf::new(),
     };
     red.file = red_path(&rec.dir, &red);
+    let part = part_path(&red.file);
     let mut fail = Failure::default();
-    let file = fail.note(redfile::create(&red.file));
-    let (i, left, right) = (plan.index, (plan.index + n - 1) % n, (plan.index + 1) % n);
-    let (lrank, rrank) = (left as i32, right as i32);
+    let file = fail.note(redfile::create(&part));
+    let out = Payload { file: file.as_ref(), path: &part };
     let payload = if plan.scheme == Scheme::Partner {
-        red.chunk = totals[left];
-        let steps = totals.iter().map(|t| t.div_ceil(piece as u64)).max().unwrap_or(0);
-        let mut send = vec![0u8; piece];
-        let mut recv = vec![0u8; piece];
-        for step in 0..steps {
-            let off = step * piece as u64;
-            let ls = (totals[i].saturating_sub(off) as usize).min(piece);
-            let lr = (totals[left].saturating_sub(off) as usize).min(piece);
-            if fail.note(stream.read_at(off, &mut send[..ls])).is_none() {
-                send[..ls].fill(0);
-            }
-            comm.sendrecv(&send[..ls], rrank, &mut recv[..lr], lrank);
-            if let Some(f) = &file {
-                fail.note(redfile::write_payload(f, &red.file, off, &recv[..lr]));
-            }
-        }
-        totals[left]
+        red.chunk = totals[(plan.index + n - 1) % n];
+        encode_partner(comm, plan.index, &totals, &mut stream, &out, piece, waiting, &mut fail);
+        red.chunk
     } else {
         let code = Code::new(n, plan.failures).map_err(Error::Other)?;
-        let (m, k) = (code.m, code.k());
-        let chunk = code.chunk_size(totals.iter().copied().max().unwrap_or(0));
-        red.chunk = chunk;
-        let piece = piece.min(chunk.max(1) as usize);
-        let mut acc = vec![0u8; m * piece];
-        let mut inc = vec![0u8; m * piece];
-        let mut data = vec![0u8; piece];
-        let mut off = 0u64;
-        while off < chunk {
-            let len = piece.min((chunk - off) as usize);
-            acc[..m * len].fill(0);
-            for t in 0..n - 1 {
-                if t < k {
-                    if fail.note(stream.read_at(t as u64 * chunk + off, &mut data[..len])).is_none() {
-                        data[..len].fill(0);
-                    }
-                    for j in 0..m {
-                        gf::mul_xor(code.coef(j, t), &data[..len], &mut acc[j * len..(j + 1) * len]);
-                    }
-                } else if let Some(f) = &file {
-                    let j = t - k;
-                    fail.note(redfile::write_payload(
-                        f,
-                        &red.file,
-                        j as u64 * chunk + off,
-                        &acc[j * len..(j + 1) * len],
-                    ));
-                }
-                comm.sendrecv(&acc[..m * len], rrank, &mut inc[..m * len], lrank);
-                std::mem::swap(&mut acc, &mut inc);
-            }
-            if let Some(f) = &file {
-                let j = m - 1;
-                fail.note(redfile::write_payload(f, &red.file, j as u64 * chunk + off, &acc[j * len..(j + 1) * len]));
-            }
-            off += len as u64;
-        }
-        m as u64 * chunk
+        red.chunk = code.chunk_size(totals.iter().copied().max().unwrap_or(0));
+        encode_code(comm, plan.index, code, red.chunk, &mut stream, &out, piece, waiting, &mut fail);
+        code.m as u64 * red.chunk
     };
     // Every byte of every file went through the stream once: its CRC32 is known.
     for (f, crc) in rec.files.iter_mut().zip(stream.crcs()) {
@@ -162,10 +182,119 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize) -> Result<(
     let mine: Vec<FileEntry> = rec.files.iter().map(FileEntry::of).collect();
     let all: Vec<Vec<FileEntry>> = comm.allgather(&mine)?;
     if let Some(f) = &file {
-        fail.note(redfile::finish(f, &red.file, payload, &Header::new(rec, &red, &all)));
+        fail.note(redfile::finish(f, &part, payload, &Header::new(rec, &red, &all)));
     }
+    if !comm.all_true(fail.0.is_none()) {
+        let _ = crate::paths::remove_file_if_exists(&part);
+        return Err(fail
+            .0
+            .unwrap_or_else(|| Error::Other("another member of the set could not encode its part".into())));
+    }
+    std::fs::rename(&part, &red.file).ctx("rename", &part)?;
     rec.red = Some(red);
-    fail.into_result()
+    Ok(())
+}
+
+/// PARTNER: send this rank's stream to the right neighbour while the left one's arrives and
+/// goes into the redundancy file; the next piece is read and the last one written meanwhile.
+#[allow(clippy::too_many_arguments)] // one schedule's state, passed down once
+fn encode_partner(
+    comm: &Comm,
+    i: usize,
+    totals: &[u64],
+    stream: &mut Stream,
+    out: &Payload<'_>,
+    piece: usize,
+    waiting: Waiting,
+    fail: &mut Failure,
+) {
+    let n = totals.len();
+    let (left, right) = ((i + n - 1) % n, (i + 1) % n);
+    let steps = totals.iter().map(|t| t.div_ceil(piece as u64)).max().unwrap_or(0);
+    let len = |total: u64, step: u64| (total.saturating_sub(step * piece as u64) as usize).min(piece);
+    let (mut send, mut send_next) = (vec![0u8; piece], vec![0u8; piece]);
+    let (mut recv, mut recv_prev) = (vec![0u8; piece], vec![0u8; piece]);
+    if steps > 0 {
+        read_stream(stream, fail, 0, &mut send[..len(totals[i], 0)]);
+    }
+    for step in 0..steps {
+        let (ls, lr, next) = (len(totals[i], step), len(totals[left], step), len(totals[i], step + 1));
+        comm.overlap(&[(&send[..ls], right as i32)], &mut [(&mut recv[..lr], left as i32)], waiting, || {
+            if next > 0 {
+                read_stream(stream, fail, (step + 1) * piece as u64, &mut send_next[..next]);
+            }
+            if step > 0 {
+                let prev = len(totals[left], step - 1);
+                out.write(fail, (step - 1) * piece as u64, &recv_prev[..prev]);
+            }
+        });
+        std::mem::swap(&mut send, &mut send_next);
+        std::mem::swap(&mut recv, &mut recv_prev);
+    }
+    if steps > 0 {
+        out.write(fail, (steps - 1) * piece as u64, &recv_prev[..len(totals[left], steps - 1)]);
+    }
+}
+
+/// XOR/RS: the pipelined reduce-scatter (see the module doc); the data of the next step is
+/// read while the sums of this one travel.
+#[allow(clippy::too_many_arguments)] // one schedule's state, passed down once
+fn encode_code(
+    comm: &Comm,
+    i: usize,
+    code: Code,
+    chunk: u64,
+    stream: &mut Stream,
+    out: &Payload<'_>,
+    piece: usize,
+    waiting: Waiting,
+    fail: &mut Failure,
+) {
+    let (n, m, k) = (code.n, code.m, code.k());
+    let (left, right) = (((i + n - 1) % n) as i32, ((i + 1) % n) as i32);
+    let piece = piece.min(chunk.max(1) as usize);
+    // acc: the sums this step sends; inc: the sums arriving; next: data of the next step
+    let mut acc = vec![0u8; m * piece];
+    let mut inc = vec![0u8; m * piece];
+    let mut next = vec![0u8; m * piece];
+    let all = pieces(chunk, piece);
+    if let Some(&(_, len)) = all.first() {
+        read_stream(stream, fail, 0, &mut next[..len]);
+    }
+    for (p, &(off, len)) in all.iter().enumerate() {
+        for t in 0..n - 1 {
+            if t == 0 {
+                // the first contribution: row 0's coefficients are all 1, the data itself
+                std::mem::swap(&mut acc, &mut next);
+                let (row0, rest) = acc[..m * len].split_at_mut(len);
+                for j in 1..m {
+                    gf::mul_into(code.coef(j, 0), row0, &mut rest[(j - 1) * len..j * len]);
+                }
+            } else if t < k {
+                for j in 0..m {
+                    gf::mul_xor(code.coef(j, t), &next[..len], &mut acc[j * len..(j + 1) * len]);
+                }
+            } else {
+                // this rank holds parity row t - k of the stripe passing through
+                let j = t - k;
+                out.write(fail, j as u64 * chunk + off, &acc[j * len..(j + 1) * len]);
+            }
+            // what the next step adds, read while this one's sums travel
+            let (nt, noff, nlen) = match (t + 2 < n, all.get(p + 1)) {
+                (true, _) => (t + 1, off, len),
+                (false, Some(&(o, l))) => (0, o, l),
+                (false, None) => (k, 0, 0),
+            };
+            comm.overlap(&[(&acc[..m * len], right)], &mut [(&mut inc[..m * len], left)], waiting, || {
+                if nt < k && nlen > 0 {
+                    read_stream(stream, fail, nt as u64 * chunk + noff, &mut next[..nlen]);
+                }
+            });
+            std::mem::swap(&mut acc, &mut inc);
+        }
+        let j = m - 1;
+        out.write(fail, j as u64 * chunk + off, &acc[j * len..(j + 1) * len]);
+    }
 }
 
 /// What a set member brings to a rebuild.
@@ -179,7 +308,10 @@ pub enum Member<'a> {
 
 /// Rebuild the `lost` members (set indices) of a set. Collective over `comm`, whose ranks are
 /// the set members in set order. `all[x]` is member x's file list (from the survivors'
-/// headers). A lost member ends with its files and a complete redundancy file.
+/// headers). A lost member ends with its files (each checked against its recorded CRC32 as
+/// it is written) and a complete redundancy file. Returns whether every file of this rank
+/// went through the rebuild whole and matched its recorded CRC32 (a survivor that read all
+/// of its data checked it on the way; a mismatch there is an error, the rebuild used it).
 pub fn rebuild(
     comm: &Comm,
     me: Member<'_>,
@@ -187,7 +319,7 @@ pub fn rebuild(
     lost: &[usize],
     all: &[Vec<FileEntry>],
     piece: usize,
-) -> Result<()> {
+) -> Result<bool> {
     let totals: Vec<u64> = all.iter().map(|f| f.iter().map(|e| e.size).sum()).collect();
     let mut fail = Failure::default();
     let (rec, is_lost) = match me {
@@ -201,107 +333,213 @@ pub fn rebuild(
     } else {
         fail.note(File::open(&red.file).map_err(|e| Error::io("open", &red.file, e)))
     };
-    let n = red.ranks.len();
-    let i = red.index;
+    let io = Payload { file: file.as_ref(), path: &red.file };
     if red.scheme == Scheme::Partner {
-        let mut buf = vec![0u8; piece];
-        // Phase 1: each lost member's files come back from its right neighbour's copy.
-        // Phase 2: its partner copy comes again from its left neighbour.
-        for phase in 0..2 {
-            for &l in lost {
-                let src = if phase == 0 { (l + 1) % n } else { (l + n - 1) % n };
-                let size = if phase == 0 { totals[l] } else { totals[(l + n - 1) % n] };
-                let mut off = 0u64;
-                while off < size {
-                    let len = piece.min((size - off) as usize);
-                    if i == src {
-                        let r = if phase == 0 {
-                            file.as_ref().map_or(Ok(()), |f| redfile::read_payload(f, &red.file, off, &mut buf[..len]))
-                        } else {
-                            stream.read_at(off, &mut buf[..len])
-                        };
-                        fail.note(r);
-                        comm.send(l as i32, &buf[..len]);
-                    } else if i == l {
-                        comm.recv_into(src as i32, &mut buf[..len]);
-                        let r = if phase == 0 {
-                            stream.write_at(off, &buf[..len])
-                        } else {
-                            file.as_ref().map_or(Ok(()), |f| redfile::write_payload(f, &red.file, off, &buf[..len]))
-                        };
-                        fail.note(r);
-                    }
-                    off += len as u64;
-                }
-            }
-        }
+        rebuild_partner(comm, red.index, lost, &totals, &mut stream, &io, piece, &mut fail);
     } else {
-        let code = Code::new(n, red.failures).map_err(Error::Other)?;
-        let recovery = code.recovery(lost).map_err(Error::Other)?;
-        let survivors: Vec<usize> = (0..n).filter(|x| !recovery.lost.contains(x)).collect();
-        let d = recovery.lost.len();
-        let chunk = red.chunk;
-        let piece = piece.min(chunk.max(1) as usize);
-        let mut acc = vec![0u8; d * n * piece];
-        let mut shard = vec![0u8; piece];
-        let mut off = 0u64;
-        while off < chunk {
-            let len = piece.min((chunk - off) as usize);
-            let acc = &mut acc[..d * n * len];
-            if let Some(pos) = survivors.iter().position(|&x| x == i) {
-                if pos > 0 {
-                    comm.recv_into(survivors[pos - 1] as i32, acc);
-                } else {
-                    acc.fill(0);
-                }
-                for s in 0..n {
-                    if (0..d).all(|l| recovery.coef(s, l, i) == 0) {
-                        continue;
-                    }
-                    let r = match code.shard_of(i, s) {
-                        Shard::Data(p) => stream.read_at(p as u64 * chunk + off, &mut shard[..len]),
-                        Shard::Parity(j) => file.as_ref().map_or(Ok(()), |f| {
-                            redfile::read_payload(f, &red.file, j as u64 * chunk + off, &mut shard[..len])
-                        }),
-                    };
-                    if fail.note(r).is_none() {
-                        shard[..len].fill(0);
-                    }
-                    for l in 0..d {
-                        let at = (l * n + s) * len;
-                        gf::mul_xor(recovery.coef(s, l, i), &shard[..len], &mut acc[at..at + len]);
-                    }
-                }
-                if pos + 1 < survivors.len() {
-                    comm.send(survivors[pos + 1] as i32, acc);
-                } else {
-                    for (l, &lr) in recovery.lost.iter().enumerate() {
-                        comm.send(lr as i32, &acc[l * n * len..(l + 1) * n * len]);
-                    }
-                }
-            } else {
-                let l = recovery.lost.iter().position(|&x| x == i).expect("a lost member");
-                let mine = &mut acc[l * n * len..(l + 1) * n * len];
-                comm.recv_into(*survivors.last().expect("a survivor") as i32, mine);
-                for s in 0..n {
-                    let part = &mine[s * len..(s + 1) * len];
-                    let r = match code.shard_of(i, s) {
-                        Shard::Data(p) => stream.write_at(p as u64 * chunk + off, part),
-                        Shard::Parity(j) => file
-                            .as_ref()
-                            .map_or(Ok(()), |f| redfile::write_payload(f, &red.file, j as u64 * chunk + off, part)),
-                    };
-                    fail.note(r);
-                }
-            }
-            off += len as u64;
-        }
+        let code = Code::new(red.ranks.len(), red.failures).map_err(Error::Other)?;
+        rebuild_code(comm, red, code, lost, &mut stream, &io, is_lost, piece, &mut fail)?;
     }
     if is_lost {
         fail.note(stream.sync());
+    }
+    let mut verified = true;
+    for (f, got) in rec.files.iter().zip(stream.crcs()) {
+        let why = match (f.crc, got) {
+            (Some(want), Some(got)) if want == got => continue,
+            (Some(want), Some(got)) if is_lost => {
+                format!("rebuilt data has CRC32 {got:#010x}, {want:#010x} was recorded")
+            }
+            (Some(want), Some(got)) => format!("CRC32 is {got:#010x}, {want:#010x} was recorded"),
+            (Some(_), None) if is_lost => "not every byte of it was rebuilt".into(),
+            _ => {
+                verified = false;
+                continue;
+            }
+        };
+        fail.note::<()>(Err(Error::Integrity { path: f.path.clone(), why }));
+    }
+    if is_lost {
         if let Some(f) = &file {
             fail.note(redfile::finish(f, &red.file, red.payload(), &Header::new(rec, red, all)));
         }
     }
-    fail.into_result()
+    fail.into_result().map(|_| verified)
+}
+
+/// PARTNER: each lost member gets its files back from its right neighbour's copy, then its
+/// partner copy again from its left neighbour; the sender reads piece `p + 1` while `p`
+/// travels, the receiver writes piece `p - 1` meanwhile.
+#[allow(clippy::too_many_arguments)] // one schedule's state, passed down once
+fn rebuild_partner(
+    comm: &Comm,
+    i: usize,
+    lost: &[usize],
+    totals: &[u64],
+    stream: &mut Stream,
+    io: &Payload<'_>,
+    piece: usize,
+    fail: &mut Failure,
+) {
+    let n = totals.len();
+    let (mut a, mut b) = (vec![0u8; piece], vec![0u8; piece]);
+    for phase in 0..2 {
+        for &l in lost {
+            let (src, size) =
+                if phase == 0 { ((l + 1) % n, totals[l]) } else { ((l + n - 1) % n, totals[(l + n - 1) % n]) };
+            let all = pieces(size, piece);
+            if i == src {
+                // phase 0 sends the copy this rank keeps of l's files, phase 1 its own files
+                let mut read = |off: u64, buf: &mut [u8]| {
+                    if phase == 0 {
+                        io.read(fail, off, buf)
+                    } else {
+                        read_stream(stream, fail, off, buf)
+                    }
+                };
+                if let Some(&(off, len)) = all.first() {
+                    read(off, &mut a[..len]);
+                }
+                for (p, &(_, len)) in all.iter().enumerate() {
+                    comm.overlap(&[(&a[..len], l as i32)], &mut [], Waiting::Block, || {
+                        if let Some(&(noff, nlen)) = all.get(p + 1) {
+                            read(noff, &mut b[..nlen]);
+                        }
+                    });
+                    std::mem::swap(&mut a, &mut b);
+                }
+            } else if i == l {
+                let mut write = |off: u64, buf: &[u8]| {
+                    if phase == 0 {
+                        fail.note(stream.write_at(off, buf));
+                    } else {
+                        io.write(fail, off, buf);
+                    }
+                };
+                for (p, &(_, len)) in all.iter().enumerate() {
+                    comm.overlap(&[], &mut [(&mut a[..len], src as i32)], Waiting::Block, || {
+                        if let Some(&(poff, plen)) = p.checked_sub(1).map(|q| &all[q]) {
+                            write(poff, &b[..plen]);
+                        }
+                    });
+                    std::mem::swap(&mut a, &mut b);
+                }
+                if let Some(&(off, len)) = all.last() {
+                    write(off, &b[..len]);
+                }
+            }
+        }
+    }
+}
+
+/// XOR/RS: the chain through the survivors (see the module doc).
+#[allow(clippy::too_many_arguments)] // one schedule's state, passed down once
+fn rebuild_code(
+    comm: &Comm,
+    red: &RedInfo,
+    code: Code,
+    lost: &[usize],
+    stream: &mut Stream,
+    io: &Payload<'_>,
+    is_lost: bool,
+    piece: usize,
+    fail: &mut Failure,
+) -> Result<()> {
+    let (n, i, chunk) = (code.n, red.index, red.chunk);
+    let recovery = code.recovery(lost).map_err(Error::Other)?;
+    let survivors: Vec<usize> = (0..n).filter(|x| !recovery.lost.contains(x)).collect();
+    let d = recovery.lost.len();
+    // the sums of one piece cover n stripes for each lost member: smaller pieces for big sets
+    let piece = (piece * 4 / n).max(piece.min(64 << 10)).min(piece).min(chunk.max(1) as usize);
+    let all = pieces(chunk, piece);
+    let shard = |s: usize, off: u64| match code.shard_of(i, s) {
+        Shard::Data(p) => (true, p as u64 * chunk + off),
+        Shard::Parity(j) => (false, j as u64 * chunk + off),
+    };
+    if is_lost {
+        let from = *survivors.last().expect("a code tolerates fewer losses than members") as i32;
+        let (mut cur, mut prev) = (vec![0u8; n * piece], vec![0u8; n * piece]);
+        let mut write = |off: u64, len: usize, buf: &[u8]| {
+            for s in 0..n {
+                let part = &buf[s * len..(s + 1) * len];
+                match shard(s, off) {
+                    (true, at) => {
+                        fail.note(stream.write_at(at, part));
+                    }
+                    (false, at) => io.write(fail, at, part),
+                }
+            }
+        };
+        for (p, &(_, len)) in all.iter().enumerate() {
+            comm.overlap(&[], &mut [(&mut cur[..n * len], from)], Waiting::Block, || {
+                if let Some(&(poff, plen)) = p.checked_sub(1).map(|q| &all[q]) {
+                    write(poff, plen, &prev[..n * plen]);
+                }
+            });
+            std::mem::swap(&mut cur, &mut prev);
+        }
+        if let Some(&(off, len)) = all.last() {
+            write(off, len, &prev[..n * len]);
+        }
+        return Ok(());
+    }
+    let pos = survivors.iter().position(|&x| x == i).expect("a member is lost or survives");
+    let pred = pos.checked_sub(1).map(|q| survivors[q] as i32);
+    // a stripe this rank adds nothing to (all its coefficients are zero) is not read
+    let used: Vec<bool> = (0..n).map(|s| (0..d).any(|l| recovery.coef(s, l, i) != 0)).collect();
+    let (mut cur, mut prev) = (vec![0u8; d * n * piece], vec![0u8; d * n * piece]);
+    let mut shards = vec![0u8; n * piece];
+    let mut prev_len = 0;
+    for (p, &(off, len)) in all.iter().enumerate() {
+        let sends = targets(&survivors, pos, &recovery.lost, n, &prev[..d * n * prev_len], p > 0);
+        let mut recvs: Vec<(&mut [u8], i32)> = pred.map(|r| (&mut cur[..d * n * len], r)).into_iter().collect();
+        comm.overlap(&sends, &mut recvs, Waiting::Block, || {
+            for s in (0..n).filter(|&s| used[s]) {
+                let buf = &mut shards[s * len..(s + 1) * len];
+                match shard(s, off) {
+                    (true, at) => read_stream(stream, fail, at, buf),
+                    (false, at) => io.read(fail, at, buf),
+                }
+            }
+        });
+        for s in 0..n {
+            let input = &shards[s * len..(s + 1) * len];
+            for l in 0..d {
+                let (c, at) = (recovery.coef(s, l, i), (l * n + s) * len);
+                if pred.is_none() {
+                    gf::mul_into(c, input, &mut cur[at..at + len]);
+                } else {
+                    gf::mul_xor(c, input, &mut cur[at..at + len]);
+                }
+            }
+        }
+        std::mem::swap(&mut cur, &mut prev);
+        prev_len = len;
+    }
+    let sends = targets(&survivors, pos, &recovery.lost, n, &prev[..d * n * prev_len], !all.is_empty());
+    comm.overlap(&sends, &mut [], Waiting::Block, || ());
+    Ok(())
+}
+
+/// Where survivor `pos` of the chain sends the sums of one piece: to the next survivor, or
+/// (the last one) each lost member its share.
+fn targets<'b>(
+    survivors: &[usize],
+    pos: usize,
+    lost: &[usize],
+    n: usize,
+    sums: &'b [u8],
+    any: bool,
+) -> Vec<(&'b [u8], i32)> {
+    if !any {
+        return Vec::new();
+    }
+    match survivors.get(pos + 1) {
+        Some(&next) => vec![(sums, next as i32)],
+        None => {
+            let share = sums.len() / lost.len().max(1);
+            debug_assert_eq!(share % n, 0);
+            lost.iter().enumerate().map(|(l, &r)| (&sums[l * share..(l + 1) * share], r as i32)).collect()
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! A rank's files seen as one logical byte stream (their concatenation in filemap order,
-//! zero padded at the end), as the XOR, RS and PARTNER schemes encode it. Reads record a CRC32
-//! per contiguous segment so that the encoder, which reads each byte exactly once but not in
-//! order, yields every file's CRC32 without a second pass.
+//! zero padded at the end), as the XOR, RS and PARTNER schemes encode it. Reads and writes
+//! record a CRC32 per contiguous segment, so that the encoder (which reads each byte exactly
+//! once, but not in order) and a rebuild (which writes each byte once) yield every file's
+//! CRC32 without another pass over the data.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -102,15 +103,16 @@ impl Stream {
         out
     }
 
-    /// Read `buf.len()` bytes at logical offset `off` (zeros past the end).
+    /// Read `buf.len()` bytes at logical offset `off` (zeros past the end; the buffer is
+    /// written once, never cleared first).
     pub fn read_at(&mut self, off: u64, buf: &mut [u8]) -> Result<()> {
-        buf.fill(0);
+        let data = (self.total.saturating_sub(off) as usize).min(buf.len());
+        buf[data..].fill(0);
         for (i, at, b, n) in self.spans(off, buf.len()) {
-            let path = self.parts[i].path.clone();
-            self.file(i)?.read_exact_at(&mut buf[b..b + n], at).ctx("read", &path)?;
-            let mut h = crc32fast::Hasher::new();
-            h.update(&buf[b..b + n]);
-            self.crcs[i].insert(at, (h, n as u64));
+            self.file(i)?;
+            let (file, path) = (self.files[i].as_ref().expect("opened"), &self.parts[i].path);
+            file.read_exact_at(&mut buf[b..b + n], at).ctx("read", path)?;
+            self.record(i, at, &buf[b..b + n]);
         }
         Ok(())
     }
@@ -118,10 +120,19 @@ impl Stream {
     /// Write `buf` at logical offset `off` (bytes past the end, the padding, are dropped).
     pub fn write_at(&mut self, off: u64, buf: &[u8]) -> Result<()> {
         for (i, at, b, n) in self.spans(off, buf.len()) {
-            let path = self.parts[i].path.clone();
-            self.file(i)?.write_all_at(&buf[b..b + n], at).ctx("write", &path)?;
+            self.file(i)?;
+            let (file, path) = (self.files[i].as_ref().expect("opened"), &self.parts[i].path);
+            file.write_all_at(&buf[b..b + n], at).ctx("write", path)?;
+            self.record(i, at, &buf[b..b + n]);
         }
         Ok(())
+    }
+
+    /// Note the CRC32 of the bytes of part `i` at `at` (just read or written).
+    fn record(&mut self, i: usize, at: u64, bytes: &[u8]) {
+        let mut h = crc32fast::Hasher::new();
+        h.update(bytes);
+        self.crcs[i].insert(at, (h, bytes.len() as u64));
     }
 
     /// Flush written files to stable storage.
@@ -134,7 +145,7 @@ impl Stream {
         Ok(())
     }
 
-    /// The CRC32 of each part, if every byte of it was read exactly once.
+    /// The CRC32 of each part, if every byte of it was read (or written) exactly once.
     pub fn crcs(&self) -> Vec<Option<u32>> {
         self.parts
             .iter()

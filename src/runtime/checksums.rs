@@ -13,10 +13,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
 
+use super::worker::Worker;
 use super::Runtime;
 use crate::state::crcs::{Crcs, FileCrc};
 use crate::state::filemap::DatasetRecord;
@@ -45,24 +44,24 @@ struct Shared {
 }
 
 /// This process's checksum worker.
-#[derive(Default)]
 pub(super) struct Checksummer {
-    tx: Option<Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+    worker: Worker<Job>,
     shared: Arc<Shared>,
+}
+
+impl Default for Checksummer {
+    fn default() -> Checksummer {
+        Checksummer { worker: Worker::new("scr-crc"), shared: Arc::default() }
+    }
 }
 
 impl Checksummer {
     fn submit(&mut self, job: Job) {
         self.shared.lock().insert(job.id, State::Queued(job.cancel.clone()));
-        if self.tx.is_none() {
-            let (tx, rx) = channel::<Job>();
-            let shared = self.shared.clone();
-            let spawned = std::thread::Builder::new().name("scr-crc".into()).spawn(move || {
-                // the worker's reads are the library's own: the preload's hooks let them pass
-                let _inside = crate::reentry::Inside::enter();
-                crate::transfer::background::lower_priority();
-                for job in rx {
+        if !self.worker.running() {
+            let (shared, failed) = (self.shared.clone(), self.shared.clone());
+            let started = self.worker.start(
+                move |job: Job| {
                     let go = match shared.lock().get_mut(&job.id) {
                         Some(s @ State::Queued(_)) if !job.cancel.load(Ordering::Relaxed) => {
                             *s = State::Running(job.cancel.clone());
@@ -71,9 +70,7 @@ impl Checksummer {
                         _ => false,
                     };
                     if go {
-                        // a panic must not leave the job Running: cancel() would wait forever
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| checksum(&job)))
-                            .unwrap_or_else(|_| Err("internal error (panic) in the checksum thread".into()));
+                        let r = checksum(&job);
                         let mut jobs = shared.lock();
                         if job.cancel.load(Ordering::Relaxed) {
                             jobs.remove(&job.id);
@@ -82,24 +79,22 @@ impl Checksummer {
                         }
                     }
                     shared.changed.notify_all();
-                }
-            });
-            match spawned {
-                Ok(h) => {
-                    self.tx = Some(tx);
-                    self.thread = Some(h);
-                }
-                Err(e) => {
-                    scr_error!(
-                        "cannot start the checksum thread: {e}; cached SINGLE datasets are checked by size only"
-                    );
-                    self.shared.lock().clear();
-                    return;
-                }
+                },
+                // a panic must not leave the job Running: cancel() would wait forever
+                move |id| {
+                    failed.lock().insert(id, State::Done(Err("internal error (panic) in the checksum thread".into())));
+                    failed.changed.notify_all();
+                },
+                |job: &Job| job.id,
+            );
+            if let Err(e) = started {
+                scr_error!("cannot start the checksum thread: {e}; cached SINGLE datasets are checked by size only");
+                self.shared.lock().clear();
+                return;
             }
         }
-        if let Some(tx) = &self.tx {
-            let _ = tx.send(job);
+        if let Err(job) = self.worker.send(job) {
+            self.shared.lock().remove(&job.id);
         }
     }
 
@@ -139,10 +134,7 @@ impl Checksummer {
 
     /// Let the queued checksums finish and stop the worker.
     fn finish(&mut self) {
-        self.tx = None;
-        if let Some(h) = self.thread.take() {
-            let _ = h.join();
-        }
+        self.worker.finish();
     }
 }
 
@@ -185,7 +177,8 @@ impl Runtime {
             return;
         }
         let Some(rec) = self.filemap.datasets.get(&id) else { return };
-        if rec.red.is_some() || rec.reddesc.bypass || rec.files.iter().all(|f| f.crc.is_some()) {
+        let encoding = self.encoders.pending(id);
+        if encoding || rec.red.is_some() || rec.reddesc.bypass || rec.files.iter().all(|f| f.crc.is_some()) {
             return;
         }
         let files = rec

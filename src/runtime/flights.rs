@@ -76,6 +76,7 @@ impl Runtime {
     /// Check the flushes in flight and retire the finished ones (collective). With `wait`,
     /// first block until this rank's shares of those datasets are finished, so they retire now.
     pub(super) fn progress(&mut self, wait: &[u64]) {
+        self.retire_encodes();
         self.retire_checksums();
         if self.flights.is_empty() {
             return;

@@ -104,6 +104,7 @@ impl Runtime {
             wanted: None,
             failed: Vec::new(),
             elastic: Default::default(),
+            verified: Vec::new(),
             policy: Policy::started_at(t0),
             events: crate::events::EventLog::disabled(),
             sets: Vec::new(),
@@ -117,6 +118,8 @@ impl Runtime {
             pinned: Vec::new(),
             version_of: None,
             checksums: Default::default(),
+            deleter: Default::default(),
+            encoders: Default::default(),
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.make_directories()?;
@@ -124,6 +127,7 @@ impl Runtime {
             rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
         }
         rt.form_sets()?;
+        rt.setup_encoder()?;
         rt.restore()?;
         if rt.rank0() {
             scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
@@ -136,7 +140,7 @@ impl Runtime {
 
     /// The prefix's `.scr` directory (rank 0), the control and cache directories (each node's
     /// leader, private to the user); failures anywhere fail `SCR_Init` everywhere.
-    fn make_directories(&self) -> Result<()> {
+    fn make_directories(&mut self) -> Result<()> {
         // transparent mode's pending area: the world ranks of this node keep theirs
         let on_node: Option<Vec<i32>> =
             (!self.settings.preload.is_empty()).then(|| self.node.allgather(&self.world.rank())).transpose()?;
@@ -157,6 +161,7 @@ impl Runtime {
                     paths::ensure_private_dir(dir.parent().expect("store dir has a parent"))?;
                     paths::ensure_private_dir(&dir)?;
                 }
+                self.sweep_trash();
                 if let Some(on_node) = &on_node {
                     self.prepare_pending(on_node)?;
                 }
@@ -201,7 +206,11 @@ impl Runtime {
             scr_error!("{e}; the cached datasets of this rank are unusable");
             Filemap::default()
         });
+        self.adopt_encodings();
         self.adopt_checksum_files();
+        // ids continue after datasets being deleted too (their directories may still exist)
+        let (fm_d, fm_c) = self.filemap.max_ids();
+        self.resume_deletions()?;
 
         if self.settings.distribute && !self.settings.cache_purge {
             self.distribute()?;
@@ -210,10 +219,7 @@ impl Runtime {
         // Continue ids after everything known, in cache or in the prefix.
         let index = if self.rank0() { self.load_index() } else { Index::default() };
         let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids())?;
-        let (fm_d, fm_c) = (
-            self.filemap.datasets.keys().max().copied().unwrap_or(0),
-            self.filemap.datasets.values().filter_map(|r| r.desc.ckpt).max().unwrap_or(0),
-        );
+        let (fm_d, fm_c) = (fm_d.max(self.filemap.max_ids().0), fm_c.max(self.filemap.max_ids().1));
         self.dataset_id = (self.world.max_i64(fm_d as i64) as u64).max(ix_d);
         self.ckpt_id = (self.world.max_i64(fm_c as i64) as u64).max(ix_c);
 
@@ -250,9 +256,7 @@ impl Runtime {
             if self.rank0() && !ids.is_empty() {
                 scr_debug!(1, "{why}: deleting {} cached dataset(s)", ids.len());
             }
-            for id in ids {
-                self.drop_cached(id);
-            }
+            self.drop_many(&ids);
         }
         self.scan_cache()?;
         self.report_other_sizes();
@@ -372,9 +376,7 @@ impl Runtime {
             .filter(|r| r.desc.id as i64 > target && self.fits(r.desc.ranks))
             .map(|r| r.desc.id)
             .collect();
-        for id in newer {
-            self.drop_cached(id);
-        }
+        self.drop_many(&newer);
     }
 
     /// `SCR_FLUSH_ON_RESTART` and `SCR_GLOBAL_RESTART`: put the loaded checkpoint in the prefix.

@@ -14,7 +14,9 @@
 
 mod catalog;
 mod checksums;
+mod deletions;
 mod elastic;
+mod encoder;
 mod flights;
 mod init;
 mod manage;
@@ -28,6 +30,7 @@ mod sets;
 mod shared;
 mod transparent;
 pub mod watchdog;
+mod worker;
 
 pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{
@@ -117,6 +120,8 @@ pub struct Runtime {
     failed: Vec<u64>,
     /// Elastic restart (`SCR_RESTART_ELASTIC`): cached checkpoints of other sizes.
     elastic: elastic::Elastic,
+    /// Cached datasets whose every file was checked against its CRC32 in this run's rebuild.
+    verified: Vec<u64>,
     policy: policy::Policy,
     /// The event log (`SCR_LOG_ENABLE`); enabled on rank 0 only.
     events: crate::events::EventLog,
@@ -143,6 +148,10 @@ pub struct Runtime {
     version_of: Option<u64>,
     /// Background CRC32 of SINGLE datasets ([`checksums`]).
     checksums: checksums::Checksummer,
+    /// Background removal of deleted datasets ([`deletions`]).
+    deleter: deletions::Deleter,
+    /// Background redundancy encoding ([`encoder`]).
+    encoders: encoder::Encoder,
 }
 
 enum State {
@@ -412,22 +421,6 @@ impl Runtime {
         self.flushes.location(id) == Some(Location::Pfs)
     }
 
-    /// Delete a dataset from this rank's cache: its cached files, its directory, its record.
-    /// A background flush of it finishes first (a dataset is never deleted while it is
-    /// flushed); a background checksum of it is cancelled.
-    fn drop_cached(&mut self, id: u64) {
-        self.flusher.wait(id);
-        self.cancel_checksum(id);
-        if let Some(rec) = self.filemap.datasets.remove(&id) {
-            remove_cached_files(&rec);
-            self.forget_shared(&rec);
-        }
-        if let Err(e) = self.save_filemap() {
-            scr_error!("{e}");
-        }
-        self.set_location(id, None);
-    }
-
     /// Flush a cached dataset (collective) and record the outcome.
     fn flush_dataset(&mut self, id: u64) -> Result<()> {
         let Some(mut rec) = self.filemap.datasets.get(&id).cloned() else {
@@ -472,10 +465,27 @@ impl Runtime {
             }
         }
         self.finish_flights();
+        self.finish_encodes();
         self.finish_checksums();
         self.flush_owed();
+        self.finish_deletions();
         self.world.barrier();
         self.log_run_end(reason);
+    }
+}
+
+/// Debug builds only: end this process at once at a named point of a protocol when
+/// `SCRRS_TEST_CRASH=<point>` (or `<point>@<rank>`) says so. For tests that need a run killed
+/// between two steps no outside observer can time; release builds compile it to nothing.
+fn crash_point(rank: i32, point: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Ok(want) = std::env::var("SCRRS_TEST_CRASH") else { return };
+    let (p, r) = want.split_once('@').map_or((want.as_str(), None), |(p, r)| (p, Some(r)));
+    if p == point && r.is_none_or(|r| r.parse() == Ok(rank)) {
+        crate::log::emit("INFO", format_args!("test crash at {point}"));
+        std::process::exit(9);
     }
 }
 
@@ -488,10 +498,4 @@ fn remove_part(rec: &DatasetRecord) {
             crate::paths::prune_empty_dirs(parent, rec.dir.parent().unwrap_or(&rec.dir));
         }
     }
-}
-
-/// Remove a whole cached dataset on this node: its directory holds every cached file of it
-/// (bypass files live in the prefix and are left alone).
-fn remove_cached_files(rec: &DatasetRecord) {
-    let _ = crate::paths::remove_tree_if_exists(&rec.dir);
 }

@@ -65,7 +65,10 @@ impl Runtime {
         let reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
         self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
-            self.make_room(&reddesc.store.clone(), None);
+            // marked now, saved with the new record below, moved away once every rank saved
+            for victim in self.evictions(&reddesc.store.clone(), None) {
+                self.doom(victim);
+            }
         }
         let rec = DatasetRecord {
             desc: DatasetDesc {
@@ -92,15 +95,22 @@ impl Runtime {
         };
         let dir = rec.dir.clone();
         self.filemap.datasets.insert(id, rec);
-        let local = self.save_filemap().and_then(|_| crate::paths::create_dirs(&dir));
-        self.agree(CALL, local)?;
+        let saved = self.save_filemap();
+        if !self.filemap.deleting.is_empty() {
+            super::crash_point(self.world.rank(), "marked");
+        }
+        let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
+        let agreed = self.agree(CALL, local);
+        self.bury();
+        agreed?;
         self.phase = Phase::Output { id, start: Instant::now() };
         Ok(())
     }
 
-    /// Delete the oldest cached datasets of `store` until a new one fits within its COUNT
-    /// (rank 0 decides, so every rank deletes the same ones).
-    pub(super) fn make_room(&mut self, store: &Path, keep: Option<u64>) {
+    /// The oldest cached datasets of `store` to delete so that a new one fits within its
+    /// COUNT (rank 0 decides, so every rank gets the same list); a victim still being flushed
+    /// in the background is waited for first. The caller deletes them.
+    pub(super) fn evictions(&mut self, store: &Path, keep: Option<u64>) -> Vec<u64> {
         let count = self.descs.store(store).map(|s| s.count).unwrap_or(self.settings.cache_size).max(1);
         let victims = if self.rank0() {
             let cached: Vec<&DatasetRecord> = self
@@ -149,15 +159,15 @@ impl Runtime {
                 );
             }
         }
-        for id in victims {
-            if self.rank0() {
+        if self.rank0() {
+            for &id in &victims {
                 scr_debug!(1, "evicting dataset {id} from cache {} (COUNT={count})", store.display());
                 let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
                 let waited = crate::events::Secs(if flying.contains(&id) { waited } else { 0.0 });
                 self.events.record("EVICT", &[("dset", &id), ("name", &name), ("waited", &waited)]);
             }
-            self.drop_cached(id);
         }
+        victims
     }
 
     /// The name below the prefix of a file `call` routes for the open dataset, checked: inside
@@ -225,6 +235,8 @@ impl Runtime {
         self.phase = Phase::Idle;
         let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
         let encodes = self.encoder(index, bypass).is_some();
+        // SCR_ENCODE_ASYNC: complete with SINGLE protection now, encode after returning
+        let deferred = self.encodes_async(index, bypass);
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
         let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !encodes;
         let buf = self.settings.file_buf_size;
@@ -273,10 +285,12 @@ impl Runtime {
         rec.desc.files = files;
         rec.desc.shared = shared;
         rec.desc.complete = true;
-        let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes);
+        let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes && !deferred);
         let t_encode = Instant::now();
         let applied = match plan {
-            Some(p) => crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size),
+            Some(p) => {
+                crate::redundancy::parallel::encode(p, rec, self.settings.mpi_buf_size, crate::comm::Waiting::Block)
+            }
             None => Ok(()),
         };
         let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied);
@@ -309,7 +323,7 @@ impl Runtime {
         if self.rank0() {
             scr_debug!(
                 1,
-                "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}",
+                "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}{}",
                 if is_ckpt && is_output {
                     "checkpoint+output"
                 } else if is_ckpt {
@@ -320,7 +334,11 @@ impl Runtime {
                 crate::log::bytes(total),
                 crate::log::mib_per_sec(total, secs),
                 scheme.name(),
-                if bypass { ", bypass" } else { "" }
+                if bypass { ", bypass" } else { "" },
+                match self.sets.get(index).and_then(Option::as_ref).filter(|_| deferred) {
+                    Some(p) => format!(" until its {} encoding is done in the background", p.scheme.name()),
+                    None => String::new(),
+                }
             );
         }
 
@@ -352,8 +370,11 @@ impl Runtime {
             self.checkpoint_taken();
         }
         self.progress(&[]);
-        // Last, so the background copy does not compete with the rest of this call. A
+        // Last, so the background work does not compete with the rest of this call. A
         // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
+        if deferred && self.filemap.datasets.contains_key(&id) {
+            self.start_encode(id);
+        }
         if background {
             self.start_async_flush(id);
         } else if self.filemap.datasets.contains_key(&id) {
@@ -366,11 +387,7 @@ impl Runtime {
     /// conditions, and arrange the exit if `SCR_HALT_EXIT=1`.
     fn checkpoint_taken(&mut self) {
         if self.rank0() {
-            let r = Halt::update(&self.layout.halt(), |h| {
-                if let Some(n) = h.checkpoints_left.as_mut() {
-                    *n = n.saturating_sub(1);
-                }
-            });
+            let r = Halt::count_checkpoint(&self.layout.halt());
             if let Err(e) = r {
                 scr_warn!("cannot update the halt file: {e}");
             }

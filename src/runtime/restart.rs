@@ -113,14 +113,16 @@ impl Runtime {
     fn load_cached(&mut self, id: u64) -> Result<bool> {
         let t0 = std::time::Instant::now();
         let problem = match self.filemap.datasets.get(&id) {
-            Some(rec) if self.settings.crc_on_copy.verify() => {
+            Some(rec) if self.settings.crc_on_copy.verify() && !self.verified.contains(&id) => {
                 crate::redundancy::check_local(rec, Some(self.verify_threads()), self.settings.file_buf_size).err()
             }
             Some(_) => None,
             None => Some("holds no record of it".to_string()),
         };
         let intact = self.world.all_true(problem.is_none());
-        if self.rank0() && self.settings.crc_on_copy.verify() {
+        if self.rank0() && self.settings.crc_on_copy.verify() && self.verified.contains(&id) {
+            scr_debug!(1, "cached dataset {id} was checked against its CRC32s while it was rebuilt");
+        } else if self.rank0() && self.settings.crc_on_copy.verify() {
             let secs = t0.elapsed().as_secs_f64();
             let bytes = self.filemap.datasets.get(&id).map_or(0, |r| r.bytes());
             scr_debug!(
@@ -157,7 +159,8 @@ impl Runtime {
         let mut rd = self.descs.select(ckpt, true, false).clone();
         let bypass = self.settings.fetch_bypass || self.settings.global_restart || rd.bypass;
         if !bypass {
-            self.make_room(&rd.store.clone(), None);
+            let victims = self.evictions(&rd.store.clone(), None);
+            self.drop_many(&victims);
         }
         rd.bypass = bypass;
         let dir = self.layout.cache_dataset_dir(&rd.store, id);

@@ -311,7 +311,8 @@ impl Runtime {
         }
         // now that it is complete, the cache holds no more datasets than configured
         if let Some(store) = self.filemap.datasets.get(&id).map(|r| r.reddesc.store.clone()) {
-            self.make_room(&store, Some(id));
+            let victims = self.evictions(&store, Some(id));
+            self.drop_many(&victims);
         }
         Ok(Adopted::Complete { checkpoint: flags & FLAG_CHECKPOINT != 0 })
     }

@@ -6,6 +6,11 @@
 //! complete only after `SCR_Complete_output` agreed it is valid on every rank. A run killed
 //! anywhere in between leaves an incomplete record, and the next `SCR_Init` deletes exactly
 //! the files it names.
+//!
+//! Deleting a cached dataset moves its record to [`Filemap::deleting`] first, on every rank,
+//! and only then removes its files (in the background): a record there is never offered for
+//! restart, and a run killed in between leaves it there, so the next `SCR_Init` finishes the
+//! deletion on every rank instead of finding a dataset with part of its files gone.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -69,6 +74,9 @@ impl DatasetRecord {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Filemap {
     pub datasets: BTreeMap<u64, DatasetRecord>,
+    /// Datasets being deleted: marked here before any of their files is removed.
+    #[serde(default)]
+    pub deleting: BTreeMap<u64, DatasetRecord>,
 }
 
 impl Filemap {
@@ -78,6 +86,24 @@ impl Filemap {
 
     pub fn save(&self, path: &Path) -> Result<(), MetaError> {
         persist::write_atomic(path, KIND, self)
+    }
+
+    /// Mark dataset `id` as being deleted (its record leaves [`Filemap::datasets`]); false if
+    /// this rank holds no record of it.
+    pub fn mark_deleting(&mut self, id: u64) -> bool {
+        match self.datasets.remove(&id) {
+            Some(rec) => {
+                self.deleting.insert(id, rec);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The highest dataset and checkpoint ids recorded, datasets being deleted included.
+    pub fn max_ids(&self) -> (u64, u64) {
+        let all = || self.datasets.values().chain(self.deleting.values());
+        (all().map(|r| r.desc.id).max().unwrap_or(0), all().filter_map(|r| r.desc.ckpt).max().unwrap_or(0))
     }
 
     /// The newest dataset with this name.

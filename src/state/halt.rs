@@ -38,6 +38,20 @@ impl Halt {
         persist::update(path, KIND, f)
     }
 
+    /// A checkpoint was taken: decrement `scr_halt --checkpoints`' count, if one is set. The
+    /// file (in the prefix, written with fsync) is rewritten only then, not at every checkpoint.
+    pub fn count_checkpoint(path: &Path) -> Result<(), MetaError> {
+        // the closure's Err(()): no count is set, and the file is left as it is
+        let _rewritten = persist::try_update(path, KIND, |h: &mut Halt| match h.checkpoints_left.as_mut() {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                Ok(())
+            }
+            None => Err(()),
+        })?;
+        Ok(())
+    }
+
     /// Why the job should halt now, if it should. `end_time` is the allocation's end.
     pub fn check(&self, now: i64, end_time: Option<i64>) -> Option<String> {
         if let Some(r) = &self.exit_reason {

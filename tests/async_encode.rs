@@ -1,0 +1,114 @@
+//! Asynchronous encoding (`SCR_ENCODE_ASYNC=1`) on a simulated cluster: `SCR_Complete_output`
+//! returns with SINGLE protection and the redundancy is encoded in the background; a dataset
+//! counts as protected only once every member of its set finished. A node lost while an
+//! encoding runs costs that dataset (unless none of its data was lost), never the protected
+//! one before it. Every restart checks every byte (test_api).
+
+mod common;
+use common::Job;
+
+const SIZE: &str = "300007";
+
+/// A job on four simulated nodes with asynchronous encoding and MPI_THREAD_MULTIPLE (Open MPI
+/// gives MPI_Init that level with OMPI_MPI_THREAD_LEVEL=3).
+fn job(scheme: &str) -> Job {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    job.set("SCR_COPY_TYPE", scheme).set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2").set("SCR_SET_FAILURES", "2");
+    job.set("SCR_ENCODE_ASYNC", "1").set("OMPI_MPI_THREAD_LEVEL", "3").set("SCR_DEBUG", "1");
+    job
+}
+
+fn restarted(r: &common::Run, step: u32) -> bool {
+    r.has(&format!("RESTARTED ckpt.{step} step={step}")) && !r.stdout.contains("RESTART_FAILED")
+}
+
+#[test]
+fn each_scheme_encodes_in_the_background_and_survives_a_lost_node() {
+    for (scheme, lost) in [("PARTNER", &["n2"][..]), ("XOR", &["n1"]), ("RS", &["n0", "n3"])] {
+        let mut job = job(scheme);
+        let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+        assert!(r.has("DONE steps=1..2") && r.code == Some(0), "{scheme}\n{}", r.dump());
+        let deferred = format!("SINGLE until its {scheme} encoding is done in the background");
+        assert_eq!(r.stderr.matches(&deferred).count(), 2, "{scheme}\n{}", r.dump());
+        assert!(r.stderr.contains(&format!("dataset 2: {scheme} encoded in the background")), "{scheme}\n{}", r.dump());
+        for n in lost {
+            job.lose_node(n);
+        }
+        job.map(&["n0", "n1", "n2", "n3"]);
+        let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+        assert!(restarted(&r, 2), "{scheme}\n{}", r.dump());
+        let want = format!("rebuilt cached dataset 2 for {} rank(s)", lost.len());
+        assert!(r.stderr.contains(&want), "{scheme}\n{}", r.dump());
+    }
+}
+
+#[test]
+fn without_thread_multiple_the_encoding_stays_inside_complete_output() {
+    let mut job = job("XOR");
+    job.unset("OMPI_MPI_THREAD_LEVEL");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert!(r.has("DONE steps=1..2") && r.code == Some(0), "{}", r.dump());
+    let msg = "SCR_ENCODE_ASYNC=1 needs MPI initialised with MPI_THREAD_MULTIPLE, and this run has MPI_THREAD_SINGLE";
+    assert_eq!(r.stderr.matches(msg).count(), 1, "one message\n{}", r.dump());
+    assert!(!r.stderr.contains("in the background"), "{}", r.dump());
+    // protected when SCR_Complete_output returned
+    job.lose_node("n1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert!(restarted(&r, 2) && r.stderr.contains("rebuilt cached dataset 2 for 1 rank(s)"), "{}", r.dump());
+}
+
+#[test]
+fn eviction_flushes_and_finalize_cooperate_with_encodings_in_flight() {
+    // COUNT=1: each SCR_Start_output evicts the dataset whose encoding may still run; every
+    // 2nd checkpoint is flushed in the background while it is encoded; SCR_Finalize waits
+    let mut job = job("XOR");
+    job.set("SCR_CACHE_SIZE", "1").set("SCR_FLUSH", "2").set("SCR_FLUSH_ASYNC", "1");
+    let r = job.run("test_api", &["--size", "3000017", "--steps", "4"]);
+    assert!(r.has("DONE steps=1..4") && r.code == Some(0), "{}", r.dump());
+    assert!(r.stderr.contains("dataset 4: XOR encoded in the background"), "{}", r.dump());
+    let snap = job.snapshot();
+    job.lose_node("n3");
+    let r = job.run("test_api", &["--size", "3000017", "--steps", "0"]);
+    assert!(restarted(&r, 4) && r.stderr.contains("rebuilt cached dataset 4 for 1 rank(s)"), "{}", r.dump());
+    job.restore(&snap);
+    job.wipe_cache();
+    for n in ["n0", "n1", "n2", "n3"] {
+        job.lose_node(n);
+    }
+    let r = job.run("test_api", &["--size", "3000017", "--steps", "0"]);
+    assert!(restarted(&r, 4), "fetched from the prefix\n{}", r.dump());
+}
+
+/// Files of dataset `id` named `*.xor` (published) or `*.xor.part` on a node.
+fn red_files(job: &Job, node: &str, id: u64, ext: &str) -> usize {
+    let dir = format!("scr.dataset.{id}/.scr/");
+    job.node_files(node, &dir).iter().filter(|p| p.to_string_lossy().ends_with(ext)).count()
+}
+
+#[test]
+fn a_node_lost_while_the_encoding_runs_falls_back_to_the_protected_checkpoint() {
+    let big = "40000003";
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let mut job = job("XOR");
+    // ckpt.1, then ckpt.2, whose encoding is running when the whole job is killed
+    let mut bg = job.spawn("test_api", &["--size", big, "--steps", "3", "--compute-secs", "3"]);
+    bg.wait_until("the encoding of ckpt.2", || nodes.iter().any(|n| red_files(&job, n, 2, ".xor.part") > 0));
+    let out = bg.kill();
+    let published = |id| nodes.iter().filter(|n| red_files(&job, n, id, ".xor") > 0).count();
+    assert_eq!(published(1), 4, "ckpt.1's encoding finished before ckpt.2's began\n{out}");
+    assert!(published(2) < 4, "the kill came after ckpt.2's encoding had finished; make the data larger\n{out}");
+    let snap = job.snapshot();
+
+    // nothing lost: every byte of ckpt.2 is still there, so it is the restart
+    let r = job.run("test_api", &["--size", big, "--steps", "0"]);
+    assert!(restarted(&r, 2), "{}", r.dump());
+
+    // a node lost: ckpt.2 cannot be rebuilt (never fully encoded); ckpt.1 is
+    job.restore(&snap);
+    job.lose_node("n2");
+    job.map(&["n0", "n1", "n4", "n3"]);
+    let r = job.run("test_api", &["--size", big, "--steps", "0"]);
+    assert!(restarted(&r, 1), "{}", r.dump());
+    assert!(r.stderr.contains("deleting dataset 2 from cache"), "{}", r.dump());
+    assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{}", r.dump());
+}
