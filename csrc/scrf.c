@@ -130,19 +130,31 @@ void scr_start_output_(const char* name, const int* flags, int* ierror, scr_flen
   free(n);
 }
 
-void scr_route_file_(const char* name, char* file, int* ierror, scr_flen name_len, scr_flen file_len)
+/* SCR_ROUTE_FILE and SCR_ROUTE_SHARED_FILE: NAME in, FILE out. */
+static void route(const char* call, int (*f)(const char*, char*), const char* name, char* file, int* ierror,
+                  scr_flen name_len, scr_flen file_len)
 {
   char routed[SCR_MAX_FILENAME];
-  char* n = cstr("SCR_ROUTE_FILE", name, name_len);
+  char* n = cstr(call, name, name_len);
   if (n == NULL) {
     *ierror = SCRF_FAILURE;
     return;
   }
-  *ierror = SCR_Route_file(n, routed);
+  *ierror = f(n, routed);
   free(n);
   if (*ierror == SCR_SUCCESS) {
-    *ierror = fstr("SCR_ROUTE_FILE", "FILE", routed, file, file_len);
+    *ierror = fstr(call, "FILE", routed, file, file_len);
   }
+}
+
+void scr_route_file_(const char* name, char* file, int* ierror, scr_flen name_len, scr_flen file_len)
+{
+  route("SCR_ROUTE_FILE", SCR_Route_file, name, file, ierror, name_len, file_len);
+}
+
+void scr_route_shared_file_(const char* name, char* file, int* ierror, scr_flen name_len, scr_flen file_len)
+{
+  route("SCR_ROUTE_SHARED_FILE", SCR_Route_shared_file, name, file, ierror, name_len, file_len);
 }
 
 void scr_complete_output_(const int* valid, int* ierror)
@@ -182,6 +194,21 @@ void scr_start_restart_(char* name, int* ierror, scr_flen name_len)
 void scr_complete_restart_(const int* valid, int* ierror)
 {
   *ierror = SCR_Complete_restart(*valid);
+}
+
+void scr_restart_info_(int* ranks, int* nfiles, int* ierror)
+{
+  *ierror = SCR_Restart_info(ranks, nfiles);
+}
+
+/* SCR_RESTART_FILE(I, NAME, WRITER, IERROR): I counts from 0, as in C. */
+void scr_restart_file_(const int* i, char* name, int* writer, int* ierror, scr_flen name_len)
+{
+  char buf[SCR_MAX_FILENAME];
+  *ierror = SCR_Restart_file(*i, buf, writer);
+  if (*ierror == SCR_SUCCESS) {
+    *ierror = fstr("SCR_RESTART_FILE", "NAME", buf, name, name_len);
+  }
 }
 
 void scr_get_version_(char* version, int* ierror, scr_flen version_len)

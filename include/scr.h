@@ -41,6 +41,13 @@ const char* SCR_Configf(const char* format, ...)
 int SCR_Need_checkpoint(int* flag);
 int SCR_Start_output(const char* name, int flags);
 int SCR_Route_file(const char* name, char* file);   /* local, not collective */
+
+/* A file several ranks write in one output phase (scr-rs; N-to-1: pwrite at offsets, MPI-IO,
+ * parallel HDF5): every rank that writes it calls this instead of SCR_Route_file and gets the
+ * same path, in the prefix (the cache is bypassed for this file). Local, not collective. The
+ * dataset is valid only if every writer reports it valid; a name several ranks route with
+ * SCR_Route_file makes the dataset invalid. At restart every rank may route it. */
+int SCR_Route_shared_file(const char* name, char* file);
 int SCR_Complete_output(int valid);
 
 /* Legacy checkpoint API (SCR 1.x/2.x): equivalent to SCR_Start_output(NULL,
@@ -52,6 +59,14 @@ int SCR_Complete_checkpoint(int valid);
 int SCR_Have_restart(int* flag, char* name);
 int SCR_Start_restart(char* name);
 int SCR_Complete_restart(int valid);
+
+/* The checkpoint being restarted (scr-rs; local, valid between SCR_Start_restart and
+ * SCR_Complete_restart): how many processes wrote it (another number than this run's with
+ * SCR_RESTART_ELASTIC=1) and how many files it has; then file i (0 <= i < nfiles): its path in
+ * the prefix, the name to give SCR_Route_file, and the rank that wrote it (-1: a shared file).
+ * Any rank may route any file of the checkpoint. */
+int SCR_Restart_info(int* ranks, int* nfiles);
+int SCR_Restart_file(int i, char* name, int* writer);
 
 /* General */
 char* SCR_Get_version(void);                        /* local; do not free */

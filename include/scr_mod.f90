@@ -42,6 +42,12 @@ module scr
       integer, intent(out) :: ierror
     end subroutine scr_route_file
 
+    subroutine scr_route_shared_file(name, file, ierror)
+      character(len=*), intent(in) :: name
+      character(len=*), intent(out) :: file
+      integer, intent(out) :: ierror
+    end subroutine scr_route_shared_file
+
     subroutine scr_complete_output(valid, ierror)
       integer, intent(in) :: valid
       integer, intent(out) :: ierror
@@ -71,6 +77,16 @@ module scr
       integer, intent(in) :: valid
       integer, intent(out) :: ierror
     end subroutine scr_complete_restart
+
+    subroutine scr_restart_info(ranks, nfiles, ierror)
+      integer, intent(out) :: ranks, nfiles, ierror
+    end subroutine scr_restart_info
+
+    subroutine scr_restart_file(i, name, writer, ierror)
+      integer, intent(in) :: i
+      character(len=*), intent(out) :: name
+      integer, intent(out) :: writer, ierror
+    end subroutine scr_restart_file
 
     subroutine scr_get_version(version, ierror)
       character(len=*), intent(out) :: version

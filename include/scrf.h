@@ -8,6 +8,9 @@
 !   CALL SCR_INIT(IERROR)
 !   CALL SCR_ROUTE_FILE(NAME, FILE, IERROR)
 !   CALL SCR_CONFIG(CONFIG, VAL, IERROR)
+! scr-rs adds SCR_ROUTE_SHARED_FILE(NAME, FILE, IERROR),
+! SCR_RESTART_INFO(RANKS, NFILES, IERROR) and
+! SCR_RESTART_FILE(I, NAME, WRITER, IERROR) (I from 0, as in C).
 ! Strings: trailing blanks of input strings are ignored; results are
 ! blank-padded. A result longer than its variable fails the call
 ! (declare CHARACTER(LEN=SCR_MAX_FILENAME)). Flags add up:

@@ -33,7 +33,15 @@ semantics follow the C API (SCR user guide, section 2.5):
     need_checkpoint()       True if a checkpoint should be taken now
     start_output(name, flags)  flags: FLAG_CHECKPOINT, FLAG_OUTPUT or their sum; name may be
                             None (SCR names the dataset)
-    route_file(name)        the path to open for name
+    route_file(name)        the path to open for name (in a restart phase: any file of the
+                            checkpoint, whoever wrote it)
+    route_shared_file(name) the path to open for a file several processes write together in
+                            this output phase (scr-rs; written in the prefix, the same path
+                            on every process)
+    restart_info()          (processes that wrote the checkpoint being restarted, its number of
+                            files); in a restart phase (scr-rs)
+    restart_file(i)         (path in the prefix, writer) of file i, 0 <= i < files; writer -1
+                            for a shared file (scr-rs)
     complete_output(valid)  True if every process wrote its part successfully
     should_exit()           True if the application should stop (scr_halt, time limit)
     current(name), delete(name), drop(name)   dataset management
@@ -62,8 +70,9 @@ import os
 
 __all__ = [
     "FLAG_NONE", "FLAG_CHECKPOINT", "FLAG_OUTPUT", "config", "init", "finalize", "route_file",
-    "have_restart", "start_restart", "complete_restart", "need_checkpoint", "start_output",
-    "complete_output", "should_exit", "current", "delete", "drop",
+    "route_shared_file", "have_restart", "start_restart", "complete_restart", "restart_info",
+    "restart_file", "need_checkpoint", "start_output", "complete_output", "should_exit",
+    "current", "delete", "drop",
 ]
 
 FLAG_NONE = 0
@@ -106,6 +115,9 @@ _int_p = ctypes.POINTER(ctypes.c_int)
 for _name, _args in [
     ("SCR_Init", []), ("SCR_Finalize", []),
     ("SCR_Route_file", [ctypes.c_char_p, ctypes.c_char_p]),
+    ("SCR_Route_shared_file", [ctypes.c_char_p, ctypes.c_char_p]),
+    ("SCR_Restart_info", [_int_p, _int_p]),
+    ("SCR_Restart_file", [ctypes.c_int, ctypes.c_char_p, _int_p]),
     ("SCR_Have_restart", [_int_p, ctypes.c_char_p]),
     ("SCR_Start_restart", [ctypes.c_char_p]),
     ("SCR_Complete_restart", [ctypes.c_int]),
@@ -178,6 +190,28 @@ def route_file(name):
     buf = ctypes.create_string_buffer(_MAX_FILENAME)
     _check(_lib.SCR_Route_file(os.fsencode(name), buf), "SCR_Route_file")
     return os.fsdecode(buf.value)
+
+
+def route_shared_file(name):
+    """The path to open for file `name`, which several processes write in this output phase."""
+    buf = ctypes.create_string_buffer(_MAX_FILENAME)
+    _check(_lib.SCR_Route_shared_file(os.fsencode(name), buf), "SCR_Route_shared_file")
+    return os.fsdecode(buf.value)
+
+
+def restart_info():
+    """(processes that wrote the checkpoint being restarted, its number of files)."""
+    ranks, nfiles = ctypes.c_int(0), ctypes.c_int(0)
+    _check(_lib.SCR_Restart_info(ctypes.byref(ranks), ctypes.byref(nfiles)), "SCR_Restart_info")
+    return ranks.value, nfiles.value
+
+
+def restart_file(i):
+    """(path in the prefix, writer) of file `i` of the checkpoint; writer is -1 for a shared file."""
+    buf = ctypes.create_string_buffer(_MAX_FILENAME)
+    writer = ctypes.c_int(0)
+    _check(_lib.SCR_Restart_file(int(i), buf, ctypes.byref(writer)), "SCR_Restart_file")
+    return os.fsdecode(buf.value), writer.value
 
 
 def have_restart():

@@ -18,7 +18,8 @@ use crate::scr_error;
 pub const SCR_SUCCESS: c_int = 0;
 pub const SCR_FAILURE: c_int = 1;
 
-/// Print an error once: a collective error on rank 0 only, anything else where it happened.
+/// Print an error once: a collective error on rank 0 only, anything else where it happened
+/// (a pending one as a warning).
 fn report(e: &Error) {
     match e {
         Error::Collective(_) => {
@@ -26,6 +27,7 @@ fn report(e: &Error) {
                 scr_error!("{e}");
             }
         }
+        Error::Pending(_) => crate::scr_warn!("{e}"),
         _ => scr_error!("{e}"),
     }
 }
@@ -249,24 +251,50 @@ pub unsafe extern "C" fn SCR_Start_output(name: *const c_char, flags: c_int) -> 
     }))
 }
 
+/// A route call: `f` maps the name to a path, which is copied into `file`.
+///
+/// # Safety
+/// `name` must be NULL or a NUL-terminated string, `file` NULL or a buffer of
+/// `SCR_MAX_FILENAME` bytes.
+unsafe fn route_into(
+    call: &'static str,
+    name: *const c_char,
+    file: *mut c_char,
+    f: impl FnOnce(&str) -> Result<std::path::PathBuf>,
+) -> c_int {
+    code(guard(call, || {
+        // SAFETY: per this function's contract.
+        let n = unsafe { arg(call, "name", name) }?;
+        if file.is_null() {
+            return Err(Error::usage(call, "file buffer is NULL"));
+        }
+        let routed = f(n)?;
+        let routed = routed
+            .to_str()
+            .ok_or_else(|| Error::usage(call, format!("{} is not valid UTF-8", routed.display())))?
+            .to_string();
+        // SAFETY: per this function's contract.
+        unsafe { put(call, file, &routed) }
+    }))
+}
+
 /// # Safety
 /// `name` must be a NUL-terminated string, `file` a buffer of `SCR_MAX_FILENAME` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn SCR_Route_file(name: *const c_char, file: *mut c_char) -> c_int {
-    code(guard("SCR_Route_file", || {
-        // SAFETY: per this function's contract.
-        let n = unsafe { arg("SCR_Route_file", "name", name) }?;
-        if file.is_null() {
-            return Err(Error::usage("SCR_Route_file", "file buffer is NULL"));
-        }
-        let routed = runtime::route_file(n)?;
-        let routed = routed
-            .to_str()
-            .ok_or_else(|| Error::usage("SCR_Route_file", format!("{} is not valid UTF-8", routed.display())))?
-            .to_string();
-        // SAFETY: per this function's contract.
-        unsafe { put("SCR_Route_file", file, &routed) }
-    }))
+    // SAFETY: per this function's contract.
+    unsafe { route_into("SCR_Route_file", name, file, runtime::route_file) }
+}
+
+/// `int SCR_Route_shared_file(const char* name, char* file)`: declare `name` a file several
+/// ranks write in this output phase; `file` receives the path every writer writes.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string, `file` a buffer of `SCR_MAX_FILENAME` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Route_shared_file(name: *const c_char, file: *mut c_char) -> c_int {
+    // SAFETY: per this function's contract.
+    unsafe { route_into("SCR_Route_shared_file", name, file, runtime::route_shared_file) }
 }
 
 /// Both the call's failure and an invalid dataset return failure, as in SCR.
@@ -318,6 +346,52 @@ pub unsafe extern "C" fn SCR_Start_restart(name: *mut c_char) -> c_int {
         let n = runtime::start_restart()?;
         // SAFETY: per this function's contract.
         unsafe { put("SCR_Start_restart", name, &n) }
+    }))
+}
+
+/// # Safety
+/// `ranks` and `nfiles` must point to ints.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Restart_info(ranks: *mut c_int, nfiles: *mut c_int) -> c_int {
+    const CALL: &str = "SCR_Restart_info";
+    code(guard(CALL, || {
+        if ranks.is_null() || nfiles.is_null() {
+            return Err(Error::usage(CALL, "ranks or nfiles is NULL"));
+        }
+        let (writers, files) = runtime::restart_info()?;
+        let files =
+            c_int::try_from(files).map_err(|_| Error::usage(CALL, format!("{files} files do not fit an int")))?;
+        // SAFETY: both non-null and pointing to ints per this function's contract.
+        unsafe {
+            *ranks = writers as c_int;
+            *nfiles = files;
+        }
+        Ok(())
+    }))
+}
+
+/// # Safety
+/// `name` must be a buffer of `SCR_MAX_FILENAME` bytes, `writer` NULL or a pointer to an int.
+#[no_mangle]
+pub unsafe extern "C" fn SCR_Restart_file(i: c_int, name: *mut c_char, writer: *mut c_int) -> c_int {
+    const CALL: &str = "SCR_Restart_file";
+    code(guard(CALL, || {
+        if name.is_null() {
+            return Err(Error::usage(CALL, "name buffer is NULL"));
+        }
+        let (path, w) = runtime::restart_file(i as i64)?;
+        let path = path
+            .to_str()
+            .ok_or_else(|| Error::usage(CALL, format!("{} is not valid UTF-8", path.display())))?
+            .to_string();
+        // SAFETY: per this function's contract.
+        unsafe {
+            put(CALL, name, &path)?;
+            if !writer.is_null() {
+                *writer = w;
+            }
+        }
+        Ok(())
     }))
 }
 

@@ -117,6 +117,23 @@ pub fn files_crc(paths: &[PathBuf], threads: usize, buf_size: usize) -> Vec<Resu
     out
 }
 
+/// CRC32 of `len` bytes of the file at `path` from `off` (a file shorter than that is an
+/// error), to be joined with the CRC32s of the other ranges by [`combine`].
+pub fn crc_of_range(path: &Path, off: u64, len: u64, buf_size: usize) -> Result<u32> {
+    let f = File::open(path).ctx("open", path)?;
+    let mut buf = vec![0u8; buf_size.max(4096).min(len.max(1) as usize)];
+    Ok(range_crc(&f, path, off, len, &mut buf)?.finalize())
+}
+
+/// The CRC32 of consecutive ranges, given each range's CRC32 and length in order.
+pub fn combine(parts: &[(u32, u64)]) -> u32 {
+    let mut acc = crc32fast::Hasher::new();
+    for &(crc, len) in parts {
+        acc.combine(&crc32fast::Hasher::new_with_initial_len(crc, len));
+    }
+    acc.finalize()
+}
+
 /// CRC32 of `len` bytes of `f` from `off` (a file shorter than that is an error).
 fn range_crc(f: &File, path: &Path, off: u64, len: u64, buf: &mut [u8]) -> Result<crc32fast::Hasher> {
     let mut h = crc32fast::Hasher::new();
@@ -133,6 +150,19 @@ fn range_crc(f: &File, path: &Path, off: u64, len: u64, buf: &mut [u8]) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_combine_to_the_plain_crc() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let data: Vec<u8> = (0..100_003u32).map(|x| (x * 7) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        let cuts = [(0u64, 1u64), (1, 50_000), (50_001, 50_002)];
+        let parts: Vec<(u32, u64)> = cuts.iter().map(|&(o, l)| (crc_of_range(&p, o, l, 4096).unwrap(), l)).collect();
+        assert_eq!(combine(&parts), crc32fast::hash(&data));
+        assert_eq!(combine(&[]), crc32fast::hash(b""));
+        assert!(crc_of_range(&p, 100_000, 10, 4096).is_err(), "past the end");
+    }
 
     #[test]
     fn threads_and_ranges_give_the_plain_crc() {

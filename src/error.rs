@@ -38,6 +38,11 @@ pub enum Error {
     /// A data file failed verification (size or CRC32).
     #[error("{path}: {why}")]
     Integrity { path: PathBuf, why: String },
+    /// A call could not be served now, and the library will make up for it at a later call
+    /// (a restart file held in another node's cache: `SCR_Complete_restart` copies it); the
+    /// front ends report it as a warning.
+    #[error("{0}")]
+    Pending(String),
     /// Anything else, described.
     #[error("{0}")]
     Other(String),

@@ -154,6 +154,14 @@ fn free_form_fortran_against_scrf_h_and_the_scr_module() {
         assert!(first.stderr.contains("SCR_CONFIG: VAL holds 4 characters"), "{}", first.dump());
         let fresh = run(&fortran_job(), &exe, &["0"]);
         assert!(fresh.has("NO_RESTART name_blank=T"), "{extra:?}: {}", fresh.dump());
+        // SCR_ROUTE_SHARED_FILE (rank 0's header in the prefix), SCR_RESTART_INFO and _FILE
+        let job = fortran_job();
+        let r = run(&job, &exe, &["2", "0", "0", "1"]);
+        assert!(r.has("CHECKPOINT ckpt.2 ok=1"), "{extra:?}: {}", r.dump());
+        assert_eq!(std::fs::metadata(job.prefix.join("ckpt.2/header.dat")).map(|m| m.len()).ok(), Some(64));
+        let r = run(&job, &exe, &["0", "0", "0", "1"]);
+        assert!(r.has("LISTED writers=4 files=5 own=1 header=1"), "{extra:?}: {}", r.dump());
+        assert!(r.has("RESTARTED ckpt.2 step=2"), "{extra:?}: {}", r.dump());
     }
 }
 
@@ -177,6 +185,20 @@ fn python_module_under_mpi4py() {
         assert_eq!(bytes.len(), 100000);
         assert!(bytes.chunks(seed.len()).all(|c| seed.as_bytes().starts_with(c)), "rank {rank}");
     });
+
+    // route_shared_file (one file all ranks write), restart_info, restart_file
+    let mut sjob = Job::new();
+    sjob.set("SCR_FLUSH", "0").set("PYTHONPATH", &python.display().to_string());
+    let shared = |steps: &str| {
+        let args: Vec<String> =
+            ["--size", "1000", "--steps", steps, "--shared"].iter().map(|s| s.to_string()).collect();
+        sjob.run_exe(4, &["/usr/bin/python3".into(), example.clone()], &args)
+    };
+    let r = shared("2");
+    assert!(r.has("NO_RESTART") && r.has("CHECKPOINT ckpt.2 ok=1"), "{}", r.dump());
+    assert_eq!(std::fs::metadata(sjob.prefix.join("ckpt.2/all.dat")).map(|m| m.len()).ok(), Some(4 * 4096));
+    let r = shared("0");
+    assert!(r.has("RESTARTED ckpt.2 step=2") && r.has("SHARED writers=4 files=5"), "{}", r.dump());
 
     // Without MPI: config() sets, queries and raises on a bad value; importing finds the
     // installed libscr.so by the module's own location (no LIBSCR, no LD_LIBRARY_PATH).

@@ -2,7 +2,12 @@
 ! (compiled with -DUSE_SCR_MODULE it uses the scr module instead, whose
 ! explicit interfaces check every call). Same arguments and output lines:
 !
-!   test_api STEPS [CRASH_AFTER [OUTPUT_STEP]]
+!   test_api STEPS [CRASH_AFTER [OUTPUT_STEP [HEADER]]]
+!
+! HEADER=1: rank 0 also writes CKPT/header.dat through SCR_ROUTE_SHARED_FILE,
+! and at restart every rank lists the checkpoint (SCR_RESTART_INFO,
+! SCR_RESTART_FILE), finds its own file and the header in the list, and
+! reads the header: LISTED writers=W files=F own=1 header=1.
 !
 ! plus CONFIG lines for a VAL too short for its value (the call fails
 ! and says so), the version, and the blank name of SCR_HAVE_RESTART when
@@ -21,6 +26,9 @@ program test_api_f90
   integer :: buf(n)
   integer :: ierr, rank, flag, valid, i, step, first, last, ios
   integer :: steps, crash, outstep, flags
+  integer :: header, writers, nfiles, writer, j, got(2), both(2)
+  integer :: hbuf(16)
+  character(len=SCR_MAX_FILENAME) :: path
   character(len=64) :: arg, name
   character(len=256) :: fname
   character(len=SCR_MAX_FILENAME) :: ckpt, routed, val
@@ -43,6 +51,11 @@ program test_api_f90
   if (command_argument_count() >= 3) then
     call get_command_argument(3, arg)
     read (arg, *) outstep
+  end if
+  header = 0
+  if (command_argument_count() >= 4) then
+    call get_command_argument(4, arg)
+    read (arg, *) header
   end if
 
   call SCR_CONFIG('SCR_CACHE_SIZE= 3', ' ', ierr)
@@ -89,6 +102,28 @@ program test_api_f90
         if (ios == 0) valid = merge(1, 0, all(buf == [(rank * 1000000 + step * 10000 + i, i = 1, n)]))
       end if
     end if
+    if (header == 1) then
+      call SCR_RESTART_INFO(writers, nfiles, ierr)
+      got = 0
+      do j = 0, nfiles - 1
+        call SCR_RESTART_FILE(j, path, writer, ierr)
+        if (ierr /= SCR_SUCCESS) exit
+        if (writer == rank .and. index(path, '/' // trim(fname)) > 0) got(1) = 1
+        if (writer == -1 .and. index(path, '/header.dat') > 0) then
+          call SCR_ROUTE_FILE(path, routed, ierr)
+          open (unit=12, file=routed, access='stream', form='unformatted', action='read', iostat=ios)
+          if (ios == 0) then
+            read (12, iostat=ios) hbuf
+            close (12)
+            if (ios == 0) got(2) = merge(1, 0, all(hbuf == [(step * 100 + i, i = 1, 16)]))
+          end if
+        end if
+      end do
+      call MPI_ALLREDUCE(got, both, 2, MPI_INTEGER, MPI_MIN, MPI_COMM_WORLD, ierr)
+      if (rank == 0) write (*, '(A,I0,A,I0,A,I0,A,I0)') 'LISTED writers=', writers, ' files=', nfiles, &
+        ' own=', both(1), ' header=', both(2)
+      valid = valid * both(1) * both(2)
+    end if
     call SCR_COMPLETE_RESTART(valid, ierr)
     if (ierr == SCR_SUCCESS) then
       if (rank == 0) write (*, '(A,A,A,I0)') 'RESTARTED ', trim(ckpt), ' step=', step
@@ -119,6 +154,18 @@ program test_api_f90
         if (ios == 0) valid = 1
         close (11)
       end if
+    end if
+    if (header == 1 .and. rank == 0) then
+      ! rank 0 alone writes a file straight to the prefix (a shared file of one writer)
+      call SCR_ROUTE_SHARED_FILE(trim(name) // '/header.dat', path, ierr)
+      if (ierr /= SCR_SUCCESS) valid = 0
+      open (unit=13, file=path, access='stream', form='unformatted', action='write', status='replace', &
+        iostat=ios)
+      if (ios == 0) then
+        write (13, iostat=ios) [(step * 100 + i, i = 1, 16)]
+        close (13)
+      end if
+      if (ios /= 0) valid = 0
     end if
     call SCR_COMPLETE_OUTPUT(valid, ierr)
     if (rank == 0) write (*, '(A,A,A,I0)') 'CHECKPOINT ', trim(name), ' ok=', merge(1, 0, ierr == SCR_SUCCESS)

@@ -1,8 +1,9 @@
 //! `scr_index`: list and manage the datasets in a prefix directory (user guide 2.10). The work
-//! is done by [`scr::ops::index`] and [`scr::ops::build`].
+//! is done by [`scr::ops::index`] and [`scr::transfer::build`].
 
 use scr::ops::args::{self, flag, valued, Opt};
-use scr::ops::{build, index, prefix, OpError, OpResult};
+use scr::ops::{index, prefix, OpError, OpResult};
+use scr::transfer::build;
 
 const HELP: &str = "\
 NAME

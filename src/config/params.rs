@@ -182,6 +182,13 @@ pub const PARAMS: &[Param] = &[
         Implemented,
         "flush cached checkpoints in SCR_Init and restart from the prefix",
     ),
+    p(
+        "SCR_RESTART_ELASTIC",
+        Bool,
+        Some("0"),
+        Implemented,
+        "1: offer checkpoints written by another number of processes (read from the prefix; a cached one is copied there in SCR_Init); 0: skip them",
+    ),
     // Text, not Count: the guide documents -1 (unlimited), which a Count would refuse and fail
     // SCR_Init in every job that sets it; scr_run checks the value itself.
     p("SCR_RUNS", Text, Some("1"), Wrapper, "runs the wrapper script attempts (-1: unlimited)"),

@@ -57,6 +57,8 @@ pub struct Settings {
     pub flush_width: usize,
     pub flush_on_restart: bool,
     pub global_restart: bool,
+    /// `SCR_RESTART_ELASTIC`: checkpoints of another number of processes are offered too.
+    pub restart_elastic: bool,
     pub file_buf_size: usize,
     /// Piece size of the redundancy schedules (`SCR_MPI_BUF_SIZE`).
     pub mpi_buf_size: usize,
@@ -265,6 +267,7 @@ impl Settings {
             flush_width: num::<usize>(r, "SCR_FLUSH_WIDTH")?.max(1),
             flush_on_restart: boolean(r, "SCR_FLUSH_ON_RESTART")?,
             global_restart: boolean(r, "SCR_GLOBAL_RESTART")?,
+            restart_elastic: boolean(r, "SCR_RESTART_ELASTIC")?,
             file_buf_size: size("SCR_FILE_BUF_SIZE")?.max(4096),
             mpi_buf_size: size("SCR_MPI_BUF_SIZE")?.max(4096),
             crc_on_copy: match r.get("SCR_CRC_ON_COPY") {

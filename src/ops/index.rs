@@ -3,14 +3,15 @@
 //! `--add` (index a dataset whose metadata is in its `scr.dataset.<id>` directory). Every
 //! change is a locked read-modify-write of `index.scr`; a damaged or lost index is rebuilt
 //! from the dataset directories first (`crate::state::recover`). `--build` lives in
-//! [`super::build`].
+//! [`crate::transfer::build`].
 
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::{OpError, OpResult};
-use crate::state::index::{Index, IndexEntry};
+pub use crate::state::index::complete_entry;
+use crate::state::index::Index;
 use crate::state::layout::Layout;
 use crate::state::recover;
 use crate::state::summary::{Rank2File, Summary};
@@ -180,7 +181,7 @@ pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
             }
             Ok(Some(_)) => {}
             Ok(None) => {
-                if super::build::scanned_name(layout, id).as_deref() == Some(name) {
+                if crate::transfer::build::scanned_name(layout, id).as_deref() == Some(name) {
                     scavenged = Some(id);
                 }
             }
@@ -206,7 +207,8 @@ pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
     let r2f_path = layout.rank2file(id);
     let r2f = Rank2File::load(&r2f_path)?
         .ok_or_else(|| OpError::failed(format!("{} is missing; run scr_index --build {id}", r2f_path.display())))?;
-    let missing = missing_files(layout, &r2f);
+    let mut missing = crate::transfer::build::missing_files(layout, &r2f);
+    missing.extend(summary.desc.missing_shared(&layout.prefix.path));
     if !missing.is_empty() {
         return Err(OpError::failed(format!(
             "{name} (dataset {id}) is not complete in the prefix: {}; run scr_index --build {id} to rebuild what \
@@ -224,34 +226,6 @@ pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
         ix.datasets.insert(id, complete_entry(summary.desc.clone(), flushed));
     })?;
     Ok(id)
-}
-
-/// An index entry for a dataset that is complete in the prefix.
-pub fn complete_entry(desc: crate::state::dataset::DatasetDesc, flushed: Option<String>) -> IndexEntry {
-    IndexEntry { desc, complete: true, flushed, flushing: false, failed: false, fetches: Vec::new() }
-}
-
-/// Files of `r2f` missing from the prefix or of the wrong size, described.
-pub fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
-    let mut out = Vec::new();
-    for (rank, files) in &r2f.files {
-        for f in files {
-            let p = layout.prefix.join(&f.rel);
-            match std::fs::metadata(&p) {
-                Err(e) => out.push(format!("rank {rank}: {}: {e}", p.display())),
-                Ok(m) if m.len() != f.size => {
-                    out.push(format!("rank {rank}: {}: {} bytes, {} expected", p.display(), m.len(), f.size))
-                }
-                Ok(_) => {}
-            }
-        }
-    }
-    for r in 0..r2f.ranks {
-        if !r2f.files.contains_key(&r) {
-            out.push(format!("rank {r}: no files recorded"));
-        }
-    }
-    out
 }
 
 /// The ids of the `scr.dataset.<id>` directories in `.scr`, ascending.

@@ -12,8 +12,7 @@
 //! | [`halt`] | reading and changing halt conditions (`scr_halt`) |
 //! | [`index`] | listing and editing the index (`scr_index`) |
 //! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
-//! | [`build`] | scanning a dataset directory, rebuilding lost files, publishing it (`scr_index --build`) |
-//! | [`scavenge`] | copying a node's cached datasets to the prefix (`scr_copy`), and driving it over the nodes (`scr_scavenge`) |
+//! | [`scavenge`] | `scr_copy` on one node and `scr_scavenge` over the nodes (the copy and the build, `scr_index --build`, are [`crate::transfer::scavenge`] and [`crate::transfer::build`]) |
 //! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
 //! | [`slurm`] | what the commands ask Slurm: unusable nodes, a run's job step, cancelling it |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
@@ -28,7 +27,6 @@
 //! changed.
 
 pub mod args;
-pub mod build;
 pub mod halt;
 pub mod index;
 pub mod interval;

@@ -2,35 +2,24 @@
 //! ended (finished, killed or failed) and before the allocation does, copy the datasets that
 //! are still only in node-local caches to the prefix, then build them there.
 //!
-//! * [`copy_node`] (`scr_copy`) runs on one node: from the control directory it reads the
-//!   flush file and the filemaps of the ranks that ran there, picks the newest checkpoint and
-//!   every output dataset not yet in the prefix (a dataset whose flush was cut short, marked
-//!   `FLUSHING`, counts as not there; one the index lists as complete is skipped), and copies
-//!   each rank's files to their place below the prefix and its redundancy file to
-//!   `.scr/scr.dataset.<id>/`, each verified (size, and CRC32 when the cache recorded one) and
-//!   published under a temporary name; then it writes the rank's `<rank>.scrfilemap`. A file
-//!   that fails to copy leaves that rank's part missing, for the build to rebuild.
+//! * `scr_copy` runs on one node: [`copy_node`] (in the transfer layer, which `SCR_Init` uses
+//!   too) copies that node's cached parts of the datasets still owed to the prefix, and
+//!   `scr_copy` prints one protocol line per rank part ([`protocol_lines`]).
 //! * [`scavenge`] (`scr_scavenge`, `scr_postrun`) runs `scr_copy` on every node at once through
 //!   a per-node command (`srun -w {node}`, `ssh {node}`, or `scripts/sim-node.sh` on the
 //!   simulated cluster), reads back which datasets arrived, and builds each
-//!   ([`super::build`]): what a lost node held is rebuilt from the redundancy data of the others.
+//!   ([`crate::transfer::build`]): what a lost node held is rebuilt from the redundancy data of the others.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use super::build::{self, Report};
 use super::{OpError, OpResult};
-use crate::checksum::file_crc;
 use crate::config::Settings;
 use crate::paths::Prefix;
-use crate::redundancy::RedInfo;
-use crate::state::filemap::{DatasetRecord, Filemap};
-use crate::state::flushfile::{FlushFile, Location};
-use crate::state::index::Index;
 use crate::state::layout::Layout;
-use crate::state::rankfile::{RankFile, RankFileEntry, RankRed};
-use crate::transfer::copy::copy_verified;
+use crate::transfer::build::{self, Report};
+pub use crate::transfer::scavenge::{copy_node, NodeCopy};
 
 /// The prefix of the lines `scr_copy` prints for `scr_scavenge` to read.
 pub const PROTOCOL: &str = "SCR_COPY";
@@ -52,161 +41,19 @@ pub fn job_context(prefix: Option<&str>) -> OpResult<(Layout, Settings)> {
     Ok((Layout::new(prefix, &settings.cntl_base, &user, &job.id), settings))
 }
 
-/// What one node copied.
-#[derive(Debug, Default)]
-pub struct NodeCopy {
-    /// (dataset, rank, files, bytes) copied completely.
-    pub copied: Vec<(u64, u32, usize, u64)>,
-    /// (dataset, rank, why) parts that could not be copied.
-    pub failed: Vec<(u64, u32, String)>,
-    /// Remarks (what was chosen and why, what was skipped).
-    pub notes: Vec<String>,
-}
-
-impl NodeCopy {
-    /// The lines `scr_copy` prints on stdout for the driver.
-    pub fn protocol_lines(&self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .copied
+/// The lines `scr_copy` prints on stdout for the driver: one per rank part copied or not.
+pub fn protocol_lines(c: &NodeCopy) -> Vec<String> {
+    let mut out: Vec<String> = c
+        .copied
+        .iter()
+        .map(|(id, r, n, b)| format!("{PROTOCOL} copied id={id} rank={r} files={n} bytes={b}"))
+        .collect();
+    out.extend(
+        c.failed
             .iter()
-            .map(|(id, r, n, b)| format!("{PROTOCOL} copied id={id} rank={r} files={n} bytes={b}"))
-            .collect();
-        out.extend(
-            self.failed
-                .iter()
-                .map(|(id, r, why)| format!("{PROTOCOL} failed id={id} rank={r} why={}", why.replace('\n', " "))),
-        );
-        out
-    }
-}
-
-/// Copy this node's cached parts of the datasets to scavenge (`ids`, or the ones the flush
-/// file says are owed) to the prefix.
-pub fn copy_node(layout: &Layout, buf: usize, ids: Option<&[u64]>) -> OpResult<NodeCopy> {
-    let mut out = NodeCopy::default();
-    let flush = FlushFile::load(&layout.flush_file()).unwrap_or_else(|e| {
-        out.notes.push(format!("{e}; deciding from the filemaps alone"));
-        FlushFile::default()
-    });
-    let index = Index::load(&layout.index()).unwrap_or_else(|e| {
-        out.notes.push(format!("{e}; assuming no dataset is in the prefix yet"));
-        Index::default()
-    });
-    let mut filemaps: Vec<(u32, Filemap)> = Vec::new();
-    for (rank, path) in layout.filemaps() {
-        let rank = rank as u32;
-        match Filemap::load(&path) {
-            Ok(fm) => filemaps.push((rank, fm)),
-            Err(e) => out.notes.push(format!("{e}; rank {rank}'s cached data cannot be scavenged from this node")),
-        }
-    }
-    if filemaps.is_empty() {
-        out.notes.push(format!("no cached datasets on this node ({} holds no filemap)", layout.cntl_dir.display()));
-        return Ok(out);
-    }
-    let chosen = match ids {
-        Some(ids) => ids.to_vec(),
-        None => choose(&flush, &index, &filemaps, &mut out.notes),
-    };
-    for id in chosen {
-        for (rank, fm) in &filemaps {
-            let Some(rec) = fm.datasets.get(&id) else { continue };
-            if !rec.complete {
-                out.failed.push((id, *rank, "its part was never completed in cache".into()));
-                continue;
-            }
-            match copy_rank(layout, *rank, rec, buf) {
-                Ok((n, bytes, red_note)) => {
-                    out.copied.push((id, *rank, n, bytes));
-                    out.notes.extend(red_note);
-                }
-                Err(e) => out.failed.push((id, *rank, e)),
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The datasets a node owes the prefix: the newest checkpoint and every output dataset, unless
-/// the prefix already holds them.
-fn choose(flush: &FlushFile, index: &Index, filemaps: &[(u32, Filemap)], notes: &mut Vec<String>) -> Vec<u64> {
-    let in_prefix =
-        |id: u64| flush.location(id) == Some(Location::Pfs) || index.datasets.get(&id).is_some_and(|e| e.complete);
-    // (checkpoint, output) of every dataset known complete: the flush file (the same on every
-    // node), else this node's records.
-    let mut known: BTreeMap<u64, (bool, bool)> =
-        flush.datasets.iter().map(|(id, e)| (*id, (e.checkpoint, e.output))).collect();
-    if known.is_empty() {
-        for (_, fm) in filemaps {
-            for (id, r) in fm.datasets.iter().filter(|(_, r)| r.complete) {
-                known.insert(*id, (r.desc.checkpoint, r.desc.output));
-            }
-        }
-    }
-    let mut out = BTreeSet::new();
-    if let Some((&id, _)) = known.iter().rev().find(|(_, (ckpt, _))| *ckpt) {
-        if in_prefix(id) {
-            notes.push(format!("the newest checkpoint, dataset {id}, is already in the prefix"));
-        } else {
-            out.insert(id);
-        }
-    }
-    for (&id, &(_, output)) in &known {
-        if output && !in_prefix(id) {
-            out.insert(id);
-        }
-    }
-    for &id in &out {
-        if flush.location(id) == Some(Location::Flushing) {
-            notes.push(format!("dataset {id} was being flushed when the run ended; scavenging it instead"));
-        }
-    }
-    out.into_iter().collect()
-}
-
-/// Copy one rank's part; returns (files, bytes, a note about its redundancy file).
-fn copy_rank(
-    layout: &Layout,
-    rank: u32,
-    rec: &DatasetRecord,
-    buf: usize,
-) -> Result<(usize, u64, Option<String>), String> {
-    let id = rec.desc.id;
-    let dsdir = layout.prefix_dataset_dir(id);
-    std::fs::create_dir_all(&dsdir).map_err(|e| format!("create {}: {e}", dsdir.display()))?;
-    let mut files = Vec::with_capacity(rec.files.len());
-    let mut bytes = 0;
-    for f in &rec.files {
-        let dst = layout.prefix.join(&f.rel);
-        let c = if f.path == dst {
-            // A bypass file is in the prefix already.
-            let c = file_crc(&dst, buf).map_err(|e| e.to_string())?;
-            if c.size != f.size || f.crc.is_some_and(|crc| crc != c.crc) {
-                return Err(format!("{}: does not match what was written", dst.display()));
-            }
-            c
-        } else {
-            copy_verified(&f.path, &dst, Some(f.size), f.crc, buf, false).map_err(|e| e.to_string())?
-        };
-        bytes += c.size;
-        files.push(RankFileEntry { rel: f.rel.clone(), size: c.size, crc: Some(c.crc), complete: true });
-    }
-    let mut note = None;
-    let red = rec.red.as_ref().map(|r| {
-        let name = PathBuf::from(r.file.file_name().unwrap_or_default());
-        let dst = dsdir.join(&name);
-        let info = RedInfo { file: name, ..r.clone() };
-        match copy_verified(&r.file, &dst, None, None, buf, false) {
-            Ok(c) => RankRed { info, size: c.size, complete: true },
-            Err(e) => {
-                note = Some(format!("dataset {id} rank {rank}: its redundancy file was not copied: {e}"));
-                RankRed { info, size: 0, complete: false }
-            }
-        }
-    });
-    let fm = RankFile { rank, desc: rec.desc.clone(), files, red };
-    fm.save(&layout.rank_filemap(id, rank)).map_err(|e| e.to_string())?;
-    Ok((rec.files.len(), bytes, note))
+            .map(|(id, r, why)| format!("{PROTOCOL} failed id={id} rank={r} why={}", why.replace('\n', " "))),
+    );
+    out
 }
 
 /// How to scavenge.
@@ -462,7 +309,7 @@ pub fn copy_cli(argv: &[String]) -> OpResult<i32> {
     }
     let ids = p.values("id").into_iter().map(|v| parse_count("id", v)).collect::<OpResult<Vec<u64>>>()?;
     let (layout, settings) = job_context(p.value("prefix"))?;
-    let out = copy_node(&layout, settings.file_buf_size.max(4096), (!ids.is_empty()).then_some(ids.as_slice()))?;
+    let out = copy_node(&layout, settings.file_buf_size.max(4096), (!ids.is_empty()).then_some(ids.as_slice()));
     let host = crate::identity::host_name();
     for n in &out.notes {
         eprintln!("scr_copy on {host}: {n}");
@@ -470,7 +317,7 @@ pub fn copy_cli(argv: &[String]) -> OpResult<i32> {
     for (id, rank, why) in &out.failed {
         eprintln!("scr_copy on {host}: dataset {id} rank {rank}: {why}");
     }
-    for line in out.protocol_lines() {
+    for line in protocol_lines(&out) {
         println!("{line}");
     }
     Ok(if out.failed.is_empty() { 0 } else { 1 })
@@ -483,25 +330,9 @@ mod tests {
     #[test]
     fn protocol_round_trip() {
         let c = NodeCopy { copied: vec![(5, 2, 1, 100)], failed: vec![(5, 3, "gone\nreally".into())], notes: vec![] };
-        let lines = c.protocol_lines();
+        let lines = protocol_lines(&c);
         assert_eq!(parse_protocol(&lines[0]), Some(Ok((5, 2))));
         assert_eq!(parse_protocol(&lines[1]), Some(Err((5, 3, "gone really".into()))));
         assert_eq!(parse_protocol("hello"), None);
-    }
-
-    #[test]
-    fn the_newest_checkpoint_and_unflushed_output_are_owed() {
-        use crate::state::flushfile::FlushEntry;
-        let mut flush = FlushFile::default();
-        let e = |loc, checkpoint, output| FlushEntry { name: String::new(), location: loc, checkpoint, output };
-        flush.datasets.insert(1, e(Location::Cache, false, true));
-        flush.datasets.insert(2, e(Location::Pfs, false, true));
-        flush.datasets.insert(3, e(Location::Cache, true, false));
-        flush.datasets.insert(4, e(Location::Flushing, true, false));
-        let mut notes = Vec::new();
-        assert_eq!(choose(&flush, &Index::default(), &[], &mut notes), vec![1, 4]);
-        assert!(notes.iter().any(|n| n.contains("dataset 4 was being flushed")), "{notes:?}");
-        flush.datasets.get_mut(&4).unwrap().location = Location::Pfs;
-        assert_eq!(choose(&flush, &Index::default(), &[], &mut notes), vec![1]);
     }
 }

@@ -133,6 +133,11 @@ impl Runtime {
         self.flusher.wait(id);
         self.encoders.wait(id);
         self.cancel_checksum(id);
+        // its shared files (in the prefix), decided while the flush record still says whether
+        // it reached the prefix
+        if let Some(rec) = self.filemap.datasets.get(&id).cloned() {
+            self.forget_shared(&rec);
+        }
         self.filemap.mark_deleting(id);
         self.set_location(id, None);
     }

@@ -58,7 +58,7 @@ impl Runtime {
         let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)))?;
         let (user, job) = who;
         let layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
-        let (node, nnodes, _) = world.split_by_string(&host)?;
+        let (node, nnodes, node_id) = world.split_by_string(&host)?;
         if world.rank() == 0 {
             scr_debug!(
                 1,
@@ -90,6 +90,7 @@ impl Runtime {
             mode,
             world,
             node,
+            node_id: node_id as u32,
             host,
             settings,
             descs,
@@ -102,6 +103,7 @@ impl Runtime {
             restart: None,
             wanted: None,
             failed: Vec::new(),
+            elastic: Default::default(),
             verified: Vec::new(),
             policy: Policy::started_at(t0),
             events: crate::events::EventLog::disabled(),

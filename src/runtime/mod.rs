@@ -12,8 +12,10 @@
 //! ranks combine it, and all return the same result. The front ends (C API, preload) call
 //! these functions and map errors to return codes.
 
+mod catalog;
 mod checksums;
 mod deletions;
+mod elastic;
 mod encoder;
 mod flights;
 mod init;
@@ -23,11 +25,14 @@ mod policy;
 mod rebuild;
 mod report;
 mod restart;
+mod restart_files;
 mod sets;
+mod shared;
 mod transparent;
 pub mod watchdog;
 mod worker;
 
+pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{
     adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, Adopt, Adopted,
     CachedFile, TransparentSetup,
@@ -64,6 +69,19 @@ struct Loaded {
     name: String,
     /// Files are read in place from the prefix (fetch bypass, global restart).
     in_prefix: bool,
+    /// The number of processes that wrote it (another number than this run's: an elastic
+    /// restart, read from the prefix).
+    writers: u32,
+    /// Every file of it and where its copies are (built at `SCR_Start_restart`).
+    catalog: Option<catalog::Catalog>,
+    /// Files of other ranks copied into this rank's cache for it: (name below the prefix, path).
+    received: Vec<(PathBuf, PathBuf)>,
+}
+
+impl Loaded {
+    fn new(id: u64, name: &str, in_prefix: bool, writers: u32) -> Loaded {
+        Loaded { id, name: name.to_string(), in_prefix, writers, catalog: None, received: Vec::new() }
+    }
 }
 
 /// Which front end runs SCR in this process (the runtime records it in [`init_as`]; see
@@ -83,6 +101,8 @@ pub struct Runtime {
     mode: Mode,
     world: Comm,
     node: Comm,
+    /// This node's number among the run's nodes (by host name), the same on every rank.
+    node_id: u32,
     host: String,
     settings: Settings,
     descs: Descriptors,
@@ -98,6 +118,8 @@ pub struct Runtime {
     wanted: Option<String>,
     /// Checkpoints whose restart failed in this run.
     failed: Vec<u64>,
+    /// Elastic restart (`SCR_RESTART_ELASTIC`): cached checkpoints of other sizes.
+    elastic: elastic::Elastic,
     /// Cached datasets whose every file was checked against its CRC32 in this run's rebuild.
     verified: Vec<u64>,
     policy: policy::Policy,
@@ -293,6 +315,16 @@ pub fn have_restart() -> Result<Option<String>> {
 
 pub fn start_restart() -> Result<String> {
     with_rt("SCR_Start_restart", |rt| rt.start_restart())
+}
+
+/// `SCR_Restart_info`: (processes that wrote the checkpoint, its number of files).
+pub fn restart_info() -> Result<(u32, usize)> {
+    with_rt("SCR_Restart_info", |rt| rt.restart_info())
+}
+
+/// `SCR_Restart_file`: (path in the prefix, writer or -1 for a shared file) of file `i`.
+pub fn restart_file(i: i64) -> Result<(PathBuf, i32)> {
+    with_rt("SCR_Restart_file", |rt| rt.restart_file(i))
 }
 
 pub fn complete_restart(valid: bool) -> Result<bool> {

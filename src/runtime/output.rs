@@ -85,6 +85,7 @@ impl Runtime {
                 size: 0,
                 files: 0,
                 complete: false,
+                shared: Vec::new(),
             },
             dir: self.layout.cache_dataset_dir(&reddesc.store, id),
             reddesc,
@@ -169,16 +170,12 @@ impl Runtime {
         victims
     }
 
-    pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {
-        const CALL: &str = "SCR_Route_file";
-        let id = match &self.phase {
-            Phase::Idle => return Ok(PathBuf::from(name)),
-            Phase::Restart => return self.route_restart(name),
-            Phase::Output { id, .. } => *id,
-        };
+    /// The name below the prefix of a file `call` routes for the open dataset, checked: inside
+    /// the prefix, outside its `.scr` directory.
+    pub(super) fn dataset_rel(&self, call: &'static str, name: &str) -> Result<PathBuf> {
         let Some(rel) = self.layout.prefix.relative(Path::new(name)) else {
             return Err(Error::usage(
-                CALL,
+                call,
                 format!(
                     "{name} resolves to {}, which is not inside the prefix directory {} (set SCR_PREFIX)",
                     crate::paths::normalize(Path::new(name), &crate::paths::cwd()).display(),
@@ -188,11 +185,26 @@ impl Runtime {
         };
         if rel.components().next().map(|c| c.as_os_str() == ".scr").unwrap_or(false) {
             return Err(Error::usage(
-                CALL,
+                call,
                 format!("{name} is inside the prefix's .scr directory, which SCR reserves"),
             ));
         }
+        Ok(rel)
+    }
+
+    pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {
+        const CALL: &str = "SCR_Route_file";
+        let id = match &self.phase {
+            Phase::Idle => return Ok(PathBuf::from(name)),
+            Phase::Restart => return self.route_restart(name),
+            Phase::Output { id, .. } => *id,
+        };
+        let rel = self.dataset_rel(CALL, name)?;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        if rec.desc.shared.iter().any(|s| s.rel == rel) {
+            // declared shared by this rank (SCR_Route_shared_file): the same place again
+            return Ok(self.layout.shared_staging(&rel));
+        }
         let target = if rec.reddesc.bypass { self.layout.prefix.join(&rel) } else { rec.dir.join(&rel) };
         if target.as_os_str().len() >= crate::MAX_FILENAME {
             return Err(Error::usage(
@@ -249,8 +261,6 @@ impl Runtime {
             }
         }
         let local_err = (!problems.is_empty()).then(|| problems.join("; "));
-        let bytes = rec.bytes();
-        let nfiles = rec.files.len() as u64;
         let name = rec.desc.name.clone();
         if !self.world.all_true(local_err.is_none()) {
             let summary = self.ctx().summarize_failures(&format!("dataset {id} ({name})"), local_err);
@@ -260,11 +270,20 @@ impl Runtime {
             self.drop_cached(id);
             return Ok(false);
         }
-        let total = self.world.sum_u64(bytes);
-        let files = self.world.sum_u64(nfiles);
+        let Some(shared) = self.complete_shared(id) else {
+            self.drop_cached(id);
+            return Ok(false);
+        };
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        // a name several ranks routed in a bypass dataset is the dataset's, not each rank's
+        rec.files.retain(|f| !shared.iter().any(|s| s.rel == f.rel));
+        let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
+        let total = self.world.sum_u64(bytes) + shared.iter().map(|s| s.size).sum::<u64>();
+        let files = self.world.sum_u64(nfiles) + shared.len() as u64;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.desc.size = total;
         rec.desc.files = files;
+        rec.desc.shared = shared;
         rec.desc.complete = true;
         let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes && !deferred);
         let t_encode = Instant::now();

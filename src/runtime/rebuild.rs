@@ -18,6 +18,7 @@ use crate::redundancy::parallel::{self, Member};
 use crate::redundancy::redfile::{self, FileEntry, Header};
 use crate::redundancy::RedInfo;
 use crate::state::filemap::{DatasetRecord, FileMeta, Filemap};
+use crate::transfer::sendfile::{recv_file, send_file};
 use crate::{scr_debug, scr_error, scr_warn};
 
 /// One redistribution move: dataset, owner rank, holder rank.
@@ -25,8 +26,6 @@ type Move = (u64, i32, i32);
 
 /// Per rank: (set id, index in the set, lost), and the report of what is missing.
 type Plan = (Vec<(usize, usize, bool)>, String);
-
-const MISSING: u64 = u64::MAX;
 
 impl Runtime {
     /// Move records and files of ranks that now run on another node to them (collective).
@@ -40,14 +39,14 @@ impl Runtime {
                 if on_node.contains(&rank) {
                     continue;
                 }
-                if rank >= size {
-                    scr_warn!(
+                match Filemap::load(&path) {
+                    // written by a run of another size (reported with the checkpoints skipped,
+                    // or restarted elastically from the prefix)
+                    Ok(fm) if rank >= size && fm.datasets.values().all(|d| d.desc.ranks != size as u32) => {}
+                    Ok(_) if rank >= size => scr_warn!(
                         "{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored",
                         path.display()
-                    );
-                    continue;
-                }
-                match Filemap::load(&path) {
+                    ),
                     Ok(fm) => {
                         foreign.insert(rank, fm);
                     }
@@ -122,24 +121,9 @@ impl Runtime {
         self.world.send_value(owner, rec);
         let paths = rec.cached_paths();
         self.world.send(owner, &(paths.len() as u64).to_le_bytes());
-        let buf_size = self.settings.file_buf_size;
-        let mut buf = vec![0u8; buf_size];
         for path in paths {
-            let file = std::fs::File::open(path).and_then(|f| f.metadata().map(|m| (f, m.len())));
-            let Ok((file, len)) = file else {
-                self.world.send(owner, &MISSING.to_le_bytes());
-                continue;
-            };
-            self.world.send(owner, &len.to_le_bytes());
-            let mut off = 0u64;
-            while off < len {
-                let n = buf_size.min((len - off) as usize);
-                if std::os::unix::fs::FileExt::read_exact_at(&file, &mut buf[..n], off).is_err() {
-                    buf[..n].fill(0); // the size or CRC check on restore will reject it
-                }
-                self.world.send(owner, &buf[..n]);
-                off += n as u64;
-            }
+            // a file that cannot be read arrives missing or zeroed: the check on restore rejects it
+            send_file(&self.world, owner, path, self.settings.file_buf_size);
         }
         let mut ack = [0u8; 1];
         self.world.recv_into(owner, &mut ack);
@@ -170,32 +154,19 @@ impl Runtime {
             }
         };
         let mut ok = paths.len() == count;
-        let mut buf = vec![0u8; self.settings.file_buf_size];
         for i in 0..count {
-            let mut len = [0u8; 8];
-            self.world.recv_into(holder, &mut len);
-            let len = u64::from_le_bytes(len);
-            if len == MISSING {
-                continue;
-            }
-            let out = paths.get(i).and_then(|path| {
-                path.parent()
-                    .map_or(Ok(()), crate::paths::create_dirs)
-                    .ok()
-                    .and_then(|_| std::fs::File::create(path).ok())
-            });
-            ok &= out.is_some();
-            let mut off = 0u64;
-            while off < len {
-                let n = buf.len().min((len - off) as usize);
-                self.world.recv_into(holder, &mut buf[..n]);
-                if let Some(f) = &out {
-                    ok &= std::os::unix::fs::FileExt::write_all_at(f, &buf[..n], off).is_ok();
-                }
-                off += n as u64;
-            }
-            if let Some(f) = &out {
-                ok &= f.sync_all().is_ok();
+            // a file the holder could not read stays missing: the check on restore names it
+            let r = recv_file(
+                &self.world,
+                holder,
+                paths.get(i).map(PathBuf::as_path),
+                None,
+                self.settings.file_buf_size,
+                true,
+            );
+            if let Err(e) = r {
+                scr_error!("{e}");
+                ok = false;
             }
         }
         if let (true, Ok(rec)) = (ok, rec) {

@@ -1,9 +1,10 @@
 //! Restart: choosing the checkpoint to offer (the newest one complete in cache or in the
-//! prefix, written by this run's number of processes and not failed in this run; a cached one
-//! verified against its CRC32s, a prefix one fetched), the restart phase, and the retry loop:
-//! a restart that fails on any rank marks that checkpoint failed and loads the next one.
-
-use std::path::{Path, PathBuf};
+//! prefix, written by this run's number of processes, or by any with `SCR_RESTART_ELASTIC`
+//! (`elastic.rs`), and not failed in this run; a cached one verified against its CRC32s, a
+//! prefix one fetched), the restart phase, and the retry loop:
+//! a restart that fails on any rank marks that checkpoint failed and loads the next one,
+//! unless what failed were files held in caches on other nodes, which are copied and the same
+//! checkpoint offered again (the files of the restart phase: `restart_files.rs`).
 
 use super::{Loaded, Phase, Runtime};
 use crate::error::{Error, Result};
@@ -19,8 +20,12 @@ use crate::{scr_debug, scr_error, scr_warn};
 enum Candidate {
     /// A complete dataset in cache (intact on every rank by size).
     Cache(u64),
-    /// A complete dataset in the prefix, newer than anything usable in cache.
-    Prefix { id: u64, ckpt: u64, name: String, bytes: u64, files: u64 },
+    /// A complete dataset in the prefix, newer than anything usable in cache (written by
+    /// `ranks` processes: another number than this run's with `SCR_RESTART_ELASTIC`).
+    Prefix { id: u64, ckpt: u64, name: String, bytes: u64, files: u64, ranks: u32 },
+    /// A complete cached dataset of another number of processes, newer than the others
+    /// (`SCR_RESTART_ELASTIC`): to publish to the prefix, then to try again.
+    Publish(u64),
 }
 
 impl Runtime {
@@ -31,18 +36,30 @@ impl Runtime {
 
     /// Choose the checkpoint to offer (collective): the newest checkpoint that is complete
     /// somewhere, in cache or in the prefix (a newer prefix copy beats an older cached one),
-    /// skipping ones that failed in this run and ones written by another number of processes.
-    /// A cached one is verified first (CRC32) and rebuilt or dropped if that fails; a prefix
-    /// one is fetched (and verified); the first that succeeds is loaded.
+    /// skipping ones that failed in this run and, unless `SCR_RESTART_ELASTIC=1`, ones written
+    /// by another number of processes. A cached one is verified first (CRC32) and rebuilt or
+    /// dropped if that fails; a prefix one is fetched (and verified), or with another number of
+    /// processes checked for read in place; the first that succeeds is loaded.
     pub(super) fn load_checkpoint(&mut self) -> Result<()> {
         self.restart = None;
+        if self.elastic() {
+            self.find_cached_other_sizes()?;
+        }
         loop {
             let next = if self.rank0() { self.next_candidate() } else { None };
             let loaded = match self.world.bcast(0, &next)? {
                 None => return Ok(()),
                 Some(Candidate::Cache(id)) => self.load_cached(id)?,
-                Some(Candidate::Prefix { id, ckpt, name, bytes, files }) => {
+                Some(Candidate::Prefix { id, name, ranks, .. }) if !self.fits(ranks) => {
+                    self.load_elastic(id, name, ranks)?
+                }
+                Some(Candidate::Prefix { id, ckpt, name, bytes, files, .. }) => {
                     self.fetch_one(id, ckpt, name, bytes, files)
+                }
+                Some(Candidate::Publish(id)) => {
+                    // complete in the prefix now (the next candidate), or skipped from now on
+                    self.publish_cached(id)?;
+                    false
                 }
             };
             if loaded {
@@ -67,25 +84,27 @@ impl Runtime {
             ix.restart_candidates(&self.failed)
                 .into_iter()
                 .map(|id| &ix.datasets[&id])
-                .find(|e| self.fits(e.desc.ranks) && wanted(&e.desc.name))
-                .map(|e| Candidate::Prefix {
-                    id: e.desc.id,
-                    ckpt: e.desc.ckpt.unwrap_or(e.desc.id),
-                    name: e.desc.name.clone(),
-                    bytes: e.desc.size,
-                    files: e.desc.files,
+                .find(|e| (self.fits(e.desc.ranks) || self.elastic()) && wanted(&e.desc.name))
+                .map(|e| {
+                    let (id, ckpt) = (e.desc.id, e.desc.ckpt.unwrap_or(e.desc.id));
+                    let (name, bytes, files, ranks) = (e.desc.name.clone(), e.desc.size, e.desc.files, e.desc.ranks);
+                    (id, Candidate::Prefix { id, ckpt, name, bytes, files, ranks })
                 })
         } else {
             None
         };
-        match (cached, prefix) {
-            (Some(c), Some(p @ Candidate::Prefix { id, .. })) if id > c => {
-                scr_debug!(1, "the prefix holds dataset {id}, newer than cached dataset {c}: fetching it");
-                Some(p)
-            }
-            (Some(c), _) => Some(Candidate::Cache(c)),
-            (None, p) => p,
+        let publish = if self.elastic() { self.publish_candidate(wanted) } else { None };
+        // the newest; on a tie the cached one of this size, then the prefix (nothing to copy)
+        let newest = [
+            cached.map(|id| (id, 2, Candidate::Cache(id))),
+            prefix.map(|(id, p)| (id, 1, p)),
+            publish.map(|id| (id, 0, Candidate::Publish(id))),
+        ];
+        let (id, _, next) = newest.into_iter().flatten().max_by_key(|(id, tie, _)| (*id, *tie))?;
+        if let (false, Some(c)) = (matches!(next, Candidate::Cache(_)), cached) {
+            scr_debug!(1, "dataset {id} is newer than cached dataset {c}: trying it first");
         }
+        Some(next)
     }
 
     /// Offer cached dataset `id` once every rank's files check out against their CRC32s
@@ -118,7 +137,7 @@ impl Runtime {
             return Ok(false);
         }
         let rec = &self.filemap.datasets[&id];
-        self.restart = Some(Loaded { id, name: rec.desc.name.clone(), in_prefix: rec.reddesc.bypass });
+        self.restart = Some(Loaded::new(id, &rec.desc.name, rec.reddesc.bypass, rec.desc.ranks));
         if self.rank0() {
             scr_debug!(1, "restarting from cached dataset {id} ({})", rec.desc.name);
         }
@@ -149,7 +168,41 @@ impl Runtime {
         let result = crate::transfer::fetch::fetch(&self.ctx(), id, &dir, bypass);
         let ok = result.is_ok();
         let why = result.as_ref().err().map(|e| e.to_string());
-        let secs = t0.elapsed().as_secs_f64();
+        self.fetch_event(id, &name, (bytes, files), t0.elapsed().as_secs_f64(), ok, bypass);
+        self.record_fetch(id, &name, why);
+        match result {
+            Ok((desc, files)) => {
+                self.filemap
+                    .datasets
+                    .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
+                if let Err(e) = self.save_filemap() {
+                    scr_error!("{e}");
+                }
+                self.set_location(id, Some(Location::Pfs));
+                self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
+                self.restart = Some(Loaded::new(id, &name, bypass, self.world.size() as u32));
+                true
+            }
+            Err(e) => {
+                if self.rank0() {
+                    scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
+                }
+                self.failed.push(id);
+                false
+            }
+        }
+    }
+
+    /// The `FETCH` event of checkpoint `id`: (bytes, files), seconds, outcome, read in place.
+    pub(super) fn fetch_event(
+        &self,
+        id: u64,
+        name: &str,
+        (bytes, files): (u64, u64),
+        secs: f64,
+        ok: bool,
+        bypass: bool,
+    ) {
         self.events.record(
             "FETCH",
             &[
@@ -163,54 +216,39 @@ impl Runtime {
                 ("bypass", &flag(bypass)),
             ],
         );
-        if self.rank0() {
-            let r = Index::update(&self.layout.index(), |ix| {
-                if let Some(e) = ix.datasets.get_mut(&id) {
-                    e.fetches.push(FetchRecord {
-                        time: identity::iso_time(identity::now_secs()),
-                        ok,
-                        why: why.clone(),
-                    });
-                    if ok {
-                        ix.current = Some(name.clone());
-                    } else {
-                        e.failed = true;
-                        if ix.current.as_deref() == Some(name.as_str()) {
-                            ix.current = None;
-                        }
+    }
+
+    /// Rank 0: record a fetch attempt of checkpoint `id` in the index (`why` it failed, if it
+    /// did): a success makes it current, a failure marks it failed (never fetched again).
+    pub(super) fn record_fetch(&self, id: u64, name: &str, why: Option<String>) {
+        if !self.rank0() {
+            return;
+        }
+        let ok = why.is_none();
+        let r = Index::update(&self.layout.index(), |ix| {
+            if let Some(e) = ix.datasets.get_mut(&id) {
+                e.fetches.push(FetchRecord { time: identity::iso_time(identity::now_secs()), ok, why });
+                if ok {
+                    ix.current = Some(name.to_string());
+                } else {
+                    e.failed = true;
+                    if ix.current.as_deref() == Some(name) {
+                        ix.current = None;
                     }
                 }
-            });
-            if let Err(e) = r {
-                scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
             }
-        }
-        match result {
-            Ok((desc, files)) => {
-                self.filemap
-                    .datasets
-                    .insert(id, DatasetRecord { desc, reddesc: rd, dir, files, complete: true, red: None });
-                if let Err(e) = self.save_filemap() {
-                    scr_error!("{e}");
-                }
-                self.set_location(id, Some(Location::Pfs));
-                self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
-                self.restart = Some(Loaded { id, name, in_prefix: bypass });
-                true
-            }
-            Err(e) => {
-                if self.rank0() {
-                    scr_error!("{e}; checkpoint {name} is marked failed, trying the next most recent one");
-                }
-                self.failed.push(id);
-                false
-            }
+        });
+        if let Err(e) = r {
+            scr_warn!("cannot record the fetch of dataset {id} in the index: {e}");
         }
     }
 
     /// Say once which checkpoints this run skips because another number of processes wrote
     /// them (collective). They stay where they are, unmarked, for a run of their own size.
     pub(super) fn report_other_sizes(&self) {
+        if self.elastic() {
+            return;
+        }
         let mine: Vec<(u64, String, u32)> = self
             .filemap
             .datasets
@@ -269,37 +307,10 @@ impl Runtime {
             ));
         };
         let name = r.name.clone();
+        self.build_catalog()?;
         self.phase = Phase::Restart;
         self.policy.restart_started();
         Ok(name)
-    }
-
-    /// `SCR_Route_file` inside a restart phase: where to read `name` from.
-    pub(super) fn route_restart(&self, name: &str) -> Result<PathBuf> {
-        let loaded = self.restart.as_ref().expect("a restart phase has a loaded checkpoint");
-        let rec = self.filemap.datasets.get(&loaded.id);
-        let rel = self.layout.prefix.relative(Path::new(name));
-        let found = rec.and_then(|rec| match &rel {
-            Some(rel) => rec.file(rel),
-            // deprecated: a bare file name looked up in the checkpoint's files
-            None if !name.contains('/') => {
-                rec.files.iter().find(|f| f.rel.file_name().map(|n| n == name).unwrap_or(false))
-            }
-            None => None,
-        });
-        let path = match (found, &rel) {
-            (Some(f), _) if loaded.in_prefix => self.layout.prefix.join(&f.rel),
-            (Some(f), _) => f.path.clone(),
-            (None, Some(rel)) if loaded.in_prefix => self.layout.prefix.join(rel),
-            _ => {
-                return Err(Error::usage(
-                    "SCR_Route_file",
-                    format!("{name} is not a file of checkpoint {} written by rank {}", loaded.name, self.world.rank()),
-                ))
-            }
-        };
-        readable(&path).map_err(|e| Error::io("SCR_Route_file: cannot read", &path, e))?;
-        Ok(path)
     }
 
     pub(super) fn complete_restart(&mut self, valid: bool) -> Result<bool> {
@@ -308,11 +319,16 @@ impl Runtime {
         }
         self.phase = Phase::Idle;
         let all = self.world.all_true(valid);
-        let loaded = self.restart.take().expect("a restart phase has a loaded checkpoint");
+        let mut loaded = self.restart.take().expect("a restart phase has a loaded checkpoint");
         let secs = self.world.max_f64(self.policy.restart_elapsed());
+        let elastic_load = !self.fits(loaded.writers);
         if all {
             if self.rank0() {
-                let bytes = self.filemap.datasets.get(&loaded.id).map_or(0, |r| r.desc.size);
+                let bytes = match (self.filemap.datasets.get(&loaded.id), &loaded.catalog) {
+                    (Some(r), _) if !elastic_load => r.desc.size,
+                    (_, Some(cat)) => cat.entries.iter().map(|e| e.size).sum(),
+                    _ => 0,
+                };
                 scr_debug!(
                     1,
                     "restart from {} complete in {secs:.3} s ({} read, {:.1} MiB/s)",
@@ -324,11 +340,22 @@ impl Runtime {
             self.policy.compute_started();
             return Ok(true);
         }
+        if self.copy_requested(&mut loaded, valid)? {
+            // the same checkpoint again: what was missing is on every node that asked for it now
+            self.restart = Some(loaded);
+            return Ok(false);
+        }
         let summary = self.ctx().summarize_failures(
             &format!("restart from checkpoint {}", loaded.name),
             (!valid).then(|| "the application reported valid=0".to_string()),
         );
-        if self.rank0() {
+        if self.rank0() && elastic_load {
+            scr_error!(
+                "{summary}; it was written by {} processes, so it is not marked failed (a run of that size may still \
+                 restart from it); loading the next most recent checkpoint",
+                loaded.writers
+            );
+        } else if self.rank0() {
             scr_error!("{summary}; marking it failed and loading the next most recent checkpoint");
             let r = Index::update(&self.layout.index(), |ix| {
                 if let Some(e) = ix.datasets.get_mut(&loaded.id) {
@@ -346,13 +373,11 @@ impl Runtime {
         if self.wanted.as_deref() == Some(loaded.name.as_str()) {
             self.wanted = None;
         }
-        self.drop_cached(loaded.id);
+        if !elastic_load {
+            self.drop_cached(loaded.id);
+        }
         self.load_checkpoint()?;
         self.policy.compute_started();
         Ok(false)
     }
-}
-
-fn readable(path: &Path) -> std::io::Result<()> {
-    std::fs::File::open(path).map(drop)
 }

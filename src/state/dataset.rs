@@ -1,7 +1,23 @@
 //! The dataset descriptor: what SCR knows of one dataset, recorded in filemaps, the index and
-//! the summary file (the `DSETDESC` of the SCR internals).
+//! the summary file (the `DSETDESC` of the SCR internals), with the dataset's shared files.
+
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
+
+/// A file several ranks wrote together in one output phase (`SCR_Route_shared_file`): it is
+/// written once, directly in the prefix, and belongs to the whole dataset rather than to a
+/// rank. While the phase is open each writer records its own declaration (size and CRC32 not
+/// known yet); at completion every rank records the agreed list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SharedFile {
+    /// Its name below the prefix.
+    pub rel: PathBuf,
+    /// The ranks that wrote it.
+    pub writers: Vec<u32>,
+    pub size: u64,
+    pub crc: Option<u32>,
+}
 
 /// One checkpoint and/or output dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -27,9 +43,26 @@ pub struct DatasetDesc {
     pub files: u64,
     /// All ranks completed it validly.
     pub complete: bool,
+    /// Its shared files (in the prefix), counted in `size` and `files` once complete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared: Vec<SharedFile>,
 }
 
 impl DatasetDesc {
+    /// Its shared files that are not in the prefix `prefix` with their recorded sizes, described.
+    pub fn missing_shared(&self, prefix: &std::path::Path) -> Vec<String> {
+        let mut out = Vec::new();
+        for f in &self.shared {
+            let p = prefix.join(&f.rel);
+            match std::fs::metadata(&p) {
+                Ok(m) if m.len() == f.size => {}
+                Ok(m) => out.push(format!("shared file {}: {} bytes, {} were written", p.display(), m.len(), f.size)),
+                Err(e) => out.push(format!("shared file {}: {e}", p.display())),
+            }
+        }
+        out
+    }
+
     /// The flags word as `SCR_Start_output` received it.
     pub fn flags_text(&self) -> &'static str {
         match (self.checkpoint, self.output) {
@@ -59,6 +92,7 @@ impl DatasetDesc {
             size: 0,
             files: 0,
             complete: true,
+            shared: Vec::new(),
         }
     }
 }

@@ -46,6 +46,11 @@ pub struct IndexEntry {
     pub fetches: Vec<FetchRecord>,
 }
 
+/// An index entry for a dataset that is complete in the prefix.
+pub fn complete_entry(desc: DatasetDesc, flushed: Option<String>) -> IndexEntry {
+    IndexEntry { desc, complete: true, flushed, flushing: false, failed: false, fetches: Vec::new() }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Index {
     /// Name of the current checkpoint.

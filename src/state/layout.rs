@@ -93,6 +93,15 @@ impl Layout {
         self.prefix_dataset_dir(id).join(super::rankfile::file_name(rank))
     }
 
+    /// Where the writers of shared file `rel` (below the prefix) write it until its dataset
+    /// completes: `<prefix>/<dir>/.<name>.scrshared` beside it. The name depends on `rel`
+    /// alone, so ranks that open it before any dataset exists (transparent mode) find the same.
+    pub fn shared_staging(&self, rel: &Path) -> PathBuf {
+        let at = self.prefix.join(rel);
+        let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        at.with_file_name(format!(".{name}.scrshared"))
+    }
+
     /// The run record `scr_run` keeps: `<prefix>/.scr/run.scr`.
     pub fn run_file(&self) -> PathBuf {
         self.scr_dir().join("run.scr")

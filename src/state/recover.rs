@@ -77,7 +77,9 @@ pub fn rebuild(scr_dir: &Path) -> Rebuilt {
             }
         };
         let problem = match Rank2File::load(&dir.join("rank2file.scr")) {
-            Ok(Some(r2f)) => missing_file(prefix, &r2f),
+            Ok(Some(r2f)) => {
+                missing_file(prefix, &r2f).or_else(|| summary.desc.missing_shared(prefix).into_iter().next())
+            }
             Ok(None) => Some("rank2file.scr is missing".to_string()),
             Err(e) => Some(e.to_string()),
         };

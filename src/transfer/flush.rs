@@ -146,6 +146,14 @@ pub(super) fn copy_files(
 /// background flush).
 pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixFile>>) -> Result<()> {
     let id = rec.desc.id;
+    // shared files were written in place: they must still be there as completed
+    for f in &rec.desc.shared {
+        let p = layout.prefix.join(&f.rel);
+        let size = std::fs::metadata(&p).map_err(|e| Error::io("stat shared file", &p, e))?.len();
+        if size != f.size {
+            return Err(Error::Integrity { path: p, why: format!("size is {size} bytes, {} were written", f.size) });
+        }
+    }
     let dir = layout.prefix_dataset_dir(id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
     let r2f = Rank2File {
@@ -243,12 +251,15 @@ pub fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path) -> Res
     Ok(())
 }
 
-/// Rank 0: delete a dataset's files from the prefix (as listed in its `rank2file.scr`), the
+/// Rank 0: delete a dataset's files from the prefix (as listed in its `rank2file.scr`, and its
+/// shared files as its `summary.scr` lists them), the
 /// directories that became empty, its `.scr/scr.dataset.<id>` directory and its index entry.
 pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
+    let shared = Summary::load(&layout.summary(id)).ok().flatten().map(|s| s.desc.shared).unwrap_or_default();
     if let Some(r2f) = Rank2File::load(&layout.rank2file(id))? {
-        for f in r2f.files.values().flatten() {
-            let p = layout.prefix.join(&f.rel);
+        let shared = shared.iter().map(|f| &f.rel);
+        for rel in r2f.files.values().flatten().map(|f| &f.rel).chain(shared) {
+            let p = layout.prefix.join(rel);
             crate::paths::remove_file_if_exists(&p)?;
             if let Some(parent) = p.parent() {
                 crate::paths::prune_empty_dirs(parent, &layout.prefix.path);

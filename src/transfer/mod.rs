@@ -2,15 +2,22 @@
 //! the dataset in the index only when every rank's files are verified there) and [`fetch`]
 //! (prefix to cache, verifying sizes and CRC32). Both copy through [`copy`], which publishes
 //! each file under a temporary name and renames it only after size and CRC check out.
-//!
 //! Both are collective over the world communicator and return the same result on every rank.
 //! The number of ranks touching the prefix at once is bounded by `SCR_FLUSH_WIDTH` /
 //! `SCR_FETCH_WIDTH`.
+//!
+//! Over MPI between two ranks: [`sendfile`] (a file from a rank that holds it to one that
+//! needs it). Without MPI: [`background`] (a flush in a thread), [`scavenge`] (a node's cached parts to
+//! the prefix) and [`build`] (those parts into an indexed dataset, rebuilding lost ones from
+//! redundancy data), which the commands and `SCR_Init` (elastic restart) share.
 
 pub mod background;
+pub mod build;
 pub mod copy;
 pub mod fetch;
 pub mod flush;
+pub mod scavenge;
+pub mod sendfile;
 
 use crate::comm::Comm;
 use crate::config::Settings;

@@ -1,5 +1,8 @@
-//! `scr_index --build ID` (and the last step of a scavenge): make a dataset directory in the
-//! prefix into an indexed dataset, as the SCR internals' "Scavenge" section describes.
+//! Building a dataset in the prefix: make a dataset directory whose ranks' parts were copied
+//! there from node caches ([`super::scavenge`]) into an indexed dataset, as the SCR internals'
+//! "Scavenge" section describes. No MPI: `scr_index --build ID` and the last step of a
+//! scavenge run it, and so does `SCR_Init` on rank 0 before an elastic restart from cache
+//! (`SCR_RESTART_ELASTIC`).
 //!
 //! 1. **Scan**: read every `<rank>.scrfilemap` in `.scr/scr.dataset.<id>/` (written by
 //!    `scr_copy`); a rank's part is present when each of its files is in the prefix with its
@@ -20,14 +23,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{OpError, OpResult};
 use crate::desc::Scheme;
+use crate::error::{Error, Result};
 use crate::redundancy::redfile::{self, FileEntry, Header};
 use crate::redundancy::serial::{self, Member};
 use crate::redundancy::stream::Part;
 use crate::redundancy::RedInfo;
 use crate::state::filemap::DatasetRecord;
-use crate::state::index::{Index, IndexEntry};
+use crate::state::index::{complete_entry, Index, IndexEntry};
 use crate::state::layout::Layout;
 use crate::state::rankfile::{self, RankFile, RankFileEntry, RankRed};
 use crate::state::summary::{PrefixFile, Rank2File, Summary};
@@ -90,25 +93,25 @@ pub fn scanned_name(layout: &Layout, id: u64) -> Option<String> {
 /// Build dataset `id`; `piece` is the rebuild's buffer size. `Err` when nothing could be
 /// examined (no such directory, a damaged index); an incomplete dataset is an `Ok` report
 /// with `complete: false`.
-pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
+pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
     let dir = layout.prefix_dataset_dir(id);
     if !dir.is_dir() {
-        return Err(OpError::failed(format!(
+        return Err(Error::Other(format!(
             "{}: no such dataset directory (dataset ids are the numbers of the scr.dataset.<id> directories in {})",
             dir.display(),
             layout.scr_dir().display()
         )));
     }
     // Nothing is changed unless the index can be updated afterwards (a damaged one is
-    // rebuilt from the dataset directories here).
-    Index::load(&layout.index())?;
+    // rebuilt from the dataset directories here, a missing one created).
+    Index::update(&layout.index(), |_| ())?;
     let (fms, damaged) = read_rank_files(&dir)?;
     let mut notes = damaged.clone();
     let Some(desc) = fms.values().find(|f| f.desc.id == id).map(|f| f.desc.clone()) else {
         if damaged.is_empty() && layout.summary(id).exists() {
             return build_flushed(layout, id);
         }
-        return Err(OpError::failed(format!(
+        return Err(Error::Other(format!(
             "{} holds no usable rank filemap (*.scrfilemap) and no summary: nothing to index{}",
             dir.display(),
             if damaged.is_empty() { String::new() } else { format!(" ({})", damaged.join("; ")) }
@@ -207,7 +210,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
         }
     }
     rebuilt.sort_unstable();
-    let missing: Vec<String> = found
+    let mut missing: Vec<String> = found
         .iter()
         .filter_map(|(r, f)| f.data.as_ref().map(|d| (r, d)))
         .map(|(r, d)| match unrecoverable.get(r) {
@@ -215,6 +218,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
             None => format!("rank {r}: {d}"),
         })
         .collect();
+    missing.extend(desc.missing_shared(&layout.prefix.path));
     let complete = missing.is_empty();
     for f in found.values() {
         for e in f.fm.iter().flat_map(|fm| &fm.files) {
@@ -256,19 +260,17 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> OpResult<Report> {
 
 /// A dataset flushed by the library (summary and rank-to-file map, no rank filemaps): check
 /// that its files are all there and index it.
-fn build_flushed(layout: &Layout, id: u64) -> OpResult<Report> {
+fn build_flushed(layout: &Layout, id: u64) -> Result<Report> {
     let summary = Summary::load(&layout.summary(id))?.expect("checked by the caller");
     let r2f = Rank2File::load(&layout.rank2file(id))?.ok_or_else(|| {
-        OpError::failed(format!(
-            "{} is missing: the flush of dataset {id} never finished",
-            layout.rank2file(id).display()
-        ))
+        Error::Other(format!("{} is missing: the flush of dataset {id} never finished", layout.rank2file(id).display()))
     })?;
-    let missing = super::index::missing_files(layout, &r2f);
+    let mut missing = missing_files(layout, &r2f);
+    missing.extend(summary.desc.missing_shared(&layout.prefix.path));
     let complete = missing.is_empty();
     let now = crate::identity::iso_time(crate::identity::now_secs());
     Index::update(&layout.index(), |ix| {
-        let mut e = super::index::complete_entry(summary.desc.clone(), complete.then_some(now));
+        let mut e = complete_entry(summary.desc.clone(), complete.then_some(now));
         e.complete = complete;
         if let Some(old) = ix.datasets.get(&id) {
             e.fetches = old.fetches.clone();
@@ -288,9 +290,32 @@ fn build_flushed(layout: &Layout, id: u64) -> OpResult<Report> {
     })
 }
 
+/// Files of `r2f` missing from the prefix or of the wrong size, described.
+pub fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
+    let mut out = Vec::new();
+    for (rank, files) in &r2f.files {
+        for f in files {
+            let p = layout.prefix.join(&f.rel);
+            match std::fs::metadata(&p) {
+                Err(e) => out.push(format!("rank {rank}: {}: {e}", p.display())),
+                Ok(m) if m.len() != f.size => {
+                    out.push(format!("rank {rank}: {}: {} bytes, {} expected", p.display(), m.len(), f.size))
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+    for r in 0..r2f.ranks {
+        if !r2f.files.contains_key(&r) {
+            out.push(format!("rank {r}: no files recorded"));
+        }
+    }
+    out
+}
+
 /// The rank filemaps in `dir`, and a note for each damaged one (starting with its name).
-fn read_rank_files(dir: &Path) -> OpResult<(BTreeMap<u32, RankFile>, Vec<String>)> {
-    let rd = std::fs::read_dir(dir).map_err(|e| OpError::failed(format!("cannot read {}: {e}", dir.display())))?;
+fn read_rank_files(dir: &Path) -> Result<(BTreeMap<u32, RankFile>, Vec<String>)> {
+    let rd = std::fs::read_dir(dir).map_err(|e| Error::io("read directory", dir, e))?;
     let mut fms = BTreeMap::new();
     let mut damaged = Vec::new();
     let mut names: Vec<(u32, PathBuf)> =

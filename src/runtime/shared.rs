@@ -1,0 +1,409 @@
+//! Shared files: one file several ranks write in one output phase (N-to-1: `pwrite` at their
+//! own offsets, MPI-IO, parallel HDF5). Per-rank caching cannot hold such a file (each node
+//! would get a part), so a shared file is declared and written where every writer reaches it:
+//! directly in the prefix, bypassing the cache for that file alone.
+//!
+//! * Declaration: each writer calls `SCR_Route_shared_file(name, file)` instead of
+//!   `SCR_Route_file` ([`route_shared_file`]). It is local, as `SCR_Route_file` is, so any
+//!   subset of ranks may share a file (a sub-communicator's MPI-IO file, or rank 0 alone
+//!   writing a header straight to the prefix), and every writer gets the same path: the
+//!   staging name `.<name>.scrshared` beside the file's place in the prefix
+//!   ([`crate::state::layout::Layout::shared_staging`]), so a file of an older checkpoint with
+//!   the same name stays intact until this dataset completes.
+//! * `SCR_Complete_output` (collective) first checks the names every rank routed
+//!   ([`plan_shared`]): a name routed by several ranks without being declared, or declared by
+//!   some and routed privately by others, makes the dataset invalid on every rank, with one
+//!   message naming the file, the ranks and the remedy. In a bypass dataset
+//!   (`SCR_CACHE_BYPASS=1`) every route leads to the prefix, and ranks that route one name write
+//!   one file there, as SCR 3 has it: such a name becomes a shared file of the dataset, written
+//!   in place (no staging name). The dataset is then valid only if every
+//!   rank, so every writer, reported it valid; then the file's CRC32 is computed once, after all
+//!   writers finished: in slices read by all ranks at once and combined (one read of the data,
+//!   spread over the job), and rank 0 renames it into place. Every rank records the list
+//!   (writers, size, CRC32) in the dataset's descriptor, so a flush publishes it in the
+//!   summary, and a restart offers it to every rank (checked before it is handed out).
+//! * A dataset that is discarded takes its staging files with it; a complete one that leaves
+//!   the cache without ever reaching the prefix takes its shared files too, unless a newer
+//!   cached dataset wrote the same name.
+//!
+//! For transparent mode (the preload sees a shared write only when the application opens the
+//! file, before any dataset exists): [`shared_staging_path`] gives the path to open instead,
+//! and `route_shared_file` inside the output phase that adopts the files declares it.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{with_rt, Phase, Runtime};
+use crate::error::{Error, Result};
+use crate::state::dataset::SharedFile;
+use crate::state::filemap::DatasetRecord;
+
+const ROUTE_SHARED: &str = "SCR_Route_shared_file";
+
+/// Below this many bytes per slice, a shared file's CRC32 is not split further.
+const SLICE: u64 = 16 << 20;
+
+/// `SCR_Route_shared_file`: declare `name` a file several ranks write in this output phase and
+/// return the path to write it at (the same on every rank).
+pub fn route_shared_file(name: &str) -> Result<PathBuf> {
+    with_rt(ROUTE_SHARED, |rt| rt.route_shared(name))
+}
+
+/// Where a shared file named `name` (a path in the prefix) is written before its dataset exists:
+/// for the preload, which opens it when the application does.
+pub fn shared_staging_path(name: &str) -> Result<PathBuf> {
+    with_rt(ROUTE_SHARED, |rt| Ok(rt.layout.shared_staging(&rt.dataset_rel(ROUTE_SHARED, name)?)))
+}
+
+/// What one rank routed in an output phase, for the check at completion: the hashes of the
+/// names it routed for itself, and the names it declared shared.
+#[derive(Debug, Default, Serialize, Deserialize)]
+pub(super) struct Routed {
+    private: Vec<u64>,
+    shared: Vec<PathBuf>,
+}
+
+/// Rank 0's first answer: the shared files, or the hashes two ranks both routed privately
+/// (whose names the ranks then send).
+#[derive(Debug, Serialize, Deserialize)]
+enum First {
+    Done(std::result::Result<Vec<SharedFile>, String>),
+    Names(Vec<u64>),
+}
+
+fn hash(rel: &Path) -> u64 {
+    crate::identity::fnv1a(rel.as_os_str().as_encoded_bytes())
+}
+
+impl Runtime {
+    fn route_shared(&mut self, name: &str) -> Result<PathBuf> {
+        let Phase::Output { id, .. } = self.phase else {
+            return Err(self.phase_error(ROUTE_SHARED, "in an output phase (after SCR_Start_output)"));
+        };
+        let rel = self.dataset_rel(ROUTE_SHARED, name)?;
+        let me = self.world.rank() as u32;
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        let staging = shared_target(&self.layout, rec, &rel);
+        if rec.file(&rel).is_some() {
+            return Err(Error::usage(
+                ROUTE_SHARED,
+                format!(
+                    "{name} was routed with SCR_Route_file by this rank in this output phase: route a shared file \
+                     with SCR_Route_shared_file only"
+                ),
+            ));
+        }
+        if let Some(parent) = staging.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
+        }
+        if !rec.desc.shared.iter().any(|s| s.rel == rel) {
+            rec.desc.shared.push(SharedFile { rel, writers: vec![me], size: 0, crc: None });
+            // recorded before the application creates it: a crash leaves it to clean up
+            self.save_filemap()?;
+        }
+        crate::scr_debug!(2, "route shared {name} -> {} (dataset {id})", staging.display());
+        Ok(staging)
+    }
+
+    /// `SCR_Complete_output` of valid dataset `id` (collective): check the names every rank
+    /// routed and complete the shared files (in a bypass dataset, the names several ranks
+    /// routed become shared files: the caller drops them from the ranks' own files); `None`
+    /// (said once, by rank 0) makes the dataset invalid on every rank.
+    pub(super) fn complete_shared(&self, id: u64) -> Option<Vec<SharedFile>> {
+        let agreed = self.agree_names(id).unwrap_or_else(|e| Err(e.to_string()));
+        let done = match agreed {
+            Ok(list) if list.is_empty() => Ok(list),
+            Ok(list) => self.finish_shared(id, list).unwrap_or_else(|e| Err(e.to_string())),
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(list) => Some(list),
+            Err(e) => {
+                if self.rank0() {
+                    let name = &self.filemap.datasets[&id].desc.name;
+                    crate::scr_error!(
+                        "dataset {id} ({name}): {e}; the dataset is invalid on every rank and is discarded"
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// The shared files of output dataset `id` as every rank declared them, after checking the
+    /// names all ranks routed (collective): `Err` names a misused file.
+    fn agree_names(&self, id: u64) -> Result<std::result::Result<Vec<SharedFile>, String>> {
+        let rec = &self.filemap.datasets[&id];
+        let bypass = rec.reddesc.bypass;
+        let routed = Routed {
+            private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
+            shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
+        };
+        let all = self.world.gather(0, &routed)?;
+        let first = all.as_ref().map(|all| match plan_shared(all, &BTreeMap::new(), bypass) {
+            Err(Clash::Hashes(h)) => First::Names(h),
+            Err(Clash::Named(msg)) => First::Done(Err(msg)),
+            Ok(list) => First::Done(Ok(list)),
+        });
+        let colliding = match self.world.bcast(0, &first.unwrap_or(First::Names(Vec::new())))? {
+            First::Done(r) => return Ok(r),
+            First::Names(h) => h,
+        };
+        // some name hash was routed by several ranks: learn the names
+        let mine: Vec<(u64, PathBuf)> =
+            rec.files.iter().map(|f| (hash(&f.rel), f.rel.clone())).filter(|(h, _)| colliding.contains(h)).collect();
+        let names = self.world.gather(0, &mine)?;
+        let done = all.zip(names).map(|(all, names)| {
+            let mut by_rank: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
+            for (r, list) in names.into_iter().enumerate() {
+                for (h, rel) in list {
+                    by_rank.insert((r as u32, h), rel);
+                }
+            }
+            match plan_shared(&all, &by_rank, bypass) {
+                Ok(list) => Ok(list),
+                Err(Clash::Named(msg)) => Err(msg),
+                Err(Clash::Hashes(_)) => Err("the names the ranks routed could not be compared".to_string()),
+            }
+        });
+        Ok(self.world.bcast(0, &done.unwrap_or(Ok(Vec::new())))?)
+    }
+
+    /// Complete the shared files of valid dataset `id` (collective): rank 0 checks each one
+    /// where its writers wrote it, all ranks compute slices of its CRC32 (unless
+    /// `SCR_CRC_ON_COPY=0`), rank 0 combines them and renames the file into place. Returns the
+    /// files with size and CRC32.
+    fn finish_shared(
+        &self,
+        id: u64,
+        mut list: Vec<SharedFile>,
+    ) -> Result<std::result::Result<Vec<SharedFile>, String>> {
+        let rec = &self.filemap.datasets[&id];
+        let staged: Vec<PathBuf> = list.iter().map(|s| shared_target(&self.layout, rec, &s.rel)).collect();
+        let sizes = self.rank0().then(|| {
+            staged
+                .iter()
+                .zip(&list)
+                .map(|(p, s)| {
+                    std::fs::metadata(p).map(|m| m.len()).map_err(|e| {
+                        format!(
+                            "shared file {}: {}: {e} (none of its writers {:?} created it)",
+                            s.rel.display(),
+                            p.display(),
+                            s.writers
+                        )
+                    })
+                })
+                .collect::<std::result::Result<Vec<u64>, String>>()
+        });
+        let sizes = match self.world.bcast(0, &sizes.unwrap_or(Ok(Vec::new())))? {
+            Ok(sizes) => sizes,
+            Err(e) => return Ok(Err(e)),
+        };
+        // slices of every file, dealt out to the ranks in turn
+        let verify = self.settings.crc_on_copy.verify();
+        let mut slices = Vec::new();
+        for (k, &size) in sizes.iter().enumerate().filter(|_| verify) {
+            let n = size.div_ceil(SLICE).clamp(1, self.world.size() as u64);
+            let step = size.div_ceil(n).max(1);
+            for j in 0..n {
+                let off = (j * step).min(size);
+                slices.push((k, off, step.min(size - off)));
+            }
+        }
+        let (me, size) = (self.world.rank() as usize, self.world.size() as usize);
+        let mine: std::result::Result<Vec<(usize, u64, u32, u64)>, String> = slices
+            .iter()
+            .skip(me)
+            .step_by(size)
+            .map(|&(k, off, len)| {
+                crate::checksum::crc_of_range(&staged[k], off, len, self.settings.file_buf_size)
+                    .map(|crc| (k, off, crc, len))
+                    .map_err(|e| e.to_string())
+            })
+            .collect();
+        let done = self.world.gather(0, &mine)?.map(|all| {
+            let mut parts: Vec<(usize, u64, u32, u64)> = Vec::new();
+            for r in all {
+                parts.extend(r?);
+            }
+            parts.sort_unstable_by_key(|p| (p.0, p.1));
+            for (k, s) in list.iter_mut().enumerate() {
+                s.size = sizes[k];
+                let mine: Vec<(u32, u64)> = parts.iter().filter(|p| p.0 == k).map(|p| (p.2, p.3)).collect();
+                s.crc = verify.then(|| crate::checksum::combine(&mine));
+                let to = self.layout.prefix.join(&s.rel);
+                if staged[k] != to {
+                    std::fs::rename(&staged[k], &to).map_err(|e| format!("rename {} into place: {e}", to.display()))?;
+                }
+            }
+            Ok(list)
+        });
+        Ok(self.world.bcast(0, &done.unwrap_or(Ok(Vec::new())))?)
+    }
+
+    /// A dataset leaves the cache: remove the staging files this rank declared (a dataset that
+    /// never completed), and, on rank 0, the shared files of a complete dataset that never
+    /// reached the prefix, unless another cached dataset wrote the same name.
+    pub(super) fn forget_shared(&self, rec: &DatasetRecord) {
+        for s in &rec.desc.shared {
+            if !rec.reddesc.bypass {
+                let _ = crate::paths::remove_file_if_exists(&self.layout.shared_staging(&s.rel));
+            }
+            let others = self.filemap.datasets.values().filter(|r| r.desc.id != rec.desc.id);
+            let kept = others.flat_map(|r| &r.desc.shared).any(|o| o.rel == s.rel);
+            if rec.complete && self.rank0() && !self.flushed(rec.desc.id) && !kept {
+                let p = self.layout.prefix.join(&s.rel);
+                crate::scr_debug!(
+                    1,
+                    "removing shared file {} of dataset {}: it never reached the prefix",
+                    p.display(),
+                    rec.desc.id
+                );
+                let _ = crate::paths::remove_file_if_exists(&p);
+            }
+        }
+    }
+}
+
+/// Where the writers of shared file `rel` of dataset `rec` write it: its staging name, or in a
+/// bypass dataset its place in the prefix.
+pub(super) fn shared_target(layout: &crate::state::layout::Layout, rec: &DatasetRecord, rel: &Path) -> PathBuf {
+    if rec.reddesc.bypass {
+        layout.prefix.join(rel)
+    } else {
+        layout.shared_staging(rel)
+    }
+}
+
+/// Why the names of an output phase cannot stand.
+#[derive(Debug, PartialEq)]
+pub(super) enum Clash {
+    /// Several ranks routed names with these hashes for themselves; their names are needed.
+    Hashes(Vec<u64>),
+    /// A misused file, described.
+    Named(String),
+}
+
+/// Rank 0: from every rank's [`Routed`] (and, in a second round, the names `names` behind the
+/// hashes of [`Clash::Hashes`], by (rank, hash)), the shared files with their writers, or the
+/// first misuse found. In a `bypass` dataset a name several ranks routed is a shared file.
+pub(super) fn plan_shared(
+    all: &[Routed],
+    names: &BTreeMap<(u32, u64), PathBuf>,
+    bypass: bool,
+) -> Result<Vec<SharedFile>, Clash> {
+    let mut shared: BTreeMap<PathBuf, Vec<u32>> = BTreeMap::new();
+    let mut private: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for (r, routed) in all.iter().enumerate() {
+        for rel in &routed.shared {
+            shared.entry(rel.clone()).or_default().push(r as u32);
+        }
+        for &h in &routed.private {
+            private.entry(h).or_default().push(r as u32);
+        }
+    }
+    let mut misuse: Vec<String> = Vec::new();
+    for (rel, writers) in shared.iter_mut() {
+        let Some(others) = private.remove(&hash(rel)) else { continue };
+        if bypass {
+            writers.extend(others);
+            writers.sort_unstable();
+            continue;
+        }
+        misuse.push(format!(
+            "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
+             rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
+            rel.display(),
+            ranks(writers),
+            ranks(&others)
+        ));
+    }
+    let several: Vec<(u64, &Vec<u32>)> = private.iter().filter(|(_, r)| r.len() > 1).map(|(h, r)| (*h, r)).collect();
+    if misuse.is_empty() && !several.is_empty() && names.is_empty() {
+        return Err(Clash::Hashes(several.iter().map(|(h, _)| *h).collect()));
+    }
+    for (h, rs) in several {
+        // by name: equal hashes of different names are no clash
+        let mut by_name: BTreeMap<&Path, Vec<u32>> = BTreeMap::new();
+        for r in rs {
+            if let Some(n) = names.get(&(*r, h)) {
+                by_name.entry(n.as_path()).or_default().push(*r);
+            }
+        }
+        for (rel, rs) in by_name.into_iter().filter(|(_, rs)| rs.len() > 1) {
+            if bypass {
+                shared.insert(rel.to_path_buf(), rs);
+                continue;
+            }
+            misuse.push(format!(
+                "{} was routed by rank(s) {} without being declared shared: each rank would keep its own copy in its \
+                 node's cache, and a restart would read one of them. Declare it with SCR_Route_shared_file on every \
+                 rank that writes it (it is then written once, in the prefix), or give each rank its own file name",
+                rel.display(),
+                ranks(&rs)
+            ));
+        }
+    }
+    if let Some(first) = misuse.first() {
+        let more =
+            if misuse.len() > 1 { format!(" (and {} more such file(s))", misuse.len() - 1) } else { String::new() };
+        return Err(Clash::Named(format!("{first}{more}")));
+    }
+    Ok(shared.into_iter().map(|(rel, writers)| SharedFile { rel, writers, size: 0, crc: None }).collect())
+}
+
+/// Ranks for a message: the first 8, then how many more.
+fn ranks(rs: &[u32]) -> String {
+    let shown: Vec<String> = rs.iter().take(8).map(u32::to_string).collect();
+    let more = if rs.len() > 8 { format!(", ... ({} ranks)", rs.len()) } else { String::new() };
+    format!("{}{more}", shown.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routed(private: &[&str], shared: &[&str]) -> Routed {
+        Routed {
+            private: private.iter().map(|p| hash(Path::new(p))).collect(),
+            shared: shared.iter().map(PathBuf::from).collect(),
+        }
+    }
+
+    #[test]
+    fn declared_files_are_gathered_with_their_writers() {
+        let all = [routed(&["c/r0"], &["c/shared", "c/h"]), routed(&["c/r1"], &["c/shared"]), routed(&["c/r2"], &[])];
+        let list = plan_shared(&all, &BTreeMap::new(), false).unwrap();
+        let got: Vec<(String, Vec<u32>)> =
+            list.iter().map(|s| (s.rel.display().to_string(), s.writers.clone())).collect();
+        assert_eq!(got, [("c/h".to_string(), vec![0]), ("c/shared".to_string(), vec![0, 1])]);
+    }
+
+    #[test]
+    fn undeclared_and_half_declared_files_are_named_with_their_ranks() {
+        let all = [routed(&["c/x"], &[]), routed(&["c/x"], &[]), routed(&["c/y"], &[])];
+        let Err(Clash::Hashes(h)) = plan_shared(&all, &BTreeMap::new(), false) else { panic!("names are needed") };
+        assert_eq!(h, vec![hash(Path::new("c/x"))]);
+        let names: BTreeMap<(u32, u64), PathBuf> = [((0, h[0]), "c/x".into()), ((1, h[0]), "c/x".into())].into();
+        let Err(Clash::Named(msg)) = plan_shared(&all, &names, false) else { panic!() };
+        assert!(msg.starts_with("c/x was routed by rank(s) 0, 1 without being declared shared"), "{msg}");
+        assert!(msg.contains("SCR_Route_shared_file"), "{msg}");
+        // equal hashes, different names (as if FNV collided): no clash
+        // in a bypass dataset the name is one file in the prefix: a shared file
+        let list = plan_shared(&all, &names, true).unwrap();
+        assert_eq!((list[0].rel.as_path(), list[0].writers.as_slice()), (Path::new("c/x"), &[0, 1][..]));
+        let names: BTreeMap<(u32, u64), PathBuf> = [((0, h[0]), "c/x".into()), ((1, h[0]), "c/z".into())].into();
+        assert!(plan_shared(&all, &names, false).unwrap().is_empty());
+
+        let all = [routed(&[], &["c/s"]), routed(&["c/s"], &[]), routed(&["c/s"], &[])];
+        let list = plan_shared(&all, &BTreeMap::new(), true).unwrap();
+        assert_eq!(list[0].writers, [0, 1, 2]);
+        let Err(Clash::Named(msg)) = plan_shared(&all, &BTreeMap::new(), false) else { panic!() };
+        assert!(msg.contains("c/s was declared shared (SCR_Route_shared_file) by rank(s) 0"), "{msg}");
+        assert!(msg.contains("routed with SCR_Route_file by rank(s) 1, 2"), "{msg}");
+        assert_eq!(ranks(&(0..20).collect::<Vec<_>>()), "0, 1, 2, 3, 4, 5, 6, 7, ... (20 ranks)");
+    }
+}
