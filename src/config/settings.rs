@@ -79,6 +79,8 @@ pub struct Settings {
     pub groups: Vec<Entry>,
     /// Transparent mode's checkpoint patterns (`PRELOAD=` entries, `SCR_PRELOAD_PATTERNS`).
     pub preload: Vec<crate::config::patterns::PatternSpec>,
+    /// Transparent mode's files several ranks write (`SCR_PRELOAD_SHARED`).
+    pub preload_shared: Vec<crate::config::patterns::PatternSpec>,
     /// The effective configuration with origins, for the `SCR_DEBUG` listing.
     pub listing: Vec<(String, String, String)>,
     /// Warnings found while reading the configuration (printed by rank 0).
@@ -287,6 +289,13 @@ impl Settings {
                 r.simple
                     .get("SCR_PRELOAD_PATTERNS")
                     .map(|v| (at(r, "SCR_PRELOAD_PATTERNS"), v.value.clone()))
+                    .as_ref()
+                    .map(|(a, v)| (a.as_str(), v.as_str())),
+            )?,
+            preload_shared: crate::config::patterns::shared_from_config(
+                r.simple
+                    .get("SCR_PRELOAD_SHARED")
+                    .map(|v| (at(r, "SCR_PRELOAD_SHARED"), v.value.clone()))
                     .as_ref()
                     .map(|(a, v)| (a.as_str(), v.as_str())),
             )?,
