@@ -152,3 +152,23 @@ fn a_malformed_shared_pattern_stops_mpi_init_naming_the_key() {
     assert!(!r.has("DONE"), "{}", r.dump());
 }
 
+#[test]
+fn a_parallel_hdf5_file_through_the_mpi_io_driver_is_a_shared_file() {
+    let dir = "/usr/lib/x86_64-linux-gnu/hdf5/openmpi";
+    let rpath = format!("-Wl,-rpath,{dir}");
+    let h5 = app("ckpt_phdf5.c", &["-I/usr/include/hdf5/openmpi", "-L", dir, "-lhdf5", &rpath]);
+    let mut job = transparent();
+    job.set("SCR_FLUSH", "2");
+    let prefix = job.prefix.display().to_string();
+    let r = job.run_exe(NP, &[h5.display().to_string()], &[prefix.clone(), "6".into(), "5".into()]);
+    assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
+    assert!(job.prefix.join("ckpt.4/state.h5").is_file(), "{}", r.dump());
+    assert!(staging_files(&job).is_empty(), "{:?}", staging_files(&job));
+    assert!(job.cached_files("state.h5").is_empty(), "{:?}", job.cached_files("state.h5"));
+    let summary = job.find("summary.scr").iter().map(|p| job.meta(p)).find(|s| s["desc"]["name"] == "ckpt.4");
+    let desc = &summary.unwrap_or_else(|| panic!("no summary of ckpt.4: {:?}", job.find("summary.scr")))["desc"];
+    assert_eq!(desc["shared"][0]["rel"], "ckpt.4/state.h5", "{desc}");
+    assert_eq!(desc["shared"][0]["writers"], serde_json::json!([0, 1, 2, 3]), "{desc}");
+    let r = job.run_exe(NP, &[h5.display().to_string()], &[prefix, "6".into()]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+}
