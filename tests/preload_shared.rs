@@ -45,18 +45,22 @@ fn an_mpi_io_shared_file_is_written_once_in_the_prefix_and_restarts() {
     let job = transparent();
     // before the fix, the first checkpoint hung in MPI_File_open (each rank routed the file
     // to its own cache); the harness's timeout turns a hang into a failure
-    let r = run(&job, &["--steps", "8", "--crash-at", "6", "--io", "mpiio", "--meta-after"]);
+    let args = ["--io", "mpiio", "--meta-after", "--self-file"];
+    let r = run(&job, &[&["--steps", "8", "--crash-at", "6"][..], &args].concat());
     assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
     let shared = std::fs::read(job.prefix.join("ckpt.4/shared.dat")).unwrap_or_default();
     assert!(shared == shared_bytes(4), "ckpt.4/shared.dat: {} bytes\n{}", shared.len(), r.dump());
     assert!(staging_files(&job).is_empty(), "{:?}", staging_files(&job));
-    // the ranks' own files went to cache, never to the prefix; meta.txt joined the checkpoint
+    // the ranks' own files (also those MPI-IO wrote on MPI_COMM_SELF) went to cache, never to
+    // the prefix; meta.txt joined the checkpoint
     assert_eq!(job.cached_files("ckpt.4/rank_").len(), NP, "{:?}", job.cached_files(""));
+    assert_eq!(job.cached_files("ckpt.4/self_").len(), NP, "{:?}", job.cached_files(""));
+    assert!(!job.prefix.join("ckpt.4/self_0.dat").exists());
     assert_eq!(job.cached_files("ckpt.4/meta.txt").len(), 1, "{:?}", job.cached_files(""));
     assert!(!job.prefix.join("ckpt.4/rank_0.dat").exists() && !job.prefix.join("ckpt.4/meta.txt").exists());
     // no rank kept a piece of the shared file of its own
     assert!(job.cached_files("shared.dat").is_empty(), "{:?}", job.cached_files("shared.dat"));
-    let r = run(&job, &["--steps", "6", "--io", "mpiio", "--meta-after"]);
+    let r = run(&job, &[&["--steps", "6"][..], &args].concat());
     assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
     assert!(std::fs::read(job.prefix.join("ckpt.6/shared.dat")).unwrap_or_default() == shared_bytes(6));
 }

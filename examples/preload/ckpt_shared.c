@@ -5,7 +5,7 @@
  * verifies every byte it reads back (shared.dat through MPI-IO or pread, its own file).
  *
  *   ckpt_shared --dir DIR [--steps N] [--every K] [--io mpiio|pwrite] [--crash-at STEP]
- *               [--fail-write STEP] [--meta-after]
+ *               [--fail-write STEP] [--meta-after] [--self-file]
  *
  * Rank r's part of shared.dat has 10000 + 777 r bytes (never a multiple of 4096) at the sum
  * of the sizes of the parts before it, each rank a pattern of its own.
@@ -13,6 +13,8 @@
  * byte; --io pwrite: its own descriptor). --crash-at STEP: the last rank dies at STEP.
  * --meta-after: after the barrier that ends the checkpoint (a sync point: it is complete),
  * rank 0 adds ckpt.<step>/meta.txt to it, then writes the pointer.
+ * --self-file: each rank also writes ckpt.<step>/self_<r>.dat through MPI-IO on
+ * MPI_COMM_SELF (a file of its own).
  * Prints (rank 0): RESTARTED <s> verified | NO_RESTART, CHECKPOINT <s>, DONE. */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,7 +28,7 @@
 #include <unistd.h>
 
 static const char *dir = ".";
-static int use_mpiio = 1, meta_after = 0;
+static int use_mpiio = 1, meta_after = 0, self_file = 0;
 static int rank, nranks;
 
 static void die(const char *what, const char *path) {
@@ -120,21 +122,41 @@ static int check_shared(const char *path, int step) {
   return ok;
 }
 
-static void write_own(const char *path, int step) {
+static void write_own(const char *path, int step, int mpiio) {
   long n = 7001 + rank;
   unsigned char *buf = pattern(step, 1, n);
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0640);
-  if (fd < 0) die("open", path);
-  if (write(fd, buf, n) != n || close(fd) != 0) die("write", path);
+  if (mpiio) {
+    MPI_File fh;
+    MPI_Status st;
+    if (MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_CREATE | MPI_MODE_WRONLY, MPI_INFO_NULL, &fh) != MPI_SUCCESS ||
+        MPI_File_write_at(fh, 0, buf, (int)n, MPI_BYTE, &st) != MPI_SUCCESS || MPI_File_close(&fh) != MPI_SUCCESS)
+      die("MPI-IO on MPI_COMM_SELF", path);
+  } else {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0640);
+    if (fd < 0) die("open", path);
+    if (write(fd, buf, n) != n || close(fd) != 0) die("write", path);
+  }
   free(buf);
 }
 
-static int check_own(const char *path, int step) {
+static int check_own(const char *path, int step, int mpiio) {
   long n = 7001 + rank;
   unsigned char *buf = calloc(1, n + 1);
-  int fd = open(path, O_RDONLY);
-  long got = fd < 0 ? -1 : read(fd, buf, n + 1);
-  if (fd >= 0) close(fd);
+  long got = -1;
+  if (mpiio) {
+    MPI_File fh;
+    MPI_Status st;
+    int count = 0;
+    if (MPI_File_open(MPI_COMM_SELF, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh) == MPI_SUCCESS) {
+      if (MPI_File_read_at(fh, 0, buf, (int)n + 1, MPI_BYTE, &st) == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &count);
+      MPI_File_close(&fh);
+      got = count;
+    }
+  } else {
+    int fd = open(path, O_RDONLY);
+    got = fd < 0 ? -1 : read(fd, buf, n + 1);
+    if (fd >= 0) close(fd);
+  }
   int ok = got == n && same(buf, n, step, 1, path);
   if (!ok) fprintf(stderr, "rank %d: %s: read %ld of %ld bytes (%s)\n", rank, path, got, n, strerror(errno));
   free(buf);
@@ -157,7 +179,11 @@ static void checkpoint(int step, int fail_write) {
   write_shared(path, step);
   if (fail_write) setrlimit(RLIMIT_FSIZE, &saved);
   snprintf(path, sizeof path, "%s/ckpt.%d/rank_%d.dat", dir, step, rank);
-  write_own(path, step);
+  write_own(path, step, 0);
+  if (self_file) {
+    snprintf(path, sizeof path, "%s/ckpt.%d/self_%d.dat", dir, step, rank);
+    write_own(path, step, 1);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     if (meta_after) {
@@ -187,6 +213,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fail-write")) fail_write = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--meta-after")) meta_after = 1;
+    else if (!strcmp(argv[i], "--self-file")) self_file = 1;
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -208,7 +235,11 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/ckpt.%d/shared.dat", dir, start);
     int ok = check_shared(path, start);
     snprintf(path, sizeof path, "%s/ckpt.%d/rank_%d.dat", dir, start, rank);
-    ok &= check_own(path, start);
+    ok &= check_own(path, start, 0);
+    if (self_file) {
+      snprintf(path, sizeof path, "%s/ckpt.%d/self_%d.dat", dir, start, rank);
+      ok &= check_own(path, start, 1);
+    }
     if (meta_after && rank == 0) {
       snprintf(path, sizeof path, "%s/ckpt.%d/meta.txt", dir, start);
       FILE *m = fopen(path, "r");
