@@ -591,7 +591,7 @@ mod tests {
         let set = PatternSet::compile(&from_config(&r.entries("PRELOAD"), None).unwrap()).unwrap();
         assert_eq!(set.route("ckpt.100/rank_3.dat", 3).unwrap().name, "ckpt.100");
         assert_eq!(set.route("ckpt.100.tmp/rank_3.dat", 3).unwrap().name, "ckpt.100.tmp");
-        assert_eq!(set.route("ckpt.100/shared.h5", 0), None);
+        assert_eq!(set.route("ckpt.100/notes.txt", 0), None);
         assert_eq!(set.route("restart_7_2.bin", 2).unwrap().name, "restart.7");
         let viz = set.route("viz/frame_9.vtk", 0).unwrap();
         assert_eq!((viz.name.as_str(), viz.flags), ("frame.9", FLAG_OUTPUT));
