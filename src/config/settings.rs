@@ -91,6 +91,11 @@ fn at(r: &Resolved, key: &str) -> String {
     r.simple.get(key).map(|v| format!("{} ({key})", v.origin)).unwrap_or_else(|| key.to_string())
 }
 
+/// A simple setting's value with where it was set (for messages), if it is set.
+fn with_origin(r: &Resolved, key: &str) -> Option<(String, String)> {
+    r.simple.get(key).map(|v| (at(r, key), v.value.clone()))
+}
+
 fn num<T: std::str::FromStr>(r: &Resolved, key: &str) -> Result<T, ConfigError> {
     let raw = r.get(key).unwrap_or("0");
     raw.trim()
@@ -286,18 +291,10 @@ impl Settings {
             groups: r.entries("GROUPS").into_iter().cloned().collect(),
             preload: crate::config::patterns::from_config(
                 &r.entries("PRELOAD"),
-                r.simple
-                    .get("SCR_PRELOAD_PATTERNS")
-                    .map(|v| (at(r, "SCR_PRELOAD_PATTERNS"), v.value.clone()))
-                    .as_ref()
-                    .map(|(a, v)| (a.as_str(), v.as_str())),
+                with_origin(r, "SCR_PRELOAD_PATTERNS").as_ref().map(|(a, v)| (a.as_str(), v.as_str())),
             )?,
             preload_shared: crate::config::patterns::shared_from_config(
-                r.simple
-                    .get("SCR_PRELOAD_SHARED")
-                    .map(|v| (at(r, "SCR_PRELOAD_SHARED"), v.value.clone()))
-                    .as_ref()
-                    .map(|(a, v)| (a.as_str(), v.as_str())),
+                with_origin(r, "SCR_PRELOAD_SHARED").as_ref().map(|(a, v)| (a.as_str(), v.as_str())),
             )?,
             listing,
             warnings,
