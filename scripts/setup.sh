@@ -21,6 +21,8 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v gfortran >/dev/null 2>&1 || need+=(gfortran)
 /usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1 || need+=(python3-mpi4py)
 [ -f /usr/include/hdf5/serial/hdf5.h ] || need+=(libhdf5-dev)
+# parallel HDF5 (its MPI-IO driver) for the shared-file test of transparent mode
+[ -f /usr/include/hdf5/openmpi/hdf5.h ] || need+=(libhdf5-openmpi-dev)
 # bindgen loads libclang.so / libclang-N.so (libclang-cpp, which other packages bring, is not it)
 if ! ls /usr/lib/llvm-*/lib/libclang.so* /usr/lib/llvm-*/lib/libclang-[0-9]*.so* >/dev/null 2>&1 \
   && ! ldconfig -p 2>/dev/null | grep -qE 'libclang(-[0-9.]+)?\.so'; then

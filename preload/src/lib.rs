@@ -14,7 +14,7 @@
 //! |---|---|
 //! | [`file_hooks`] | open family, stdio, close and dup family, writes, renames, links, removals, metadata, `realpath`, `statfs` |
 //! | [`dir_hooks`] | directory streams, `scandir`, `nftw` |
-//! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives |
+//! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives, `MPI_File_open` |
 
 pub use scr::capi;
 

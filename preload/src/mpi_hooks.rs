@@ -1,13 +1,13 @@
 //! MPI lifecycle and sync-point hooks: `MPI_Init`, `MPI_Init_thread`, `MPI_Finalize`,
-//! `MPI_Barrier`, `MPI_Allreduce`, each exported under its `MPI_` and `PMPI_` name (Open
-//! MPI's Fortran bindings call `PMPI_*` directly) and calling the next `PMPI_*`
-//! implementation, never our own. After the real `PMPI_Init*` succeeded, transparent mode
-//! starts; `MPI_Finalize` finishes it before the real one; a world-spanning barrier or
-//! allreduce is a sync point.
+//! `MPI_Barrier`, `MPI_Allreduce`, and `MPI_File_open` (shared files), each exported under
+//! its `MPI_` and `PMPI_` name (Open MPI's Fortran bindings call `PMPI_*` directly) and
+//! calling the next `PMPI_*` implementation, never our own. After the real `PMPI_Init*`
+//! succeeded, transparent mode starts; `MPI_Finalize` finishes it before the real one; a
+//! world-spanning barrier or allreduce is a sync point.
 
-use std::ffi::{c_char, c_int, c_void};
+use std::ffi::{c_char, c_int, c_void, CStr};
 
-use mpi::ffi::{MPI_Comm, MPI_Datatype, MPI_Op};
+use mpi::ffi::{MPI_Comm, MPI_Datatype, MPI_File, MPI_Info, MPI_Op};
 use scr::reentry::Inside;
 use scr::transparent;
 
@@ -120,6 +120,26 @@ collective! {
     allreduce = PMPI_Allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) on comm;
 }
 
+/// `MPI_File_open`: a checkpoint file opened by several processes is a shared file; the
+/// core names the file to open instead (its staging name in the prefix).
+unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
+    let f =
+        next_or!(PMPI_File_open: fn(MPI_Comm, *const c_char, c_int, MPI_Info, *mut MPI_File) -> c_int, MPI_ERR_OTHER);
+    if name.is_null() || transparent::routing().is_none() {
+        return f(comm, name, amode, info, fh);
+    }
+    let mut n: c_int = 0;
+    // SAFETY: MPI_Comm_size is local; an invalid handle only makes it fail (n stays 0).
+    mpi::ffi::MPI_Comm_size(comm, &mut n);
+    let read_only = amode & mpi::ffi::MPI_MODE_RDONLY as c_int != 0;
+    let o = fence("MPI_File_open", name, || transparent::shared::mpi_open(CStr::from_ptr(name), read_only, n), || None);
+    let rc = f(comm, o.as_ref().map_or(name, |o| o.name.as_ptr()), amode, info, fh);
+    if let Some(o) = o {
+        fence("MPI_File_open", name, || transparent::shared::mpi_opened(&o, rc == MPI_SUCCESS), || ());
+    }
+    rc
+}
+
 /// Both names of each entry point, with the MPI standard's contract.
 macro_rules! export {
     ($($name:ident, $pname:ident => fn $imp:ident($($a:ident: $t:ty),*) -> $ret:ty;)*) => {
@@ -142,4 +162,5 @@ export! {
     MPI_Finalize, PMPI_Finalize => fn finalize() -> c_int;
     MPI_Barrier, PMPI_Barrier => fn barrier(comm: MPI_Comm) -> c_int;
     MPI_Allreduce, PMPI_Allreduce => fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int;
+    MPI_File_open, PMPI_File_open => fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int;
 }

@@ -267,6 +267,13 @@ pub const PARAMS: &[Param] = &[
         Implemented,
         "transparent mode: comma-separated checkpoint patterns relative to the prefix (!pattern excludes)",
     ),
+    p(
+        "SCR_PRELOAD_SHARED",
+        Text,
+        None,
+        Implemented,
+        "transparent mode: comma-separated patterns of checkpoint files several ranks write (N-to-1 with pwrite), written once in the prefix",
+    ),
     p("SCR_END_TIME", Count, None, Implemented, "allocation end time, seconds since the epoch (for SCR_HALT_SECONDS)"),
 ];
 

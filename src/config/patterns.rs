@@ -450,20 +450,36 @@ pub fn from_config(entries: &[&Entry], env: Option<(&str, &str)>) -> Result<Vec<
         specs.push(PatternSpec { pattern: e.value.clone(), kind, name: e.attr("NAME").map(str::to_string), ranks, at });
     }
     if let Some((origin, list)) = env {
-        for p in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (kind, pattern) = match p.strip_prefix('!') {
-                Some(x) => (Kind::Exclude, x),
-                None => (Kind::Checkpoint, p),
-            };
-            specs.push(PatternSpec {
-                pattern: pattern.to_string(),
-                kind,
-                name: None,
-                ranks: Vec::new(),
-                at: format!("{origin} (SCR_PRELOAD_PATTERNS entry {p})"),
-            });
-        }
+        specs.extend(list_specs("SCR_PRELOAD_PATTERNS", origin, list));
     }
+    PatternSet::compile(&specs)?;
+    Ok(specs)
+}
+
+/// A comma-separated pattern list given as `key` (`!` marks an exclusion), as specs named
+/// by key and entry.
+fn list_specs(key: &str, origin: &str, list: &str) -> Vec<PatternSpec> {
+    let mut specs = Vec::new();
+    for p in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (kind, pattern) = match p.strip_prefix('!') {
+            Some(x) => (Kind::Exclude, x),
+            None => (Kind::Checkpoint, p),
+        };
+        specs.push(PatternSpec {
+            pattern: pattern.to_string(),
+            kind,
+            name: None,
+            ranks: Vec::new(),
+            at: format!("{origin} ({key} entry {p})"),
+        });
+    }
+    specs
+}
+
+/// `SCR_PRELOAD_SHARED`: the files several ranks write (N-to-1 with `pwrite`), in the syntax
+/// of `SCR_PRELOAD_PATTERNS`. Errors name the key and the entry.
+pub fn shared_from_config(setting: Option<(&str, &str)>) -> Result<Vec<PatternSpec>, ConfigError> {
+    let specs = setting.map_or(Vec::new(), |(origin, list)| list_specs("SCR_PRELOAD_SHARED", origin, list));
     PatternSet::compile(&specs)?;
     Ok(specs)
 }
@@ -557,6 +573,12 @@ mod tests {
         assert_eq!(ok[2].kind, Kind::Exclude);
         let e = from_config(&[], Some(("environment", "a/**b"))).unwrap_err();
         assert!(e.at.contains("SCR_PRELOAD_PATTERNS"), "{e}");
+        let e = shared_from_config(Some(("env", "ckpt.*/shared.dat, ckpt.[/x"))).unwrap_err();
+        assert!(e.at.contains("SCR_PRELOAD_SHARED entry ckpt.[/x"), "{e}");
+        let shared =
+            PatternSet::compile(&shared_from_config(Some(("env", "ckpt.*/*.h5,!ckpt.*/x.h5"))).unwrap()).unwrap();
+        assert!(shared.takes("ckpt.3/all.h5", 2) && !shared.takes("ckpt.3/x.h5", 2) && !shared.takes("a.h5", 0));
+        assert!(shared_from_config(None).unwrap().is_empty());
     }
 
     #[test]
@@ -569,7 +591,7 @@ mod tests {
         let set = PatternSet::compile(&from_config(&r.entries("PRELOAD"), None).unwrap()).unwrap();
         assert_eq!(set.route("ckpt.100/rank_3.dat", 3).unwrap().name, "ckpt.100");
         assert_eq!(set.route("ckpt.100.tmp/rank_3.dat", 3).unwrap().name, "ckpt.100.tmp");
-        assert_eq!(set.route("ckpt.100/shared.h5", 0), None);
+        assert_eq!(set.route("ckpt.100/notes.txt", 0), None);
         assert_eq!(set.route("restart_7_2.bin", 2).unwrap().name, "restart.7");
         let viz = set.route("viz/frame_9.vtk", 0).unwrap();
         assert_eq!((viz.name.as_str(), viz.flags), ("frame.9", FLAG_OUTPUT));

@@ -81,6 +81,8 @@ pub struct Settings {
     pub groups: Vec<Entry>,
     /// Transparent mode's checkpoint patterns (`PRELOAD=` entries, `SCR_PRELOAD_PATTERNS`).
     pub preload: Vec<crate::config::patterns::PatternSpec>,
+    /// Transparent mode's files several ranks write (`SCR_PRELOAD_SHARED`).
+    pub preload_shared: Vec<crate::config::patterns::PatternSpec>,
     /// The effective configuration with origins, for the `SCR_DEBUG` listing.
     pub listing: Vec<(String, String, String)>,
     /// Warnings found while reading the configuration (printed by rank 0).
@@ -89,6 +91,11 @@ pub struct Settings {
 
 fn at(r: &Resolved, key: &str) -> String {
     r.simple.get(key).map(|v| format!("{} ({key})", v.origin)).unwrap_or_else(|| key.to_string())
+}
+
+/// A simple setting's value with where it was set (for messages), if it is set.
+fn with_origin(r: &Resolved, key: &str) -> Option<(String, String)> {
+    r.simple.get(key).map(|v| (at(r, key), v.value.clone()))
 }
 
 fn num<T: std::str::FromStr>(r: &Resolved, key: &str) -> Result<T, ConfigError> {
@@ -290,11 +297,10 @@ impl Settings {
             groups: r.entries("GROUPS").into_iter().cloned().collect(),
             preload: crate::config::patterns::from_config(
                 &r.entries("PRELOAD"),
-                r.simple
-                    .get("SCR_PRELOAD_PATTERNS")
-                    .map(|v| (at(r, "SCR_PRELOAD_PATTERNS"), v.value.clone()))
-                    .as_ref()
-                    .map(|(a, v)| (a.as_str(), v.as_str())),
+                with_origin(r, "SCR_PRELOAD_PATTERNS").as_ref().map(|(a, v)| (a.as_str(), v.as_str())),
+            )?,
+            preload_shared: crate::config::patterns::shared_from_config(
+                with_origin(r, "SCR_PRELOAD_SHARED").as_ref().map(|(a, v)| (a.as_str(), v.as_str())),
             )?,
             listing,
             warnings,

@@ -243,7 +243,11 @@ impl Runtime {
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let mut problems = Vec::new();
         if !valid {
-            problems.push("the application reported valid=0".to_string());
+            problems.push(if self.mode == super::Mode::Transparent {
+                "a write or close of one of its files failed".to_string()
+            } else {
+                "the application reported valid=0".to_string()
+            });
         }
         for f in rec.files.iter_mut() {
             match std::fs::metadata(&f.path) {
@@ -270,10 +274,16 @@ impl Runtime {
             self.drop_cached(id);
             return Ok(false);
         }
-        let Some(shared) = self.complete_shared(id) else {
+        let Some(mut shared) = self.complete_shared(id) else {
             self.drop_cached(id);
             return Ok(false);
         };
+        // a new version of a cached checkpoint (transparent mode) keeps its shared files
+        if let Some(old) = self.version_of.and_then(|v| self.filemap.datasets.get(&v)) {
+            let kept: Vec<_> =
+                old.desc.shared.iter().filter(|o| !shared.iter().any(|s| s.rel == o.rel)).cloned().collect();
+            shared.extend(kept);
+        }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         // a name several ranks routed in a bypass dataset is the dataset's, not each rank's
         rec.files.retain(|f| !shared.iter().any(|s| s.rel == f.rel));

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::{with_rt, Phase, Runtime};
+use super::{with_rt, Mode, Phase, Runtime};
 use crate::error::{Error, Result};
 use crate::state::dataset::SharedFile;
 use crate::state::filemap::DatasetRecord;
@@ -78,7 +78,7 @@ fn hash(rel: &Path) -> u64 {
 }
 
 impl Runtime {
-    fn route_shared(&mut self, name: &str) -> Result<PathBuf> {
+    pub(super) fn route_shared(&mut self, name: &str) -> Result<PathBuf> {
         let Phase::Output { id, .. } = self.phase else {
             return Err(self.phase_error(ROUTE_SHARED, "in an output phase (after SCR_Start_output)"));
         };
@@ -142,7 +142,7 @@ impl Runtime {
             shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
         };
         let all = self.world.gather(0, &routed)?;
-        let first = all.as_ref().map(|all| match plan_shared(all, &BTreeMap::new(), bypass) {
+        let first = all.as_ref().map(|all| match plan_shared(all, &BTreeMap::new(), bypass, self.mode) {
             Err(Clash::Hashes(h)) => First::Names(h),
             Err(Clash::Named(msg)) => First::Done(Err(msg)),
             Ok(list) => First::Done(Ok(list)),
@@ -162,7 +162,7 @@ impl Runtime {
                     by_rank.insert((r as u32, h), rel);
                 }
             }
-            match plan_shared(&all, &by_rank, bypass) {
+            match plan_shared(&all, &by_rank, bypass, self.mode) {
                 Ok(list) => Ok(list),
                 Err(Clash::Named(msg)) => Err(msg),
                 Err(Clash::Hashes(_)) => Err("the names the ranks routed could not be compared".to_string()),
@@ -289,12 +289,15 @@ pub(super) enum Clash {
 
 /// Rank 0: from every rank's [`Routed`] (and, in a second round, the names `names` behind the
 /// hashes of [`Clash::Hashes`], by (rank, hash)), the shared files with their writers, or the
-/// first misuse found. In a `bypass` dataset a name several ranks routed is a shared file.
+/// first misuse found, its remedy said for the `mode` SCR runs in. In a `bypass` dataset a
+/// name several ranks routed is a shared file.
 pub(super) fn plan_shared(
     all: &[Routed],
     names: &BTreeMap<(u32, u64), PathBuf>,
     bypass: bool,
+    mode: Mode,
 ) -> Result<Vec<SharedFile>, Clash> {
+    let transparent = mode == Mode::Transparent;
     let mut shared: BTreeMap<PathBuf, Vec<u32>> = BTreeMap::new();
     let mut private: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
     for (r, routed) in all.iter().enumerate() {
@@ -313,13 +316,24 @@ pub(super) fn plan_shared(
             writers.sort_unstable();
             continue;
         }
-        misuse.push(format!(
-            "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
-             rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
-            rel.display(),
-            ranks(writers),
-            ranks(&others)
-        ));
+        misuse.push(if transparent {
+            format!(
+                "{} was opened as a shared file (MPI_File_open on several processes, or SCR_PRELOAD_SHARED) by \
+                 rank(s) {} but written as a file of its own by rank(s) {}: every rank that writes a shared file \
+                 must open it through MPI-IO on a communicator of its writers, or add it to SCR_PRELOAD_SHARED",
+                rel.display(),
+                ranks(writers),
+                ranks(&others)
+            )
+        } else {
+            format!(
+                "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
+                 rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
+                rel.display(),
+                ranks(writers),
+                ranks(&others)
+            )
+        });
     }
     let several: Vec<(u64, &Vec<u32>)> = private.iter().filter(|(_, r)| r.len() > 1).map(|(h, r)| (*h, r)).collect();
     if misuse.is_empty() && !several.is_empty() && names.is_empty() {
@@ -338,11 +352,23 @@ pub(super) fn plan_shared(
                 shared.insert(rel.to_path_buf(), rs);
                 continue;
             }
+            let remedy = if transparent {
+                format!(
+                    "Add it to SCR_PRELOAD_SHARED (for example SCR_PRELOAD_SHARED='{}'; it is then written once, in \
+                     the prefix), or write it through MPI-IO (MPI_File_open on a communicator of its writers), or give \
+                     each rank its own file name",
+                    example_pattern(rel)
+                )
+            } else {
+                "Declare it with SCR_Route_shared_file on every rank that writes it (it is then written once, in the \
+                 prefix), or give each rank its own file name"
+                    .to_string()
+            };
             misuse.push(format!(
-                "{} was routed by rank(s) {} without being declared shared: each rank would keep its own copy in its \
-                 node's cache, and a restart would read one of them. Declare it with SCR_Route_shared_file on every \
-                 rank that writes it (it is then written once, in the prefix), or give each rank its own file name",
+                "{} was {} by rank(s) {} without being declared shared: each rank would keep its own copy in its \
+                 node's cache, and a restart would read one of them. {remedy}",
                 rel.display(),
+                if transparent { "written" } else { "routed" },
                 ranks(&rs)
             ));
         }
@@ -353,6 +379,20 @@ pub(super) fn plan_shared(
         return Err(Clash::Named(format!("{first}{more}")));
     }
     Ok(shared.into_iter().map(|(rel, writers)| SharedFile { rel, writers, size: 0, crc: None }).collect())
+}
+
+/// A pattern for `SCR_PRELOAD_SHARED` that takes `rel` and its counterparts in other
+/// checkpoints: each run of digits becomes `*` (`ckpt.40/shared.dat` -> `ckpt.*/shared.dat`).
+fn example_pattern(rel: &Path) -> String {
+    let mut out = String::new();
+    for c in rel.to_string_lossy().chars() {
+        if !c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('*') {
+            out.push('*');
+        }
+    }
+    out
 }
 
 /// Ranks for a message: the first 8, then how many more.
@@ -376,7 +416,7 @@ mod tests {
     #[test]
     fn declared_files_are_gathered_with_their_writers() {
         let all = [routed(&["c/r0"], &["c/shared", "c/h"]), routed(&["c/r1"], &["c/shared"]), routed(&["c/r2"], &[])];
-        let list = plan_shared(&all, &BTreeMap::new(), false).unwrap();
+        let list = plan_shared(&all, &BTreeMap::new(), false, Mode::Api).unwrap();
         let got: Vec<(String, Vec<u32>)> =
             list.iter().map(|s| (s.rel.display().to_string(), s.writers.clone())).collect();
         assert_eq!(got, [("c/h".to_string(), vec![0]), ("c/shared".to_string(), vec![0, 1])]);
@@ -385,23 +425,29 @@ mod tests {
     #[test]
     fn undeclared_and_half_declared_files_are_named_with_their_ranks() {
         let all = [routed(&["c/x"], &[]), routed(&["c/x"], &[]), routed(&["c/y"], &[])];
-        let Err(Clash::Hashes(h)) = plan_shared(&all, &BTreeMap::new(), false) else { panic!("names are needed") };
+        let Err(Clash::Hashes(h)) = plan_shared(&all, &BTreeMap::new(), false, Mode::Api) else {
+            panic!("names are needed")
+        };
         assert_eq!(h, vec![hash(Path::new("c/x"))]);
         let names: BTreeMap<(u32, u64), PathBuf> = [((0, h[0]), "c/x".into()), ((1, h[0]), "c/x".into())].into();
-        let Err(Clash::Named(msg)) = plan_shared(&all, &names, false) else { panic!() };
+        let Err(Clash::Named(msg)) = plan_shared(&all, &names, false, Mode::Api) else { panic!() };
         assert!(msg.starts_with("c/x was routed by rank(s) 0, 1 without being declared shared"), "{msg}");
         assert!(msg.contains("SCR_Route_shared_file"), "{msg}");
+        let Err(Clash::Named(msg)) = plan_shared(&all, &names, false, Mode::Transparent) else { panic!() };
+        assert!(msg.starts_with("c/x was written by rank(s) 0, 1 without being declared shared"), "{msg}");
+        assert!(msg.contains("Add it to SCR_PRELOAD_SHARED") && !msg.contains("SCR_Route_shared_file"), "{msg}");
+        assert_eq!(example_pattern(Path::new("ckpt.40/part2.dat")), "ckpt.*/part*.dat");
         // equal hashes, different names (as if FNV collided): no clash
         // in a bypass dataset the name is one file in the prefix: a shared file
-        let list = plan_shared(&all, &names, true).unwrap();
+        let list = plan_shared(&all, &names, true, Mode::Api).unwrap();
         assert_eq!((list[0].rel.as_path(), list[0].writers.as_slice()), (Path::new("c/x"), &[0, 1][..]));
         let names: BTreeMap<(u32, u64), PathBuf> = [((0, h[0]), "c/x".into()), ((1, h[0]), "c/z".into())].into();
-        assert!(plan_shared(&all, &names, false).unwrap().is_empty());
+        assert!(plan_shared(&all, &names, false, Mode::Api).unwrap().is_empty());
 
         let all = [routed(&[], &["c/s"]), routed(&["c/s"], &[]), routed(&["c/s"], &[])];
-        let list = plan_shared(&all, &BTreeMap::new(), true).unwrap();
+        let list = plan_shared(&all, &BTreeMap::new(), true, Mode::Api).unwrap();
         assert_eq!(list[0].writers, [0, 1, 2]);
-        let Err(Clash::Named(msg)) = plan_shared(&all, &BTreeMap::new(), false) else { panic!() };
+        let Err(Clash::Named(msg)) = plan_shared(&all, &BTreeMap::new(), false, Mode::Api) else { panic!() };
         assert!(msg.contains("c/s was declared shared (SCR_Route_shared_file) by rank(s) 0"), "{msg}");
         assert!(msg.contains("routed with SCR_Route_file by rank(s) 1, 2"), "{msg}");
         assert_eq!(ranks(&(0..20).collect::<Vec<_>>()), "0, 1, 2, 3, 4, 5, 6, 7, ... (20 ranks)");

@@ -26,6 +26,8 @@ pub struct TransparentSetup {
     pub prefix: crate::paths::Prefix,
     pub pending: PathBuf,
     pub patterns: Vec<PatternSpec>,
+    /// `SCR_PRELOAD_SHARED`
+    pub shared: Vec<PatternSpec>,
     /// `SCR_HALT_EXIT`
     pub halt_exit: bool,
 }
@@ -38,6 +40,7 @@ pub fn transparent_setup() -> Result<TransparentSetup> {
             prefix: rt.layout.prefix.clone(),
             pending: rt.pending_dir(),
             patterns: rt.settings.preload.clone(),
+            shared: rt.settings.preload_shared.clone(),
             halt_exit: rt.settings.halt_exit,
         })
     })
@@ -50,6 +53,9 @@ pub struct Adopt<'a> {
     pub flags: i32,
     /// This rank's new files: (path relative to the prefix, where the bytes are now).
     pub files: &'a [(PathBuf, PathBuf)],
+    /// Files several ranks wrote that this rank opened (relative to the prefix), written at
+    /// their staging names in the prefix ([`crate::runtime::shared_staging_path`]).
+    pub shared: &'a [PathBuf],
     /// Files (relative to the prefix) of the cached dataset of this name that the application
     /// removed or renamed away.
     pub removed: &'a [PathBuf],
@@ -293,7 +299,7 @@ impl Runtime {
             })
             .unwrap_or_default();
         if let Some(id) = earlier {
-            if self.world.sum_u64((a.files.len() + carried.len()) as u64) == 0 {
+            if self.world.sum_u64((a.files.len() + carried.len() + a.shared.len()) as u64) == 0 {
                 self.forget_removed(id);
                 return Ok(Adopted::Removed);
             }
@@ -302,7 +308,7 @@ impl Runtime {
         let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
         self.pinned = earlier.into_iter().chain(newest).collect();
         self.version_of = earlier;
-        let r = self.adopt_phase(a.name, flags, a.files, &carried, a.valid);
+        let r = self.adopt_phase(a, flags, &carried);
         self.pinned.clear();
         self.version_of = None;
         let Some(id) = r? else { return Ok(Adopted::Invalid) };
@@ -318,15 +324,10 @@ impl Runtime {
     }
 
     /// The output phase of [`Runtime::adopt_output`]: new files are moved into the dataset,
-    /// carried ones hard-linked. The dataset's id if it is valid and complete.
-    fn adopt_phase(
-        &mut self,
-        name: &str,
-        flags: i32,
-        files: &[(PathBuf, PathBuf)],
-        carried: &[FileMeta],
-        valid: bool,
-    ) -> Result<Option<u64>> {
+    /// carried ones hard-linked, shared ones declared (`SCR_Route_shared_file`). The
+    /// dataset's id if it is valid and complete.
+    fn adopt_phase(&mut self, a: &Adopt, flags: i32, carried: &[FileMeta]) -> Result<Option<u64>> {
+        let (name, files) = (a.name, a.files);
         self.start_output_logged(Some(name), flags)?;
         let id = self.dataset_id;
         // From here on every rank must reach complete_output: local failures only make the
@@ -346,10 +347,15 @@ impl Runtime {
                 problems.push(e.to_string());
             }
         }
+        for rel in a.shared {
+            if let Err(e) = self.route_shared(&self.layout.prefix.join(rel).to_string_lossy()) {
+                problems.push(e.to_string());
+            }
+        }
         for p in &problems {
             crate::scr_error!("dataset {name}: {p}");
         }
-        Ok(self.complete_output_logged(valid && problems.is_empty())?.then_some(id))
+        Ok(self.complete_output_logged(a.valid && problems.is_empty())?.then_some(id))
     }
 
     /// Every file of cached dataset `id` was removed by the application (collective): it

@@ -97,13 +97,24 @@ impl Layout {
     /// completes: `<prefix>/<dir>/.<name>.scrshared` beside it. The name depends on `rel`
     /// alone, so ranks that open it before any dataset exists (transparent mode) find the same.
     pub fn shared_staging(&self, rel: &Path) -> PathBuf {
-        let at = self.prefix.join(rel);
-        let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        at.with_file_name(format!(".{name}.scrshared"))
+        shared_staging_name(&self.prefix.join(rel))
     }
 
     /// The run record `scr_run` keeps: `<prefix>/.scr/run.scr`.
     pub fn run_file(&self) -> PathBuf {
         self.scr_dir().join("run.scr")
     }
+}
+
+/// The staging name of a shared file at `at`: `.<name>.scrshared` beside it.
+pub fn shared_staging_name(at: &Path) -> PathBuf {
+    let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    at.with_file_name(format!(".{name}.scrshared"))
+}
+
+/// The shared file whose staging name `staging` is ([`shared_staging_name`] reversed).
+pub fn shared_of_staging(staging: &Path) -> Option<PathBuf> {
+    let name = staging.file_name()?.to_str()?;
+    let real = name.strip_prefix('.')?.strip_suffix(".scrshared").filter(|n| !n.is_empty())?;
+    Some(staging.with_file_name(real))
 }

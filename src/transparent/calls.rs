@@ -16,6 +16,7 @@ use super::prefix::{reserved, PATH_MAX};
 use super::rules::{self, Disk, OnDisk, Open};
 pub use super::session::concerns;
 use super::session::{self, owner, routing, table, table_now, Session};
+use super::shared;
 use super::table::{Held, Table};
 use crate::reentry::Inside;
 use crate::scr_error;
@@ -34,7 +35,7 @@ pub enum Call {
 /// A call performed here: `Ok(value)` (errno as the application had it) or `Err(errno)`.
 pub type Done = Result<i32, i32>;
 
-fn c_path(p: &Path) -> Call {
+pub(super) fn c_path(p: &Path) -> Call {
     match CString::new(p.as_os_str().as_bytes()) {
         Ok(c) => Call::Path(c),
         Err(_) => Call::Pass,
@@ -55,9 +56,14 @@ pub(super) fn real_done(real: &mut dyn FnMut() -> i32) -> Done {
     }
 }
 
-/// The path argument relative to the prefix (`""` for the prefix itself), if it is below it
-/// and this is the process that routes.
+/// The path argument relative to the prefix (`""` for the prefix itself), if it is below it,
+/// is not SCR's own ([`reserved`]) and this is the process that routes.
 pub(super) fn resolve(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+    resolve_any(s, dirfd, path).filter(|rel| !reserved(rel))
+}
+
+/// As [`resolve`], SCR's own names included.
+fn resolve_any(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
     let bytes = path.to_bytes();
     let mut buf = [0u8; PATH_MAX];
     let base = match bytes.first() {
@@ -68,7 +74,7 @@ pub(super) fn resolve(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
     if !s.prefix.may_contain(bytes, base) || !s.is_owner() {
         return None;
     }
-    s.prefix.relative(bytes, base).filter(|rel| !reserved(rel))
+    s.prefix.relative(bytes, base)
 }
 
 /// As [`resolve`], for a file below the prefix (not the prefix itself).
@@ -113,14 +119,20 @@ const PASS: Opening = Opening { call: Call::Pass, track: 0, created: false };
 /// An open of `path` (relative to `dirfd`) with `flags`.
 pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     let Some(s) = routing() else { return PASS };
-    let Some(rel) = resolve_file(s, dirfd, path) else { return PASS };
-    if s.child && rules::writing(flags) {
+    let Some(rel) = resolve_any(s, dirfd, path) else { return PASS };
+    if s.child && (rules::writing(flags) || reserved(&rel)) {
         // a child changes no cached file: its writes reach the prefix
         return PASS;
     }
     super::test_panic(path);
     let _inside = Inside::enter();
     let mut t = table_now();
+    if let Some(o) = super::shared::open(s, &mut t, &rel, flags) {
+        return o;
+    }
+    if reserved(&rel) || rel.as_os_str().is_empty() {
+        return PASS;
+    }
     let abs = s.prefix.join(&rel);
     let disk = || Disk { at: on_disk(&abs), parent: abs.parent().map_or(OnDisk::Dir, on_disk) };
     match rules::open(&t, &rel, flags, || s.routed(&rel), &abs, disk) {
@@ -238,6 +250,12 @@ pub fn opened(fd: i32, track: u32, created: bool) {
     }
     let _inside = Inside::enter();
     let mut t = table();
+    if shared::is_shared(track) {
+        let epoch = t.epoch;
+        t.shared.opened(track, fd, created, epoch);
+        fds::set(fd, track);
+        return;
+    }
     if fd < 0 {
         if created {
             if let Some(bytes) = t.get(track).map(|p| p.cache.clone()) {
@@ -272,6 +290,10 @@ pub fn closed(id: u32, ok: bool) {
     let Some(s) = (id != 0).then(owner).flatten() else { return };
     let _inside = Inside::enter();
     let mut t = table();
+    if shared::is_shared(id) {
+        t.shared.closed(id, ok);
+        return;
+    }
     if t.closed(id, ok) && session::finished() {
         if let Some(p) = t.get(id).cloned() {
             t.forget(id);
@@ -288,7 +310,11 @@ pub fn duplicated(old: i32, new: i32) {
         return;
     }
     let _inside = Inside::enter();
-    if let Some(p) = table().get_mut(id) {
+    let mut t = table();
+    if shared::is_shared(id) {
+        t.shared.duplicated(id);
+        fds::set(new, id);
+    } else if let Some(p) = t.get_mut(id) {
         p.writers += 1;
         fds::set(new, id);
     }
@@ -301,7 +327,10 @@ pub fn write_failed(fd: i32) {
         return;
     }
     let _inside = Inside::enter();
-    if let Some(p) = table().get_mut(id) {
+    let mut t = table();
+    if shared::is_shared(id) {
+        t.shared.failed(id);
+    } else if let Some(p) = t.get_mut(id) {
         p.failed = true;
     }
 }
@@ -312,9 +341,10 @@ pub fn held(dirfd: i32, path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = resolve_file(s, dirfd, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    match table_now().held(&rel) {
+    let t = table_now();
+    match t.held(&rel) {
         Some(h) => c_path(h.cache()),
-        None => Call::Pass,
+        None => t.shared.staging(&rel).map_or(Call::Pass, c_path),
     }
 }
 

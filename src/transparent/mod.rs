@@ -11,6 +11,7 @@
 //! | [`calls`] | the calls the front end forwards: gather facts, apply a rule, update table and cache |
 //! | [`names`] | renames, links and removals, performed here on the cache and the prefix |
 //! | [`fds`] | which descriptors write pending files |
+//! | [`shared`] | files several ranks write (MPI-IO, `SCR_PRELOAD_SHARED`): written once in the prefix |
 //! | [`listing`] | merged directory listings and `nftw` walks |
 //! | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes |
 //! | [`session`] | start (in `MPI_Init`), stop (in `MPI_Finalize`), process exit, the routing gate |
@@ -29,6 +30,7 @@ pub mod names;
 pub mod prefix;
 pub mod rules;
 pub mod session;
+pub mod shared;
 pub mod sync;
 pub mod table;
 pub mod view;

@@ -91,10 +91,20 @@ impl PrefixPaths {
     }
 }
 
-/// Whether `rel` (relative to the prefix) is SCR's own `.scr` directory or inside it.
+/// Whether `rel` (relative to the prefix) is SCR's own: the `.scr` directory or something
+/// inside it, or the staging name of a shared file (`.<name>.scrshared`, see
+/// [`super::shared`]) or a file the MPI library makes beside one (a lock file that starts
+/// with it). Such paths always reach the prefix.
 pub fn reserved(rel: &Path) -> bool {
-    rel.components().next().is_some_and(|c| c.as_os_str() == ".scr")
+    use std::os::unix::ffi::OsStrExt;
+    let staging = rel.file_name().is_some_and(|n| {
+        let n = n.as_bytes();
+        n.first() == Some(&b'.') && n.windows(STAGING.len()).any(|w| w == STAGING)
+    });
+    staging || rel.components().next().is_some_and(|c| c.as_os_str() == ".scr")
 }
+
+const STAGING: &[u8] = b".scrshared";
 
 #[cfg(test)]
 mod tests {
@@ -135,10 +145,14 @@ mod tests {
     }
 
     #[test]
-    fn scr_directory_is_reserved() {
+    fn scr_directory_and_staging_names_are_reserved() {
         assert!(reserved(Path::new(".scr/index.scr")));
         assert!(reserved(Path::new(".scr")));
         assert!(!reserved(Path::new("ckpt.1/.scr")));
         assert!(!reserved(Path::new("")));
+        assert!(reserved(Path::new("ckpt.1/.shared.dat.scrshared")));
+        assert!(reserved(Path::new("ckpt.1/.shared.dat.scrshared-1-2.lock")));
+        assert!(!reserved(Path::new("ckpt.1/shared.dat.scrshared")), "not a dot file: the application's");
+        assert!(!reserved(Path::new("ckpt.1/.hidden")));
     }
 }

@@ -29,6 +29,8 @@ pub struct Session {
     /// This rank's pending area.
     pub pending: PathBuf,
     pub patterns: PatternSet,
+    /// Files several ranks write (`SCR_PRELOAD_SHARED`).
+    pub shared: PatternSet,
     /// End the run at the sync point after a checkpoint that meets a halt condition.
     pub halt_exit: bool,
     pub base: BaseFn,
@@ -50,6 +52,7 @@ impl Session {
             prefix,
             pending: PathBuf::new(),
             patterns: PatternSet::compile(&[]).expect("an empty pattern list always compiles"),
+            shared: PatternSet::compile(&[]).expect("an empty pattern list always compiles"),
             halt_exit: false,
             base,
             child: true,
@@ -72,6 +75,11 @@ impl Session {
     /// Whether a pattern routes `rel` for this rank.
     pub fn routed(&self, rel: &std::path::Path) -> bool {
         rel.to_str().is_some_and(|r| self.patterns.takes(r, self.rank))
+    }
+
+    /// Whether `rel` is a checkpoint file `SCR_PRELOAD_SHARED` declares shared.
+    pub fn declared_shared(&self, rel: &std::path::Path) -> bool {
+        rel.to_str().is_some_and(|r| self.shared.takes(r, self.rank)) && self.routed(rel)
     }
 }
 
@@ -177,10 +185,13 @@ pub fn start(base: BaseFn) -> Result<(), String> {
             return Ok(());
         }
     };
-    let patterns = PatternSet::compile(&setup.patterns).map_err(|e| {
-        scr_error!("{e}");
-        e.to_string()
-    })?;
+    let compile = |specs| {
+        PatternSet::compile(specs).map_err(|e| {
+            scr_error!("{e}");
+            e.to_string()
+        })
+    };
+    let (patterns, shared) = (compile(&setup.patterns)?, compile(&setup.shared)?);
     if patterns.is_empty() && setup.rank == 0 {
         scr_warn!(
             "transparent mode: no checkpoint patterns are configured (PRELOAD= entries or SCR_PRELOAD_PATTERNS), so no file is routed to cache"
@@ -209,6 +220,7 @@ pub fn start(base: BaseFn) -> Result<(), String> {
         prefix: PrefixPaths::new(&setup.prefix.path, &setup.prefix.canonical),
         pending: setup.pending.join(setup.rank.to_string()),
         patterns,
+        shared,
         halt_exit: setup.halt_exit,
         base,
         child: false,

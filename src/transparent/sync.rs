@@ -18,7 +18,8 @@
 //! under the name of a cached dataset (a `meta` file written after the barrier, a file
 //! added to a directory renamed into place) make a new version of it that holds the earlier
 //! files too; removed files leave it. A failed write or close anywhere makes that dataset
-//! invalid everywhere.
+//! invalid everywhere. Files several ranks write ([`super::shared`]) count as pending files
+//! here and join their dataset as its shared files.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -119,6 +120,8 @@ struct Group {
     epoch: u64,
     /// (pending id, path relative to the prefix, bytes, failed)
     files: Vec<(u32, PathBuf, PathBuf, bool)>,
+    /// (shared file id, path relative to the prefix, failed)
+    shared: Vec<(u32, PathBuf, bool)>,
     removed: Vec<PathBuf>,
 }
 
@@ -169,6 +172,17 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
         g.epoch = g.epoch.min(p.epoch);
         g.files.push((id, p.rel.clone(), p.cache.clone(), p.failed));
     }
+    for (id, e) in t.shared.closed_files() {
+        // declared only when a pattern routes it (its dataset's name)
+        let Some(r) = e.rel.to_str().and_then(|r| s.patterns.route(r, s.rank)) else {
+            t.shared.forget(id);
+            continue;
+        };
+        let g = groups.entry(r.name).or_insert_with(|| Group { epoch: u64::MAX, ..Default::default() });
+        g.flags |= r.flags;
+        g.epoch = g.epoch.min(e.epoch);
+        g.shared.push((id, e.rel, e.failed));
+    }
     for (name, removed) in t.removed_by_name() {
         let g = groups.entry(name).or_insert_with(|| Group { epoch: t.epoch, ..Default::default() });
         g.removed = removed;
@@ -203,15 +217,26 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
     for (_, name, flags) in order {
         let g = groups.remove(&name).unwrap_or_default();
         let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
-        let valid = !g.files.iter().any(|f| f.3);
-        let adopt =
-            Adopt { name: &name, flags, files: &files, removed: &g.removed, valid, version_only: versions_only };
+        let shared: Vec<PathBuf> = g.shared.iter().map(|f| f.1.clone()).collect();
+        let valid = !g.files.iter().any(|f| f.3) && !g.shared.iter().any(|f| f.2);
+        let adopt = Adopt {
+            name: &name,
+            flags,
+            files: &files,
+            shared: &shared,
+            removed: &g.removed,
+            valid,
+            version_only: versions_only,
+        };
         let r = crate::runtime::adopt_output(&adopt);
         for (id, _, bytes, _) in &g.files {
             t.forget(*id);
             if r.is_err() {
                 let _ = std::fs::remove_file(bytes);
             }
+        }
+        for (id, _, _) in &g.shared {
+            t.shared.forget(*id);
         }
         match r {
             Ok(Adopted::Complete { checkpoint }) => checkpointed |= checkpoint,

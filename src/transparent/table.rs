@@ -85,9 +85,9 @@ pub enum Change {
 /// Numbers a sync point agrees on.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
-    /// Pending files open for writing.
+    /// Pending and shared files open for writing.
     pub open: u64,
-    /// Pending files closed.
+    /// Pending and shared files closed.
     pub closed: u64,
     /// Committed files removed.
     pub removed: u64,
@@ -107,6 +107,8 @@ pub struct Table {
     pub epoch: u64,
     /// Changes with every mutation (listings cache what they derive from the table).
     generation: u64,
+    /// Files several ranks write, opened since the last dataset completed.
+    pub shared: super::shared::SharedFiles,
 }
 
 fn strictly_below(p: &Path, dir: &Path) -> bool {
@@ -344,7 +346,13 @@ impl Table {
         let live = self.pending.values().filter(|p| !p.deleted);
         let open = live.clone().filter(|p| p.writers > 0).count() as u64;
         let closed = live.filter(|p| p.writers == 0).count() as u64;
-        Counts { open, closed, removed: self.removed.len() as u64, changes: self.changes.len() as u64 }
+        let (shared_open, shared_closed) = self.shared.counts();
+        Counts {
+            open: open + shared_open,
+            closed: closed + shared_closed,
+            removed: self.removed.len() as u64,
+            changes: self.changes.len() as u64,
+        }
     }
 
     pub fn record(&mut self, c: Change) {

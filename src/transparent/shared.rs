@@ -1,0 +1,266 @@
+//! Shared files in transparent mode: one checkpoint file that several ranks write (N-to-1),
+//! which per-rank caching cannot hold (each node would keep a part). Such a file is written
+//! once, in the prefix, under its staging name `.<name>.scrshared` beside its place
+//! ([`crate::state::layout::shared_staging_name`]), and becomes part of its checkpoint at the
+//! sync point that completes it, as `SCR_Route_shared_file` has it in the API.
+//!
+//! * `MPI_File_open` on a communicator of several processes, of a path a checkpoint pattern
+//!   routes ([`mpi_open`]): the front end gives the real `PMPI_File_open` the staging name
+//!   (any ROMIO prefix such as `ufs:` kept), on every rank of the communicator, and each rank
+//!   records the name as shared in this phase. The MPI library's own `open` calls then see the
+//!   staging name, which is never routed ([`super::prefix::reserved`]); the descriptors it
+//!   opens for writing are tracked like pending files', so no dataset completes while one is
+//!   open. A communicator of one process keeps per-rank routing.
+//! * `SCR_PRELOAD_SHARED` declares files that ranks write with plain `open`/`pwrite`: an
+//!   open for writing of such a routed path goes to the staging name too ([`open`]).
+//! * While a name is shared in this phase, opening or stat-ing it reaches the staging name; a
+//!   shared file of a completed checkpoint is in the prefix under its real name, which is not
+//!   SCR's to route: reads (`MPI_File_open` read-only included) find it there.
+//! * At the sync point that completes the dataset ([`super::sync`]), each rank declares the
+//!   shared files it opened; the runtime checks them with every rank's names, records each
+//!   once (writers, size, CRC32), renames it into place and makes the dataset complete only
+//!   if every writer succeeded: a failed write on a tracked descriptor makes the dataset
+//!   invalid on every rank. A name several ranks write without declaring it makes the
+//!   dataset invalid with a message that names the file and `SCR_PRELOAD_SHARED`.
+//!
+//! The staging file of a run killed before its sync point stays in the prefix (SCR never
+//! recorded it); a rerun of the same step writes it again.
+
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use super::calls::{c_path, resolve_file, Call, Opening};
+use super::prefix::reserved;
+use super::rules;
+use super::session::{routing, table_now, Session};
+use super::table::Table;
+use crate::reentry::Inside;
+use crate::state::layout::{shared_of_staging, shared_staging_name};
+
+/// Ids of shared files in the descriptor table carry this bit (pending files' ids do not).
+const ID_BIT: u32 = 1 << 31;
+
+/// Whether a tracked descriptor's id is a shared file's.
+pub fn is_shared(id: u32) -> bool {
+    id & ID_BIT != 0
+}
+
+/// A file shared in this phase, as this rank opened it.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    /// Relative to the prefix.
+    pub rel: PathBuf,
+    /// Where its writers write it (absolute).
+    pub staging: PathBuf,
+    /// Descriptors of this rank open for writing.
+    pub writers: u32,
+    /// A write or close failed on this rank.
+    pub failed: bool,
+    /// The sync epoch of its last open (datasets form oldest first).
+    pub epoch: u64,
+}
+
+/// The shared files this rank opened since the last dataset completed (part of the file table).
+#[derive(Debug, Default)]
+pub struct SharedFiles {
+    files: BTreeMap<u32, Entry>,
+    next: u32,
+}
+
+impl SharedFiles {
+    fn find(&self, rel: &Path) -> Option<(u32, &Entry)> {
+        self.files.iter().find(|(_, e)| e.rel == rel).map(|(id, e)| (*id, e))
+    }
+
+    /// Record `rel` as shared (its id; the existing one if it is already).
+    fn declare(&mut self, s: &Session, rel: &Path, epoch: u64) -> u32 {
+        if let Some((id, _)) = self.find(rel) {
+            return id;
+        }
+        self.next += 1;
+        let id = ID_BIT | self.next;
+        let staging = shared_staging_name(&s.prefix.join(rel));
+        self.files.insert(id, Entry { rel: rel.to_path_buf(), staging, writers: 0, failed: false, epoch });
+        id
+    }
+
+    /// Where `rel` is written while it is shared in this phase.
+    pub fn staging(&self, rel: &Path) -> Option<&Path> {
+        self.find(rel).map(|(_, e)| e.staging.as_path())
+    }
+
+    /// A descriptor of shared file `id` was opened (`fd < 0`: the open failed, and a file
+    /// declared by it, `created`, is forgotten).
+    pub(super) fn opened(&mut self, id: u32, fd: i32, created: bool, epoch: u64) {
+        if fd < 0 {
+            if created && self.files.get(&id).is_some_and(|e| e.writers == 0) {
+                self.files.remove(&id);
+            }
+            return;
+        }
+        if let Some(e) = self.files.get_mut(&id) {
+            e.writers += 1;
+            e.epoch = epoch;
+        }
+    }
+
+    /// A descriptor of `id` was duplicated.
+    pub(super) fn duplicated(&mut self, id: u32) {
+        if let Some(e) = self.files.get_mut(&id) {
+            e.writers += 1;
+        }
+    }
+
+    /// A descriptor of `id` closed (`ok`: successfully).
+    pub(super) fn closed(&mut self, id: u32, ok: bool) {
+        if let Some(e) = self.files.get_mut(&id) {
+            e.writers = e.writers.saturating_sub(1);
+            e.failed |= !ok;
+        }
+    }
+
+    /// A write on a descriptor of `id` failed.
+    pub(super) fn failed(&mut self, id: u32) {
+        if let Some(e) = self.files.get_mut(&id) {
+            e.failed = true;
+        }
+    }
+
+    /// (shared files open for writing on this rank, closed ones)
+    pub(super) fn counts(&self) -> (u64, u64) {
+        let open = self.files.values().filter(|e| e.writers > 0).count() as u64;
+        (open, self.files.len() as u64 - open)
+    }
+
+    /// The shared files no descriptor of this rank writes any more, by id.
+    pub(super) fn closed_files(&self) -> Vec<(u32, Entry)> {
+        self.files.iter().filter(|(_, e)| e.writers == 0).map(|(id, e)| (*id, e.clone())).collect()
+    }
+
+    pub(super) fn forget(&mut self, id: u32) {
+        self.files.remove(&id);
+    }
+}
+
+/// An open of `rel` (relative to the prefix, reserved names included) with `flags`, if it
+/// concerns a shared file: a staging name passes (tracked when this rank declared the file
+/// and writes it); a name shared in this phase, or one `SCR_PRELOAD_SHARED` declares that is
+/// opened for writing, reaches its staging name.
+pub(super) fn open(s: &Session, t: &mut Table, rel: &Path, flags: i32) -> Option<Opening> {
+    let writing = rules::writing(flags);
+    if let Some(real) = shared_of_staging(rel) {
+        let track = t.shared.find(&real).map_or(0, |(id, _)| id);
+        return Some(Opening { call: Call::Pass, track: if writing { track } else { 0 }, created: false });
+    }
+    if reserved(rel) || rel.as_os_str().is_empty() {
+        return None;
+    }
+    let (id, created) = match t.shared.find(rel) {
+        Some((id, _)) => (id, false),
+        None if writing && s.declared_shared(rel) => (t.shared.declare(s, rel, t.epoch), true),
+        None => return None,
+    };
+    let staging = t.shared.files.get(&id).map(|e| e.staging.clone()).unwrap_or_default();
+    if writing {
+        Some(Opening { call: c_path(&staging), track: id, created })
+    } else {
+        Some(Opening { call: c_path(&staging), track: 0, created: false })
+    }
+}
+
+/// What [`mpi_open`] decided: the file name to give the real `PMPI_File_open`.
+#[derive(Debug)]
+pub struct MpiOpen {
+    pub name: CString,
+    /// The shared file this open declared (0: none), forgotten if the open fails.
+    id: u32,
+}
+
+/// `MPI_File_open(comm, name, amode)` on a communicator of `processes` processes: `Some`
+/// when `name` is (or becomes) a shared file of this phase, `None` when the application's
+/// name goes to the real call. Report the outcome with [`mpi_opened`].
+pub fn mpi_open(name: &CStr, read_only: bool, processes: i32) -> Option<MpiOpen> {
+    let s = routing()?;
+    if processes < 2 || !s.is_owner() {
+        return None;
+    }
+    let (fs, path) = split_fs_prefix(name.to_bytes());
+    let path = CString::new(path).ok()?;
+    let rel = resolve_file(s, libc::AT_FDCWD, &path)?;
+    let _inside = Inside::enter();
+    let mut t = table_now();
+    let (id, staging) = match t.shared.find(&rel) {
+        Some((_, e)) => (0, e.staging.clone()),
+        None if read_only || !s.routed(&rel) => return None,
+        None => {
+            let epoch = t.epoch;
+            let id = t.shared.declare(s, &rel, epoch);
+            (id, t.shared.files[&id].staging.clone())
+        }
+    };
+    let mut bytes = fs.to_vec();
+    bytes.extend_from_slice(staging.as_os_str().as_bytes());
+    crate::scr_debug!(2, "transparent mode: MPI_File_open of shared file {} at {}", rel.display(), staging.display());
+    Some(MpiOpen { name: CString::new(bytes).ok()?, id })
+}
+
+/// After the real `PMPI_File_open` of an [`MpiOpen`] (`ok`: it succeeded).
+pub fn mpi_opened(o: &MpiOpen, ok: bool) {
+    if o.id == 0 || ok {
+        return;
+    }
+    let _inside = Inside::enter();
+    let mut t = super::session::table();
+    if t.shared.files.get(&o.id).is_some_and(|e| e.writers == 0) {
+        t.shared.forget(o.id);
+    }
+}
+
+/// ROMIO's file system prefix (`ufs:`, `nfs:`, `lustre:`, ...: two or more letters or digits
+/// before the first `:`, with no `/` before it) and the path after it.
+fn split_fs_prefix(name: &[u8]) -> (&[u8], &[u8]) {
+    match name.iter().position(|&b| b == b':') {
+        Some(n) if n >= 2 && name[..n].iter().all(u8::is_ascii_alphanumeric) => name.split_at(n + 1),
+        _ => (&[], name),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn romio_prefixes_are_split_off() {
+        assert_eq!(split_fs_prefix(b"ufs:ckpt.1/a"), (&b"ufs:"[..], &b"ckpt.1/a"[..]));
+        assert_eq!(split_fs_prefix(b"lustre:/p/ckpt.1/a"), (&b"lustre:"[..], &b"/p/ckpt.1/a"[..]));
+        assert_eq!(split_fs_prefix(b"/p/a:b"), (&b""[..], &b"/p/a:b"[..]));
+        assert_eq!(split_fs_prefix(b"c:x"), (&b""[..], &b"c:x"[..]), "one letter is no file system");
+        assert_eq!(split_fs_prefix(b"dir/x:y"), (&b""[..], &b"dir/x:y"[..]));
+    }
+
+    #[test]
+    fn descriptors_count_until_closed_and_failures_stick() {
+        let mut sh = SharedFiles::default();
+        let id = ID_BIT | 1;
+        sh.files.insert(
+            id,
+            Entry { rel: "c/s".into(), staging: "/p/c/.s.scrshared".into(), writers: 0, failed: false, epoch: 0 },
+        );
+        assert!(is_shared(id) && !is_shared(1));
+        sh.opened(id, 5, true, 3);
+        sh.duplicated(id);
+        assert_eq!(sh.counts(), (1, 0));
+        sh.closed(id, true);
+        sh.failed(id);
+        sh.closed(id, true);
+        assert_eq!(sh.counts(), (0, 1));
+        let closed = sh.closed_files();
+        assert_eq!((closed[0].1.epoch, closed[0].1.failed), (3, true));
+        assert_eq!(sh.staging(Path::new("c/s")), Some(Path::new("/p/c/.s.scrshared")));
+        // a failed open forgets only a file it declared and nobody writes
+        sh.opened(id, -1, true, 4);
+        assert!(sh.closed_files().is_empty());
+    }
+}
