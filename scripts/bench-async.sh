@@ -4,8 +4,10 @@
 #   flush (4 ranks, cache in /dev/shm, prefix in /tmp on disk, SINGLE, SCR_FLUSH=0): each pair
 #     takes a checkpoint that stays in cache and then one flagged output too, which SCR
 #     flushes; ratio = the second's time / the first's (what the flush adds to the call), with
-#     SCR_FLUSH_ASYNC=1 and, in alternating rounds, 0. A compute kernel runs while the flush
-#     does and again with nothing behind it: compute_flush = the first / the second.
+#     SCR_FLUSH_ASYNC=1 and, in alternating rounds, 0; the two are GAP seconds apart (default
+#     1, idle), so the first one's background CRC32 does not slow the second. A compute kernel
+#     runs while the flush does and again with nothing behind it: compute_flush = the first /
+#     the second.
 #   encode (simulated cluster of 4 nodes, storage in /dev/shm): checkpoints alternate between
 #     two descriptors, odd ones SINGLE and even ones XOR (CKPT INTERVAL=2), each followed by
 #     COMPUTE seconds of a compute kernel; checkpoint_even = XOR / SINGLE checkpoint time as
@@ -30,7 +32,7 @@ if [[ " ${PARTS:-flush encode} " == *" flush "* ]]; then
     for async in 1 0; do
       rm -rf "$work/prefix" "${shm:?}"/* && mkdir -p "$work/prefix"
       (cd "$work/prefix" && SCR_PREFIX=$PWD SCR_CACHE_BASE=$shm SCR_CNTL_BASE=$shm SCR_COPY_TYPE=SINGLE SCR_CACHE_SIZE=4 \
-        SCR_FLUSH_ASYNC=$async mpirun -np 4 "$work/bench_api" async --size $((mib << 20)) --reps 2) |
+        SCR_FLUSH_ASYNC=$async mpirun -np 4 "$work/bench_api" async --size $((mib << 20)) --reps 2 --gap "${GAP:-1}") |
         grep -E '^(RATIO|TIME) ' >>"$work/flush.$async"
     done
   done

@@ -27,9 +27,12 @@
  *                                             calibrated without SCR); RATIO checkpoint_even =
  *                                             even / odd checkpoint time, RATIO compute_even =
  *                                             compute after an even one / after an odd one
- *   bench_api async   --size BYTES --reps N   with SCR_FLUSH=0: a checkpoint that stays in
+ *   bench_api async   --size BYTES --reps N [--gap S]
+ *                                             with SCR_FLUSH=0: a checkpoint that stays in
  *                                             cache vs one flagged output too (flushed by
- *                                             SCR_FLUSH_ASYNC); RATIO flush_async = the second /
+ *                                             SCR_FLUSH_ASYNC), S seconds apart (idle: the
+ *                                             first one's background CRC32 is not what the
+ *                                             second measures); RATIO flush = the second /
  *                                             the first; RATIO compute_flush = a compute kernel
  *                                             while that flush runs / with nothing behind it
  *
@@ -232,6 +235,8 @@ int main(int argc, char** argv)
     for (int r = 0; r < reps; r++) {
       snprintf(name, sizeof name, "single.%d", r);
       double t_single = checkpoint(name, SCR_FLAG_CHECKPOINT);
+      /* idle, so the background CRC32 of the checkpoint just taken does not slow the next */
+      if (gap > 0) usleep((useconds_t) (gap * 1e6));
       snprintf(name, sizeof name, "async.%d", r);
       double t_async = checkpoint(name, SCR_FLAG_CHECKPOINT | SCR_FLAG_OUTPUT);
       /* compute while the flush runs, then with nothing behind it */
