@@ -216,9 +216,9 @@ pub const PARAMS: &[Param] = &[
     p(
         "SCR_MPI_BUF_SIZE",
         Size,
-        Some("1048576"),
+        Some("262144"),
         Implemented,
-        "piece size of redundancy encoding and rebuild (SCR 3: 128 KiB; 1 MiB measured faster here)",
+        "piece size of redundancy encoding and rebuild (SCR 3: 128 KiB; 256 KiB measured best here, see BENCHMARKS.md)",
     ),
     p("SCR_FILE_BUF_SIZE", Size, Some("1048576"), Implemented, "buffer size for copies between cache and prefix"),
     p(
