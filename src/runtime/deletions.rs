@@ -135,7 +135,7 @@ impl Runtime {
         self.cancel_checksum(id);
         // its shared files (in the prefix), decided while the flush record still says whether
         // it reached the prefix
-        if let Some(rec) = self.filemap.datasets.get(&id).cloned() {
+        if let Some(rec) = self.filemap.datasets.get(&id).filter(|r| !r.desc.shared.is_empty()).cloned() {
             self.forget_shared(&rec);
         }
         self.filemap.mark_deleting(id);

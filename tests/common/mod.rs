@@ -477,8 +477,19 @@ impl Job {
         self.meta(&self.prefix.join(".scr/index.scr"))
     }
 
-    /// Files (relative paths) under the cache directory whose name matches `needle`.
+    /// Files under the cache directory whose path contains `needle`, leaving out the trash of
+    /// deleted datasets (`.deleting/`, emptied in the background: a run that ends abruptly
+    /// may leave some there until the next one starts).
     pub fn cached_files(&self, needle: &str) -> Vec<String> {
+        self.files_in_cache(needle).into_iter().filter(|s| !s.contains("/.deleting/")).collect()
+    }
+
+    /// Files in the trash of deleted datasets whose path contains `needle`.
+    pub fn trashed_files(&self, needle: &str) -> Vec<String> {
+        self.files_in_cache(needle).into_iter().filter(|s| s.contains("/.deleting/")).collect()
+    }
+
+    fn files_in_cache(&self, needle: &str) -> Vec<String> {
         let mut out = Vec::new();
         walk(&self.cache, &mut |p| {
             let s = p.display().to_string();
