@@ -239,16 +239,46 @@ impl Runtime {
         self.retire_encodes();
     }
 
-    /// `SCR_Init`: a complete dataset recorded with SINGLE protection whose redundancy file was
-    /// published after all (its run ended before recording it) is protected by its scheme.
+    /// `SCR_Init` (collective): a complete dataset recorded with SINGLE protection whose
+    /// redundancy file was published after all (its run ended before recording it) is
+    /// protected by its scheme. So is one whose file is still under its temporary name on this
+    /// rank while another member of its set published its own: the members publish only after
+    /// agreeing that every one finished, so the run ended between that agreement and this
+    /// rank's rename, and the file is complete (its checked header is written last).
     pub(super) fn adopt_encodings(&mut self) {
+        let mut changed = self.adopt_redundancy_files(|ext| ext == "xor" || ext == "rs" || ext == "partner", &[]);
+        // the sets (dataset, set) that some member published
+        let mine: Vec<(u64, usize)> = self
+            .filemap
+            .datasets
+            .values()
+            .filter_map(|r| r.red.as_ref().filter(|_| r.complete).map(|red| (r.desc.id, red.set_id)))
+            .collect();
+        match self.world.allgather(&mine) {
+            Ok(all) => {
+                let published: Vec<(u64, usize)> = all.into_iter().flatten().collect();
+                changed |= self.adopt_redundancy_files(|ext| ext == "part", &published);
+            }
+            Err(e) => scr_error!("{e}; redundancy files left under their temporary names are not adopted"),
+        }
+        if changed {
+            if let Err(e) = self.save_filemap() {
+                scr_error!("{e}");
+            }
+        }
+    }
+
+    /// Adopt this rank's redundancy files whose extension `ext` accepts for complete datasets
+    /// without recorded redundancy; a `.part` file only if its (dataset, set) is in
+    /// `published`, and it is renamed to its final name first. Whether any was adopted.
+    fn adopt_redundancy_files(&mut self, ext: impl Fn(&str) -> bool, published: &[(u64, usize)]) -> bool {
         let rank = self.world.rank();
         let mut changed = false;
         for rec in self.filemap.datasets.values_mut().filter(|r| r.complete && r.red.is_none() && !r.reddesc.bypass) {
             let Ok(entries) = std::fs::read_dir(rec.dir.join(".scr")) else { continue };
             for path in entries.flatten().map(|e| e.path()) {
-                let published = path.extension().is_some_and(|x| x == "xor" || x == "rs" || x == "partner");
-                let Some((h, _)) = published.then(|| redfile::read_header(&path).ok()).flatten() else { continue };
+                let wanted = path.extension().and_then(|x| x.to_str()).is_some_and(&ext);
+                let Some((h, _)) = wanted.then(|| redfile::read_header(&path).ok()).flatten() else { continue };
                 if h.desc.id != rec.desc.id || h.red.ranks.get(h.red.index) != Some(&rank) {
                     continue;
                 }
@@ -257,6 +287,17 @@ impl Runtime {
                     && mine.iter().zip(&rec.files).all(|(e, f)| e.rel == f.rel && e.size == f.size);
                 if !same {
                     continue;
+                }
+                let mut file = path.clone();
+                if path.extension().is_some_and(|x| x == "part") {
+                    if !published.contains(&(rec.desc.id, h.red.set_id)) {
+                        continue;
+                    }
+                    file = path.with_extension("");
+                    if let Err(e) = std::fs::rename(&path, &file) {
+                        scr_error!("dataset {}: publishing {}: {e}", rec.desc.id, path.display());
+                        continue;
+                    }
                 }
                 for (f, e) in rec.files.iter_mut().zip(&mine) {
                     f.crc = f.crc.or(e.crc);
@@ -267,15 +308,11 @@ impl Runtime {
                     rec.desc.id,
                     h.red.scheme.name()
                 );
-                rec.red = Some(crate::redundancy::RedInfo { file: path, ..h.red });
+                rec.red = Some(crate::redundancy::RedInfo { file, ..h.red });
                 changed = true;
                 break;
             }
         }
-        if changed {
-            if let Err(e) = self.save_filemap() {
-                scr_error!("{e}");
-            }
-        }
+        changed
     }
 }
