@@ -136,7 +136,6 @@ pub fn remove_file_if_exists(path: &Path) -> Result<()> {
     }
 }
 
-/// Remove a directory tree, treating "already gone" as success.
 /// Call `f` on every file below `dir` (not following symbolic links); a missing or
 /// unreadable directory has none.
 pub fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
@@ -150,6 +149,7 @@ pub fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
     }
 }
 
+/// Remove a directory tree, treating "already gone" as success.
 pub fn remove_tree_if_exists(path: &Path) -> Result<()> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
