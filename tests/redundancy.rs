@@ -220,6 +220,24 @@ fn many_small_pieces_are_encoded_and_rebuilt_byte_for_byte() {
 }
 
 #[test]
+fn a_partner_survivor_the_rebuild_did_not_read_is_still_checked() {
+    // n2 is lost: n3 sends its copy of rank 2's files and n1 its own files; n3's own file
+    // (damaged here) and n0's are not read by the rebuild, so the restart check reads them,
+    // finds the flipped byte and rebuilds rank 3 from n0's copy
+    let job = job("PARTNER", &["n0", "n1", "n2", "n3"]);
+    checkpoint(&job, "1", &[]);
+    let files = job.node_files("n3", "ckpt.1/rank_3.ckpt");
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[777] ^= 0x10;
+    std::fs::write(&files[0], &bytes).unwrap();
+    job.lose_node("n2");
+    let r = restarted(&job, 1, &[]);
+    assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
+    assert_eq!(r.stderr.matches("rebuilt cached dataset 1 for 1 rank(s)").count(), 2, "{}", r.dump());
+}
+
+#[test]
 fn a_damaged_survivor_and_a_lost_node_never_hand_over_a_wrong_byte() {
     // ckpt.2 has a flipped byte on n0 and n2 is lost: two damaged members of one XOR set, so
     // ckpt.2 is dropped; ckpt.1 is rebuilt (every byte checked on the way) and restarted

@@ -120,7 +120,8 @@ pub struct Runtime {
     failed: Vec<u64>,
     /// Elastic restart (`SCR_RESTART_ELASTIC`): cached checkpoints of other sizes.
     elastic: elastic::Elastic,
-    /// Cached datasets whose every file was checked against its CRC32 in this run's rebuild.
+    /// Cached datasets whose every file of this rank was checked against its CRC32 in this
+    /// run's rebuild (per rank: the restart check of the others still reads theirs).
     verified: Vec<u64>,
     policy: policy::Policy,
     /// The event log (`SCR_LOG_ENABLE`); enabled on rank 0 only.

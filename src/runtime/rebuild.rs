@@ -245,8 +245,9 @@ impl Runtime {
         let checked = result.as_ref().is_ok_and(|v| *v);
         let err = result.err();
         let ok = self.world.all_true(err.is_none());
-        // every rank's files went through the rebuild and matched: no second read at restart
-        if self.world.all_true(checked) {
+        // this rank's files went through the rebuild and matched: no second read at restart
+        // (the check at restart is per rank; its outcome is agreed there)
+        if checked && ok {
             self.verified.push(id);
         }
         let summary =

@@ -121,7 +121,7 @@ impl Runtime {
         };
         let intact = self.world.all_true(problem.is_none());
         if self.rank0() && self.settings.crc_on_copy.verify() && self.verified.contains(&id) {
-            scr_debug!(1, "cached dataset {id} was checked against its CRC32s while it was rebuilt");
+            scr_debug!(1, "rank 0's part of cached dataset {id} was checked against its CRC32s while it was rebuilt");
         } else if self.rank0() && self.settings.crc_on_copy.verify() {
             let secs = t0.elapsed().as_secs_f64();
             let bytes = self.filemap.datasets.get(&id).map_or(0, |r| r.bytes());
