@@ -220,6 +220,28 @@ fn many_small_pieces_are_encoded_and_rebuilt_byte_for_byte() {
 }
 
 #[test]
+fn partner_rebuilds_both_streams_of_a_lost_member_and_its_copy_protects_again() {
+    // A lost PARTNER member gets its own files and its partner copy back at once; then its
+    // neighbours are lost and their files come back from the rebuilt copies (restarts with
+    // --steps 0 write nothing new, so the second rebuild reads the first one's output).
+    // Sets of 4 with two members lost (one rank sends to both), and sets of 2 (both streams
+    // between the same two ranks).
+    for (set, first, second) in [("4", &["n0", "n2"][..], &["n1", "n3"][..]), ("2", &["n1", "n2"], &["n0", "n3"])] {
+        let mut job = job("PARTNER", &["n0", "n1", "n2", "n3"]);
+        job.set("SCR_MPI_BUF_SIZE", "4096").set("SCR_SET_SIZE", set);
+        checkpoint(&job, "1", &["--uneven"]);
+        for lost in [first, second] {
+            for n in lost {
+                job.lose_node(n);
+            }
+            let r = restarted(&job, 1, &["--uneven", "--steps", "0"]);
+            let want = format!("rebuilt cached dataset 1 for {} rank(s)", lost.len());
+            assert!(r.stderr.contains(&want), "sets of {set}, lost {lost:?}\n{}", r.dump());
+        }
+    }
+}
+
+#[test]
 fn a_partner_survivor_the_rebuild_did_not_read_is_still_checked() {
     // n2 is lost: n3 sends its copy of rank 2's files and n1 its own files; n3's own file
     // (damaged here) and n0's are not read by the rebuild, so the restart check reads them,

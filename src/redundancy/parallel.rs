@@ -367,9 +367,42 @@ pub fn rebuild(
     fail.into_result().map(|_| verified)
 }
 
-/// PARTNER: each lost member gets its files back from its right neighbour's copy, then its
-/// partner copy again from its left neighbour; the sender reads piece `p + 1` while `p`
-/// travels, the receiver writes piece `p - 1` meanwhile.
+/// One stream of a PARTNER rebuild, seen from this rank: a lost member's own files coming back
+/// from its right neighbour's copy, or its partner copy (the left neighbour's files) again.
+struct Flow {
+    peer: i32,
+    size: u64,
+    /// Whether this rank sends (else it receives).
+    send: bool,
+    /// Whether this rank's end is the redundancy file (the partner copy), else its own files.
+    copy: bool,
+}
+
+/// The flows of rank `i` when the members `lost` are rebuilt. Between two ranks they are
+/// listed in the same order on both sides (a lost member's own files first), so the messages
+/// of one step match even when both flows join the same pair of ranks (a set of two).
+fn partner_flows(i: usize, lost: &[usize], totals: &[u64]) -> Vec<Flow> {
+    let n = totals.len();
+    let mut flows = Vec::new();
+    for &l in lost {
+        let (left, right) = ((l + n - 1) % n, (l + 1) % n);
+        if i == right {
+            flows.push(Flow { peer: l as i32, size: totals[l], send: true, copy: true });
+        }
+        if i == left {
+            flows.push(Flow { peer: l as i32, size: totals[left], send: true, copy: false });
+        }
+        if i == l {
+            flows.push(Flow { peer: right as i32, size: totals[l], send: false, copy: false });
+            flows.push(Flow { peer: left as i32, size: totals[left], send: false, copy: true });
+        }
+    }
+    flows
+}
+
+/// PARTNER: each lost member gets its files back from its right neighbour's copy and, at the
+/// same time, its partner copy again from its left neighbour. Piece by piece: a sender reads
+/// piece `p + 1` while `p` travels, a receiver writes piece `p - 1` meanwhile.
 #[allow(clippy::too_many_arguments)] // one schedule's state, passed down once
 fn rebuild_partner(
     comm: &Comm,
@@ -381,55 +414,59 @@ fn rebuild_partner(
     piece: usize,
     fail: &mut Failure,
 ) {
-    let n = totals.len();
-    let (mut a, mut b) = (vec![0u8; piece], vec![0u8; piece]);
-    for phase in 0..2 {
-        for &l in lost {
-            let (src, size) =
-                if phase == 0 { ((l + 1) % n, totals[l]) } else { ((l + n - 1) % n, totals[(l + n - 1) % n]) };
-            let all = pieces(size, piece);
-            if i == src {
-                // phase 0 sends the copy this rank keeps of l's files, phase 1 its own files
-                let mut read = |off: u64, buf: &mut [u8]| {
-                    if phase == 0 {
-                        io.read(fail, off, buf)
-                    } else {
-                        read_stream(stream, fail, off, buf)
-                    }
-                };
-                if let Some(&(off, len)) = all.first() {
-                    read(off, &mut a[..len]);
-                }
-                for (p, &(_, len)) in all.iter().enumerate() {
-                    comm.overlap(&[(&a[..len], l as i32)], &mut [], Waiting::Block, || {
-                        if let Some(&(noff, nlen)) = all.get(p + 1) {
-                            read(noff, &mut b[..nlen]);
-                        }
-                    });
-                    std::mem::swap(&mut a, &mut b);
-                }
-            } else if i == l {
-                let mut write = |off: u64, buf: &[u8]| {
-                    if phase == 0 {
-                        fail.note(stream.write_at(off, buf));
-                    } else {
-                        io.write(fail, off, buf);
-                    }
-                };
-                for (p, &(_, len)) in all.iter().enumerate() {
-                    comm.overlap(&[], &mut [(&mut a[..len], src as i32)], Waiting::Block, || {
-                        if let Some(&(poff, plen)) = p.checked_sub(1).map(|q| &all[q]) {
-                            write(poff, &b[..plen]);
-                        }
-                    });
-                    std::mem::swap(&mut a, &mut b);
-                }
-                if let Some(&(off, len)) = all.last() {
-                    write(off, &b[..len]);
-                }
+    let flows = partner_flows(i, lost, totals);
+    let steps = flows.iter().map(|f| f.size.div_ceil(piece as u64)).max().unwrap_or(0);
+    // the length of a flow's piece `step` (0 past its end)
+    let len = |f: &Flow, step: u64| (f.size.saturating_sub(step * piece as u64) as usize).min(piece);
+    let mut cur: Vec<Vec<u8>> = flows.iter().map(|_| vec![0u8; piece]).collect();
+    let mut other: Vec<Vec<u8>> = flows.iter().map(|_| vec![0u8; piece]).collect();
+    // what a flow's end does with piece `step` held in `buf`
+    let mut move_piece = |f: &Flow, step: u64, buf: &mut [u8]| {
+        let (off, buf) = (step * piece as u64, &mut buf[..len(f, step)]);
+        match (f.send, f.copy) {
+            _ if buf.is_empty() => {}
+            (true, true) => io.read(fail, off, buf),
+            (true, false) => read_stream(stream, fail, off, buf),
+            (false, true) => io.write(fail, off, buf),
+            (false, false) => {
+                fail.note(stream.write_at(off, buf));
             }
         }
+    };
+    for (f, buf) in flows.iter().zip(cur.iter_mut()).filter(|(f, _)| f.send) {
+        move_piece(f, 0, buf);
     }
+    for step in 0..steps {
+        let mut sends = Vec::new();
+        let mut recvs = Vec::new();
+        for (f, buf) in flows.iter().zip(cur.iter_mut()).filter(|(f, _)| len(f, step) > 0) {
+            if f.send {
+                sends.push((freeze(&mut buf[..len(f, step)]), f.peer));
+            } else {
+                recvs.push((&mut buf[..len(f, step)], f.peer));
+            }
+        }
+        comm.overlap(&sends, &mut recvs, Waiting::Block, || {
+            for (f, buf) in flows.iter().zip(other.iter_mut()) {
+                // the next piece to send, or the last one received
+                let at = if f.send { Some(step + 1) } else { step.checked_sub(1) };
+                if let Some(at) = at {
+                    move_piece(f, at, buf);
+                }
+            }
+        });
+        std::mem::swap(&mut cur, &mut other);
+    }
+    for (f, buf) in flows.iter().zip(other.iter_mut()).filter(|(f, _)| !f.send) {
+        if let Some(last) = steps.checked_sub(1) {
+            move_piece(f, last, buf);
+        }
+    }
+}
+
+/// A shared view of a buffer lent out for the whole lifetime of its exclusive borrow.
+fn freeze<T: ?Sized>(x: &mut T) -> &T {
+    x
 }
 
 /// XOR/RS: the chain through the survivors (see the module doc).
