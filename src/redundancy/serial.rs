@@ -22,8 +22,9 @@ pub struct Member {
 }
 
 /// Rebuild the lost members of a set in place. `red` is any member's record of the set (the
-/// scheme, failures and chunk are the same for all).
-pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<()> {
+/// scheme, failures and chunk are the same for all). Returns, for each member, the CRC32 of
+/// each of its files as rebuilt (taken as the bytes were written; `None` for a survivor's).
+pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<Vec<Vec<Option<u32>>>> {
     let n = members.len();
     let lost: Vec<usize> = (0..n).filter(|&x| members[x].lost).collect();
     if !red.tolerates(&lost) {
@@ -107,7 +108,7 @@ pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<()> {
     for &l in &lost {
         streams[l].sync()?;
     }
-    Ok(())
+    Ok(streams.iter().zip(members).map(|(s, m)| if m.lost { s.crcs() } else { vec![None; m.parts.len()] }).collect())
 }
 
 fn copy(
@@ -212,11 +213,14 @@ mod tests {
             for &l in &lost {
                 std::fs::remove_dir_all(dir.path().join(format!("r{l}"))).unwrap();
             }
-            rebuild(&red, &members(&lost), 100).unwrap_or_else(|e| panic!("{scheme:?} lost {lost:?}: {e}"));
+            let crcs = rebuild(&red, &members(&lost), 100).unwrap_or_else(|e| panic!("{scheme:?} lost {lost:?}: {e}"));
             for r in 0..n {
                 for (k, &s) in sizes[r].iter().enumerate() {
                     let got = std::fs::read(dir.path().join(format!("r{r}/f{k}"))).unwrap();
                     assert_eq!(got, bytes(r * 10 + k, s as usize), "{scheme:?} lost {lost:?}: r{r}/f{k}");
+                    // a rebuilt file's CRC32 comes back with it, taken as it was written
+                    let want = lost.contains(&r).then(|| crc32fast::hash(&got));
+                    assert_eq!(crcs[r][k], want, "{scheme:?} lost {lost:?}: CRC32 of r{r}/f{k}");
                 }
                 let red = std::fs::read(dir.path().join(format!("r{r}/red"))).unwrap();
                 assert_eq!(red, payloads[r], "{scheme:?} lost {lost:?}: redundancy of r{r}");
