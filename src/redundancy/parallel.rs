@@ -524,6 +524,9 @@ fn rebuild_code(
     let pred = pos.checked_sub(1).map(|q| survivors[q] as i32);
     // a stripe this rank adds nothing to (all its coefficients are zero) is not read
     let used: Vec<bool> = (0..n).map(|s| (0..d).any(|l| recovery.coef(s, l, i) != 0)).collect();
+    // the chain's first link of an XOR-like recovery (one lost member, every coefficient 1)
+    // sends its shards as read: the buffers have the same layout, so they trade places
+    let sends_as_read = pred.is_none() && d == 1 && (0..n).all(|s| recovery.coef(s, 0, i) == 1);
     let (mut cur, mut prev) = (vec![0u8; d * n * piece], vec![0u8; d * n * piece]);
     let mut shards = vec![0u8; n * piece];
     let mut prev_len = 0;
@@ -539,7 +542,10 @@ fn rebuild_code(
                 }
             }
         });
-        for s in 0..n {
+        if sends_as_read {
+            std::mem::swap(&mut cur, &mut shards);
+        }
+        for s in (0..n).filter(|_| !sends_as_read) {
             let input = &shards[s * len..(s + 1) * len];
             for l in 0..d {
                 let (c, at) = (recovery.coef(s, l, i), (l * n + s) * len);
