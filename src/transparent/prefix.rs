@@ -30,9 +30,10 @@ fn below(path: &[u8], dir: &[u8]) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && (dir == b"/" || path[dir.len()] == b'/')
 }
 
-/// `..`, `.` or `//` somewhere: only normalisation can tell where the path goes.
+/// A component `.` or `..`, or an empty one (`//`): only normalisation can tell where the
+/// path goes. Names that merely contain dots (`~/.cache`, `a..b`) are usual.
 fn unusual(p: &[u8]) -> bool {
-    p.windows(2).any(|w| w == b"//" || w == b"/." || w == b"..")
+    p.windows(2).any(|w| w == b"//") || p.split(|b| *b == b'/').any(|c| c == b"." || c == b"..")
 }
 
 impl PrefixPaths {
@@ -128,6 +129,35 @@ mod tests {
         assert_eq!(p.relative(b"/lustre/u/job/ckpt.1/a", None), Some(PathBuf::from("ckpt.1/a")));
         assert_eq!(p.relative(b"/run/job", None), Some(PathBuf::new()));
         assert_eq!(p.relative(b"/run/jobfoo/a", None), None);
+    }
+
+    #[test]
+    fn only_dot_components_and_empty_ones_are_unusual() {
+        let p = p();
+        // dot files and names with dots outside the prefix keep the fast path
+        for usual in [&b"/home/u/.cache/x"[..], b"/home/u/.local/share/f", b"/tmp/a..b", b"/tmp/x.", b"/tmp/.../y"] {
+            assert!(!unusual(usual), "{}", String::from_utf8_lossy(usual));
+            assert!(!p.may_contain(usual, None), "{}", String::from_utf8_lossy(usual));
+        }
+        assert!(!p.may_contain(b".cache/x", Some(b"/home/u")));
+        assert!(!p.may_contain(b"a..b/x", Some(b"/home/u")));
+        // `.`, `..` and `//` anywhere take the slow path, which normalises them
+        for (path, want) in [
+            (&b"/run/job/./ckpt"[..], Some("ckpt")),
+            (b"/run/job/../x", None),
+            (b"/run/job//x", Some("x")),
+            (b"/tmp/../run/job/x", Some("x")),
+            (b"/tmp//../run/job/x", Some("x")),
+            (b"/run/./job/x", Some("x")),
+            (b"/tmp/.", None),
+            (b"/tmp/..", None),
+        ] {
+            assert!(unusual(path), "{}", String::from_utf8_lossy(path));
+            assert!(p.may_contain(path, None), "{}", String::from_utf8_lossy(path));
+            assert_eq!(p.relative(path, None), want.map(PathBuf::from), "{}", String::from_utf8_lossy(path));
+        }
+        assert!(p.may_contain(b"./../run/job/x", Some(b"/home")));
+        assert_eq!(p.relative(b"./../../run/job/x", Some(b"/home/u")), Some(PathBuf::from("x")));
     }
 
     #[test]
