@@ -284,6 +284,16 @@ pub fn closing(fd: i32) -> u32 {
     id
 }
 
+/// Before `close_range(first, last)` (without `CLOSE_RANGE_CLOEXEC`): as [`closing`] for every
+/// descriptor in the range, of any size; the ids of the pending files they wrote. Nothing
+/// but one load while no descriptor is tracked.
+pub fn closing_range(first: u32, last: u32) -> Vec<u32> {
+    if !fds::any() || owner().is_none() {
+        return Vec::new();
+    }
+    fds::take_range(first, last).into_iter().map(|(_, id)| id).collect()
+}
+
 /// After a descriptor of pending file `id` closed (`ok`: the close succeeded). After
 /// `MPI_Finalize` no dataset can form: the file goes where the application put it.
 pub fn closed(id: u32, ok: bool) {
