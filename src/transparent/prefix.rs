@@ -12,6 +12,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::paths::Prefix;
+
 /// Size of the buffer a base directory is read into.
 pub const PATH_MAX: usize = 4096;
 
@@ -19,11 +21,15 @@ pub const PATH_MAX: usize = 4096;
 /// directory, else a directory descriptor) into `buf`; its length, or `None`.
 pub type BaseFn = fn(dirfd: i32, buf: &mut [u8; PATH_MAX]) -> Option<usize>;
 
-/// The prefix directory, as spelled in the configuration and with symbolic links resolved.
+/// The prefix directory ([`Prefix`]: as spelled in the configuration and with symbolic links
+/// resolved), with the tests hooked calls make on path arguments.
 #[derive(Debug, Clone)]
-pub struct PrefixPaths {
-    spelled: PathBuf,
-    canonical: PathBuf,
+pub struct PrefixPaths(Prefix);
+
+impl From<Prefix> for PrefixPaths {
+    fn from(prefix: Prefix) -> PrefixPaths {
+        PrefixPaths(prefix)
+    }
 }
 
 fn below(path: &[u8], dir: &[u8]) -> bool {
@@ -37,22 +43,18 @@ fn unusual(p: &[u8]) -> bool {
 }
 
 impl PrefixPaths {
-    pub fn new(spelled: &Path, canonical: &Path) -> PrefixPaths {
-        PrefixPaths { spelled: spelled.to_path_buf(), canonical: canonical.to_path_buf() }
-    }
-
     /// The prefix as the configuration spells it (the form paths are reported in).
     pub fn path(&self) -> &Path {
-        &self.spelled
+        &self.0.path
     }
 
     /// The prefix with symbolic links resolved.
     pub fn canonical(&self) -> &Path {
-        &self.canonical
+        &self.0.canonical
     }
 
     fn forms(&self) -> [&[u8]; 2] {
-        [self.spelled.as_os_str().as_bytes(), self.canonical.as_os_str().as_bytes()]
+        [self.path().as_os_str().as_bytes(), self.canonical().as_os_str().as_bytes()]
     }
 
     /// Fast check: may `path` (taken against `base` when relative) name the prefix or
@@ -79,15 +81,15 @@ impl PrefixPaths {
         } else {
             crate::paths::normalize(p, Path::new(OsStr::from_bytes(base?)))
         };
-        [&self.spelled, &self.canonical].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
+        [self.path(), self.canonical()].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
     }
 
-    /// The application's path of `rel`.
+    /// The application's path of `rel` (the prefix itself for `""`, without a trailing `/`).
     pub fn join(&self, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {
-            self.spelled.clone()
+            self.0.path.clone()
         } else {
-            self.spelled.join(rel)
+            self.0.join(rel)
         }
     }
 }
@@ -112,7 +114,7 @@ mod tests {
     use super::*;
 
     fn p() -> PrefixPaths {
-        PrefixPaths::new(Path::new("/run/job"), Path::new("/lustre/u/job"))
+        PrefixPaths::from(Prefix { path: "/run/job".into(), canonical: "/lustre/u/job".into() })
     }
 
     #[test]

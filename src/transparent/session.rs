@@ -217,7 +217,7 @@ pub fn start(base: BaseFn) -> Result<(), String> {
     let session = Session {
         rank: setup.rank,
         pid: std::process::id(),
-        prefix: PrefixPaths::new(&setup.prefix.path, &setup.prefix.canonical),
+        prefix: PrefixPaths::from(setup.prefix.clone()),
         pending: setup.pending.join(setup.rank.to_string()),
         patterns,
         shared,
