@@ -74,6 +74,22 @@ impl Prefix {
     }
 }
 
+/// Move a file within the node: rename it, or, across file systems, copy it and remove the
+/// source (a source that cannot be removed then is left behind: the copy is what counts).
+pub fn move_file(from: &Path, to: &Path) -> io::Result<()> {
+    if from == to {
+        return Ok(());
+    }
+    match fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            fs::copy(from, to)?;
+            let _ = fs::remove_file(from);
+            Ok(())
+        }
+        r => r,
+    }
+}
+
 /// Create `dir` and its missing parents with mode 0700 and check that `dir` is a real
 /// directory owned by this user. A directory owned by someone else is refused: the library
 /// must never write checkpoints where another user can read or replace them.
@@ -203,6 +219,28 @@ mod tests {
         let link = dir.path().join("l");
         std::os::unix::fs::symlink(&d, &link).unwrap();
         assert!(ensure_private_dir(&link).is_err());
+    }
+
+    #[test]
+    fn files_move_within_and_across_file_systems() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::write(&a, b"bytes").unwrap();
+        move_file(&a, &a).unwrap();
+        move_file(&a, &b).unwrap();
+        assert!(!a.exists());
+        assert_eq!(fs::read(&b).unwrap(), b"bytes");
+        assert_eq!(move_file(&a, &b).unwrap_err().kind(), io::ErrorKind::NotFound);
+        // /dev/shm is another file system where it exists: a copy, and the source goes
+        let other = tempfile::tempdir_in("/dev/shm")
+            .ok()
+            .filter(|o| fs::metadata(o.path()).map(|m| m.dev()).ok() != fs::metadata(dir.path()).map(|m| m.dev()).ok());
+        if let Some(other) = other {
+            let c = other.path().join("c");
+            move_file(&b, &c).unwrap();
+            assert!(!b.exists());
+            assert_eq!(fs::read(&c).unwrap(), b"bytes");
+        }
     }
 
     #[test]

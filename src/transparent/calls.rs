@@ -185,10 +185,7 @@ fn create_pending(
         // the file's own permissions decide, as they would in the prefix
         may_open(src, flags)?;
     }
-    let cache = s.pending_path(rel);
-    if let Some(parent) = cache.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-    }
+    let cache = s.make_pending(rel).map_err(|e| errno_of(&e))?;
     let _ = std::fs::remove_file(&cache);
     if let Some(src) = from {
         std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
@@ -215,14 +212,11 @@ fn unshare(s: &Session, t: &mut Table, id: u32, keep: bool) -> Result<(), i32> {
         .map(|(r, _)| r.to_path_buf())
         .collect();
     for rel in others {
-        let cache = s.pending_path(&rel);
         let linked = match t.held(&rel) {
             Some(Held::Pending(other, _)) => Some(other),
             _ => None,
         };
-        if let Some(parent) = cache.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-        }
+        let cache = s.make_pending(&rel).map_err(|e| errno_of(&e))?;
         let _ = std::fs::remove_file(&cache);
         std::fs::hard_link(&p.cache, &cache).map_err(|e| errno_of(&e))?;
         match linked {
