@@ -29,6 +29,18 @@ pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
     out
 }
 
+/// SCR's own directory, in the prefix (index, summaries, logs) and in each cached dataset's
+/// directory: no file of the application is routed there.
+pub const SCR_DIR: &str = ".scr";
+
+/// The end of a shared file's staging name, `.<name>.scrshared` beside its place.
+pub const STAGING_SUFFIX: &str = ".scrshared";
+
+/// Whether `rel` (relative to the prefix) is [`SCR_DIR`] or inside it.
+pub fn in_scr_dir(rel: &Path) -> bool {
+    rel.components().next().is_some_and(|c| c.as_os_str() == SCR_DIR)
+}
+
 /// The current directory, or `/` if it cannot be read.
 pub fn cwd() -> PathBuf {
     std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
@@ -184,6 +196,13 @@ mod tests {
         assert_eq!(normalize(Path::new("a/./b/../c"), cwd), PathBuf::from("/p/run/a/c"));
         assert_eq!(normalize(Path::new("../../../../etc"), cwd), PathBuf::from("/etc"));
         assert_eq!(normalize(Path::new("//x//y/"), cwd), PathBuf::from("/x/y"));
+    }
+
+    #[test]
+    fn the_scr_directory_is_the_first_component() {
+        assert!(in_scr_dir(Path::new(".scr")) && in_scr_dir(Path::new(".scr/index.scr")));
+        assert!(!in_scr_dir(Path::new("ckpt.1/.scr")) && !in_scr_dir(Path::new(".scrx/a")));
+        assert!(!in_scr_dir(Path::new("")));
     }
 
     #[test]

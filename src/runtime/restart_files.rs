@@ -166,7 +166,7 @@ impl Runtime {
         let Some(moves): Option<Vec<Move>> = self.world.bcast(0, &plan)? else { return Ok(false) };
         let t0 = Instant::now();
         let me = self.world.rank();
-        let dir = self.filemap.datasets.get(&loaded.id).map(|r| r.dir.join(".scr").join("copies"));
+        let dir = self.filemap.datasets.get(&loaded.id).map(|r| r.dir.join(crate::paths::SCR_DIR).join("copies"));
         let buf = self.settings.file_buf_size;
         let (mut received, mut problem, mut bytes) = (Vec::new(), None, 0u64);
         for &(i, from, to) in &moves {

@@ -99,15 +99,13 @@ impl PrefixPaths {
 /// [`super::shared`]) or a file the MPI library makes beside one (a lock file that starts
 /// with it). Such paths always reach the prefix.
 pub fn reserved(rel: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
+    let staging = crate::paths::STAGING_SUFFIX.as_bytes();
     let staging = rel.file_name().is_some_and(|n| {
         let n = n.as_bytes();
-        n.first() == Some(&b'.') && n.windows(STAGING.len()).any(|w| w == STAGING)
+        n.first() == Some(&b'.') && n.windows(staging.len()).any(|w| w == staging)
     });
-    staging || rel.components().next().is_some_and(|c| c.as_os_str() == ".scr")
+    staging || crate::paths::in_scr_dir(rel)
 }
-
-const STAGING: &[u8] = b".scrshared";
 
 #[cfg(test)]
 mod tests {
