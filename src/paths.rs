@@ -102,6 +102,16 @@ pub fn move_file(from: &Path, to: &Path) -> io::Result<()> {
     }
 }
 
+/// Why the file at `path` is not the `size` bytes recorded for it (its actual size, or why it
+/// cannot be inspected), or `None` when it is.
+pub fn size_problem(path: &Path, size: u64) -> Option<String> {
+    match fs::metadata(path) {
+        Ok(m) if m.len() == size => None,
+        Ok(m) => Some(format!("size is {} bytes, {size} were recorded", m.len())),
+        Err(e) => Some(e.to_string()),
+    }
+}
+
 /// Create `dir` and its missing parents with mode 0700 and check that `dir` is a real
 /// directory owned by this user. A directory owned by someone else is refused: the library
 /// must never write checkpoints where another user can read or replace them.
@@ -238,6 +248,16 @@ mod tests {
         let link = dir.path().join("l");
         std::os::unix::fs::symlink(&d, &link).unwrap();
         assert!(ensure_private_dir(&link).is_err());
+    }
+
+    #[test]
+    fn sizes_are_checked_against_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        fs::write(&f, b"12345").unwrap();
+        assert_eq!(size_problem(&f, 5), None);
+        assert_eq!(size_problem(&f, 6).as_deref(), Some("size is 5 bytes, 6 were recorded"));
+        assert!(size_problem(&dir.path().join("missing"), 0).unwrap().contains("No such file"));
     }
 
     #[test]

@@ -233,11 +233,9 @@ fn order(e: &Entry) -> (bool, Option<u32>, &Path) {
 /// Check a prefix copy against its entry.
 fn check(path: &Path, e: &Entry, verify: bool) -> Result<(), String> {
     if !verify || e.crc.is_none() {
-        let len = std::fs::metadata(path).map_err(|err| format!("{}: {err}", path.display()))?.len();
-        return if len == e.size {
-            Ok(())
-        } else {
-            Err(format!("{}: size is {len} bytes, {} were recorded", path.display(), e.size))
+        return match crate::paths::size_problem(path, e.size) {
+            None => Ok(()),
+            Some(why) => Err(format!("{}: {why}", path.display())),
         };
     }
     let got = crate::checksum::file_crc(path, 1 << 20).map_err(|err| err.to_string())?;
