@@ -47,6 +47,15 @@ fn a_shared_file_written_with_pwrite() {
     // every rank reads the shared file and its own
     let r = job.run("shared", &["--steps", "0"]);
     assert!(restarted(&r, 2, 8), "{}", r.dump());
+    // restarting from cache, a shared file damaged in the prefix is refused: its CRC32 is
+    // checked once for all ranks, and none of them reads it (ckpt.1 is gone: no restart)
+    let path = job.prefix.join("ckpt.2/shared.dat");
+    let mut b = std::fs::read(&path).unwrap();
+    b[3 * SIZE + 5] ^= 0x40;
+    std::fs::write(&path, &b).unwrap();
+    let r = job.run("shared", &["--steps", "0"]);
+    assert!(r.has("NO_RESTART") && r.code == Some(0), "{}", r.dump());
+    assert!(r.stderr.contains("shared.dat: CRC32 is"), "{}", r.dump());
 
     // flushed: in the summary, fetched with the cache lost, and elastic with 2 processes
     let mut job = Job::new();

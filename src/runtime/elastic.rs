@@ -204,7 +204,9 @@ impl Runtime {
         }
         self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
         let mut loaded = Loaded::new(id, &name, true, ranks);
-        loaded.catalog = Some(Catalog::new(ranks, entries, true));
+        let mut cat = Catalog::new(ranks, entries, true);
+        self.check_shared(&mut cat)?;
+        loaded.catalog = Some(cat);
         self.restart = Some(loaded);
         Ok(true)
     }
