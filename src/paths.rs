@@ -29,6 +29,18 @@ pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
     out
 }
 
+/// SCR's own directory, in the prefix (index, summaries, logs) and in each cached dataset's
+/// directory: no file of the application is routed there.
+pub const SCR_DIR: &str = ".scr";
+
+/// The end of a shared file's staging name, `.<name>.scrshared` beside its place.
+pub const STAGING_SUFFIX: &str = ".scrshared";
+
+/// Whether `rel` (relative to the prefix) is [`SCR_DIR`] or inside it.
+pub fn in_scr_dir(rel: &Path) -> bool {
+    rel.components().next().is_some_and(|c| c.as_os_str() == SCR_DIR)
+}
+
 /// The current directory, or `/` if it cannot be read.
 pub fn cwd() -> PathBuf {
     std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
@@ -71,6 +83,32 @@ impl Prefix {
     /// The absolute path of a name relative to the prefix.
     pub fn join(&self, rel: &Path) -> PathBuf {
         self.path.join(rel)
+    }
+}
+
+/// Move a file within the node: rename it, or, across file systems, copy it and remove the
+/// source (a source that cannot be removed then is left behind: the copy is what counts).
+pub fn move_file(from: &Path, to: &Path) -> io::Result<()> {
+    if from == to {
+        return Ok(());
+    }
+    match fs::rename(from, to) {
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            fs::copy(from, to)?;
+            let _ = fs::remove_file(from);
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// Why the file at `path` is not the `size` bytes recorded for it (its actual size, or why it
+/// cannot be inspected), or `None` when it is.
+pub fn size_problem(path: &Path, size: u64) -> Option<String> {
+    match fs::metadata(path) {
+        Ok(m) if m.len() == size => None,
+        Ok(m) => Some(format!("size is {} bytes, {size} were recorded", m.len())),
+        Err(e) => Some(e.to_string()),
     }
 }
 
@@ -171,6 +209,13 @@ mod tests {
     }
 
     #[test]
+    fn the_scr_directory_is_the_first_component() {
+        assert!(in_scr_dir(Path::new(".scr")) && in_scr_dir(Path::new(".scr/index.scr")));
+        assert!(!in_scr_dir(Path::new("ckpt.1/.scr")) && !in_scr_dir(Path::new(".scrx/a")));
+        assert!(!in_scr_dir(Path::new("")));
+    }
+
+    #[test]
     fn prefix_containment() {
         let dir = tempfile::tempdir().unwrap();
         let prefix = Prefix::new(dir.path());
@@ -203,6 +248,38 @@ mod tests {
         let link = dir.path().join("l");
         std::os::unix::fs::symlink(&d, &link).unwrap();
         assert!(ensure_private_dir(&link).is_err());
+    }
+
+    #[test]
+    fn sizes_are_checked_against_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("f");
+        fs::write(&f, b"12345").unwrap();
+        assert_eq!(size_problem(&f, 5), None);
+        assert_eq!(size_problem(&f, 6).as_deref(), Some("size is 5 bytes, 6 were recorded"));
+        assert!(size_problem(&dir.path().join("missing"), 0).unwrap().contains("No such file"));
+    }
+
+    #[test]
+    fn files_move_within_and_across_file_systems() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        fs::write(&a, b"bytes").unwrap();
+        move_file(&a, &a).unwrap();
+        move_file(&a, &b).unwrap();
+        assert!(!a.exists());
+        assert_eq!(fs::read(&b).unwrap(), b"bytes");
+        assert_eq!(move_file(&a, &b).unwrap_err().kind(), io::ErrorKind::NotFound);
+        // /dev/shm is another file system where it exists: a copy, and the source goes
+        let other = tempfile::tempdir_in("/dev/shm")
+            .ok()
+            .filter(|o| fs::metadata(o.path()).map(|m| m.dev()).ok() != fs::metadata(dir.path()).map(|m| m.dev()).ok());
+        if let Some(other) = other {
+            let c = other.path().join("c");
+            move_file(&b, &c).unwrap();
+            assert!(!b.exists());
+            assert_eq!(fs::read(&c).unwrap(), b"bytes");
+        }
     }
 
     #[test]

@@ -83,6 +83,20 @@ fn links_readlink_realpath_and_statfs_of_checkpoint_files() {
 }
 
 #[test]
+fn descriptors_closed_by_close_range_complete_their_file() {
+    // f2 is written through a low descriptor and a duplicate as high as the limit allows (up
+    // to 70000), both closed by close_range only: it joins ckpt.1 at the sync point (compare
+    // checks the dataset completed), its bytes are in cache and not in the prefix, and the
+    // file a later open gets at the reused number is the application's own
+    let (job, r) = compare(&calls(), &["close-range"], &[]);
+    assert!(r.has("r0 close_range written=1") && r.has("r3 reused written=1"), "{}", r.dump());
+    assert_eq!(std::fs::read(cached(&job, "f2")).unwrap(), b"through-close_range");
+    assert!(!job.prefix.join("ckpt.1/r0/f2").exists());
+    assert_eq!(std::fs::read(job.prefix.join("ckpt.1/r0/after.txt")).unwrap(), b"other");
+    assert!(job.cached_files("after.txt").is_empty(), "{:?}", job.cached_files(""));
+}
+
+#[test]
 fn a_completed_checkpoint_file_renamed_out_of_the_patterns_leaves_the_dataset() {
     // Default SCR_FLUSH: the checkpoint would be flushed at MPI_Finalize. Every rank renamed
     // its file of ckpt.1 away: the dataset is gone (no false "remains only in cache", no

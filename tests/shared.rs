@@ -2,7 +2,8 @@
 //! 4 ranks write at disjoint offsets, with `pwrite` and with MPI-IO (`MPI_File_write_at_all`),
 //! beside a file of each rank. The bytes are checked in the prefix by the test and at restart
 //! by every rank; one writer failing makes the dataset invalid on every rank; a name several
-//! ranks route without declaring it is refused.
+//! ranks route without declaring it, or that some declare and others route as their own, is
+//! refused; a shared file of a subset of the ranks (ranks 0 and 2) restarts byte-exactly.
 
 mod common;
 use common::{Job, Run, NP};
@@ -47,6 +48,15 @@ fn a_shared_file_written_with_pwrite() {
     // every rank reads the shared file and its own
     let r = job.run("shared", &["--steps", "0"]);
     assert!(restarted(&r, 2, 8), "{}", r.dump());
+    // restarting from cache, a shared file damaged in the prefix is refused: its CRC32 is
+    // checked once for all ranks, and none of them reads it (ckpt.1 is gone: no restart)
+    let path = job.prefix.join("ckpt.2/shared.dat");
+    let mut b = std::fs::read(&path).unwrap();
+    b[3 * SIZE + 5] ^= 0x40;
+    std::fs::write(&path, &b).unwrap();
+    let r = job.run("shared", &["--steps", "0"]);
+    assert!(r.has("NO_RESTART") && r.code == Some(0), "{}", r.dump());
+    assert!(r.stderr.contains("shared.dat: CRC32 is"), "{}", r.dump());
 
     // flushed: in the summary, fetched with the cache lost, and elastic with 2 processes
     let mut job = Job::new();
@@ -131,4 +141,55 @@ fn a_shared_file_written_with_mpi_io() {
     job.wipe_cache();
     let r = job.run("shared", &["--steps", "0"]);
     assert!(restarted(&r, 3, 8), "from the prefix\n{}", r.dump());
+}
+
+#[test]
+fn a_file_declared_shared_by_some_ranks_and_routed_privately_by_others_is_refused() {
+    // ckpt.1 written properly; ckpt.2: ranks 0 and 2 declare ckpt.2/shared.dat, ranks 1 and 3
+    // route it as their own file, and all write their blocks
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("shared", &["--steps", "1"]);
+    assert!(all_results(&r, 1, 1), "{}", r.dump());
+    let r = job.run("shared", &["--steps", "1", "--mode", "mixed"]);
+    assert!(restarted(&r, 1, 8) && all_results(&r, 2, 0), "{}", r.dump());
+    let msg = "ckpt.2/shared.dat was declared shared (SCR_Route_shared_file) by rank(s) 0, 2 but routed with \
+               SCR_Route_file by rank(s) 1, 3";
+    assert_eq!(r.stderr.matches(msg).count(), 1, "one message naming the file and the ranks\n{}", r.dump());
+    // nothing of ckpt.2 is left: no shared file, no staging file, no private copies
+    assert!(!job.prefix.join("ckpt.2/shared.dat").exists());
+    assert!(job.find(".shared.dat.scrshared").is_empty(), "{:?}", job.find(".shared.dat.scrshared"));
+    assert!(job.cached_files("ckpt.2/").is_empty(), "{:?}", job.cached_files("ckpt.2/"));
+    // ckpt.1 is intact and restarts byte-exactly
+    check_shared(&job, 1);
+    let r = job.run("shared", &["--steps", "0"]);
+    assert!(restarted(&r, 1, 8), "{}", r.dump());
+}
+
+#[test]
+fn a_shared_file_of_ranks_0_and_2_restarts_byte_exactly() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("shared", &["--steps", "2", "--even"]);
+    assert!(all_results(&r, 1, 1) && all_results(&r, 2, 1) && r.code == Some(0), "{}", r.dump());
+    for step in [1, 2] {
+        // blocks of ranks 0 and 2, in that order, and nothing else
+        let path = job.prefix.join(format!("ckpt.{step}/shared.dat"));
+        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(bytes.len(), 2 * SIZE, "{}", path.display());
+        for (k, block) in bytes.chunks(SIZE).enumerate() {
+            assert!(block.iter().enumerate().all(|(i, b)| *b == pattern(2 * k, step, i)), "rank {}'s block", 2 * k);
+        }
+        let summary = job.meta(&job.prefix.join(format!(".scr/scr.dataset.{step}/summary.scr")));
+        assert_eq!(summary["desc"]["shared"][0]["writers"], serde_json::json!([0, 2]), "{summary}");
+        assert_eq!(summary["desc"]["shared"][0]["size"], 2 * SIZE, "{summary}");
+    }
+    assert!(job.find(".shared.dat.scrshared").is_empty(), "no staging file is left");
+    // every rank reads the whole shared file and its own file: from cache, then from the prefix
+    let line = format!("RESTARTED ckpt.2 step=2 writers=4 shared_bytes={} read=8", 2 * SIZE);
+    let r = job.run("shared", &["--steps", "0", "--even"]);
+    assert!(r.has(&line) && r.code == Some(0), "from cache\n{}", r.dump());
+    job.wipe_cache();
+    let r = job.run("shared", &["--steps", "0", "--even"]);
+    assert!(r.has(&line) && r.code == Some(0), "from the prefix\n{}", r.dump());
 }

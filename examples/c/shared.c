@@ -4,8 +4,8 @@
  * ckpt.S/shared.dat (BYTES bytes at offset r * BYTES, a pattern of r and S) and its own
  * ckpt.S/rank_<r>.dat (BYTES / 4 + r bytes).
  *
- *   shared [--steps N] [--size BYTES] [--mode pwrite|mpiio|undeclared] [--fail-rank R]
- *          [--fail-step K]
+ *   shared [--steps N] [--size BYTES] [--mode pwrite|mpiio|undeclared|mixed] [--even]
+ *          [--fail-rank R] [--fail-step K]
  *
  * --mode pwrite      SCR_Route_shared_file, then open + pwrite of the rank's block (default)
  * --mode mpiio       SCR_Route_shared_file, then MPI_File_open on MPI_COMM_WORLD and
@@ -13,6 +13,11 @@
  * --mode undeclared  SCR_Route_file by every rank for the same name (a misuse SCR refuses,
  *                    except with SCR_CACHE_BYPASS=1, where every route leads to the prefix and
  *                    the name becomes a shared file)
+ * --mode mixed      even ranks SCR_Route_shared_file, odd ranks SCR_Route_file for the same name
+ *                    (a misuse SCR refuses, naming the file and the ranks), then pwrite
+ * --even             only the even ranks write the shared file (declare it and pwrite their block
+ *                    at (rank / 2) * BYTES): a shared file of a subset of the ranks; give it at
+ *                    restart too (not with --mode mpiio)
  * --fail-rank R --fail-step K  rank R reports valid=0 for checkpoint K (after writing its part)
  *
  * At restart every rank lists the checkpoint (SCR_Restart_info, SCR_Restart_file: the shared
@@ -33,7 +38,12 @@
 
 #include "scr.h"
 
-static int rank, ranks;
+static int rank, ranks, even;
+
+/* The ranks that write the shared file of a checkpoint written by `writers` processes: how many,
+ * and the block of rank r (-1: r writes none). */
+static int sharers(int writers) { return even ? (writers + 1) / 2 : writers; }
+static int block_of(int r) { return even ? (r % 2 ? -1 : r / 2) : r; }
 
 static unsigned char pattern(int seed, int step, size_t i)
 {
@@ -112,8 +122,9 @@ static int attempt(const char* name, size_t size, int* step, int* writers_out, i
     if (w == -1 && !strcmp(base(path), "shared.dat")) {
       ok = SCR_Route_file(path, routed) == SCR_SUCCESS;
       for (int r = 0; r < writers && ok; r++) {
+        if (block_of(r) < 0) continue;
         unsigned char* want = bytes_of(r, *step, size);
-        ok = check_at(routed, size * (size_t) writers, (off_t) (size * (size_t) r), want, size);
+        ok = check_at(routed, size * (size_t) sharers(writers), (off_t) (size * (size_t) block_of(r)), want, size);
         free(want);
       }
       *read += ok;
@@ -140,6 +151,7 @@ int main(int argc, char** argv)
     if (!strcmp(argv[i], "--size") && i + 1 < argc) size = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--mode") && i + 1 < argc) mode = argv[++i];
+    else if (!strcmp(argv[i], "--even")) even = 1;
     else if (!strcmp(argv[i], "--fail-rank") && i + 1 < argc) fail_rank = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fail-step") && i + 1 < argc) fail_step = atoi(argv[++i]);
     else {
@@ -147,7 +159,11 @@ int main(int argc, char** argv)
       return 2;
     }
   }
-  int mpiio = !strcmp(mode, "mpiio"), undeclared = !strcmp(mode, "undeclared");
+  int mpiio = !strcmp(mode, "mpiio"), undeclared = !strcmp(mode, "undeclared"), mixed = !strcmp(mode, "mixed");
+  if (even && mpiio) {
+    fprintf(stderr, "--even writes with pwrite: not with --mode mpiio\n");
+    return 2;
+  }
 
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -170,7 +186,7 @@ int main(int argc, char** argv)
       start = step;
       if (rank == 0) {
         printf("RESTARTED %s step=%d writers=%d shared_bytes=%zu read=%d\n", name, step, writers,
-               size * (size_t) writers, total);
+               size * (size_t) sharers(writers), total);
       }
       break;
     }
@@ -183,9 +199,11 @@ int main(int argc, char** argv)
     snprintf(ckname, sizeof ckname, "ckpt.%d", step);
     SCR_Start_output(ckname, SCR_FLAG_CHECKPOINT);
     snprintf(path, sizeof path, "%s/shared.dat", ckname);
-    int valid = (undeclared ? SCR_Route_file(path, routed) : SCR_Route_shared_file(path, routed)) == SCR_SUCCESS;
+    int privately = undeclared || (mixed && rank % 2);
+    int writes = block_of(rank) >= 0;
+    int valid = !writes || (privately ? SCR_Route_file(path, routed) : SCR_Route_shared_file(path, routed)) == SCR_SUCCESS;
     unsigned char* block = bytes_of(rank, step, size);
-    MPI_Offset off = (MPI_Offset) size * rank;
+    MPI_Offset off = (MPI_Offset) size * (writes ? block_of(rank) : 0);
     if (mpiio) {
       /* collective: every rank opens, even one whose route failed (it writes nothing) */
       MPI_File fh;
@@ -198,7 +216,7 @@ int main(int argc, char** argv)
       } else {
         valid = 0;
       }
-    } else if (valid) {
+    } else if (valid && writes) {
       valid = pwrite_all(routed, block, size, (off_t) off, O_WRONLY | O_CREAT);
     }
     free(block);

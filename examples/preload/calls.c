@@ -6,7 +6,8 @@
  * (under transparent mode the checkpoint is complete and in cache there), exercises the
  * family on its files, passes another barrier (a sync point: SCR forms a new version) and
  * looks again. Families: truncate chmod utimes link readlink realpath statfs rename-out
- * listing tree, child (a shell lists, reads and removes the files), and panic (a file whose
+ * listing tree, close-range (f2 written through two descriptors that close_range closes, one
+ * of them as high as the descriptor limit allows, up to 70000), child (a shell lists, reads and removes the files), and panic (a file whose
  * name makes a test build of the preload panic inside its open hook). Lines: "r<rank> <what> <values>", paths relative to DIR. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/statvfs.h>
@@ -108,6 +110,31 @@ static int walk_cb(const char *p, const struct stat *st, int flag, struct FTW *f
 static int remove_cb(const char *p, const struct stat *st, int flag, struct FTW *f) {
   (void)st, (void)f, (void)flag;
   return remove(p);
+}
+
+/* f2 written through a descriptor and its duplicate at the highest number the descriptor limit
+ * allows (up to 70000, above the preload's table of 65536 slots), both closed by close_range
+ * only. A later open reuses the low number: the file it opens is not f2. */
+static void close_range_write(void) {
+  struct rlimit rl;
+  rlim_t want = 70001;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want) {
+    rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  getrlimit(RLIMIT_NOFILE, &rl);
+  int high = (int)(rl.rlim_cur < want ? rl.rlim_cur : want) - 1;
+  int fd = open(at("f2"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int hi = fd >= 0 ? dup2(fd, high) : -1;
+  int ok = fd >= 0 && hi == high && write(fd, "through-", 8) == 8 && write(hi, "close_range", 11) == 11;
+  /* nothing but `hi` lies above it; the low range is the one descriptor */
+  rc("close_range-low", close_range(fd, fd, 0));
+  rc("close_range-high", close_range(high, ~0U, 0));
+  OUT("close_range written=%d", ok);
+  /* the lowest free number again: a file outside the patterns */
+  int again = open(at("after.txt"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ok = again >= 0 && write(again, "other", 5) == 5 && close(again) == 0;
+  OUT("reused written=%d", ok);
 }
 
 static void family(const char *fam, int after) {
@@ -222,6 +249,9 @@ static void family(const char *fam, int after) {
     while (d && readdir(d)) again++;
     OUT("fdopendir entries=%d after-rewind=%d", count, again);
     if (d) closedir(d);
+  } else if (!strcmp(fam, "close-range")) {
+    show("f2", at("f2"));
+    show("after", at("after.txt"));
   } else if (!strcmp(fam, "child")) {
     if (!after) {
       char cmd[8192], line[512];
@@ -275,6 +305,7 @@ int main(int argc, char **argv) {
   put(at("f"), "checkpoint");
   if (!strcmp(fam, "utimes"))
     put(at("g"), "g"), put(at("h"), "h"), put(at("i"), "i");
+  if (!strcmp(fam, "close-range")) close_range_write();
   if (!strcmp(fam, "listing") || !strcmp(fam, "tree") || !strcmp(fam, "child")) {
     put(at("a"), "aa"), put(at("sub/c"), "ccc");
     put(at("notes.txt"), "not a checkpoint file");

@@ -107,7 +107,7 @@ unsafe fn scandir_with(
     compar: Compar,
     real: impl FnOnce() -> c_int,
 ) -> c_int {
-    if path.is_null() || list.is_null() || scr::transparent::routing().is_none() {
+    if path.is_null() || list.is_null() || !scr::transparent::calls::concerns(CStr::from_ptr(path)) {
         return real();
     }
     let saved = errno();

@@ -139,10 +139,8 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     let f = next_or!(close_range: fn(c_uint, c_uint, c_int) -> c_int, -1);
-    let mut ids = Vec::new();
-    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 && scr::transparent::session::owner().is_some() {
-        ids.extend((first..=last.min(1 << 16).max(first)).map(|fd| calls::closing(fd as c_int)).filter(|id| *id != 0));
-    }
+    let ids =
+        if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 { calls::closing_range(first, last) } else { Vec::new() };
     let r = f(first, last, flags);
     ids.into_iter().for_each(|id| close_done(id, true));
     r

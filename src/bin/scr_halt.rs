@@ -146,7 +146,7 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
     let mut layouts = Vec::new();
     for d in dirs {
         let dir = prefix::choose(d);
-        let fresh = dir.is_dir() && !dir.join(".scr").exists();
+        let fresh = dir.is_dir() && !dir.join(scr::paths::SCR_DIR).exists();
         layouts.push((prefix::open(&dir, create)?, fresh && create));
     }
     let mut code = 0;

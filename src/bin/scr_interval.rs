@@ -102,7 +102,7 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
         Some(f) => prefix::choose(Some(f)),
         None => {
             let env = std::env::var("SCR_PREFIX").ok().filter(|s| !s.is_empty());
-            prefix::choose(p.value("prefix").or(env.as_deref())).join(".scr").join("log")
+            prefix::choose(p.value("prefix").or(env.as_deref())).join(scr::paths::SCR_DIR).join("log")
         }
     };
     let advice = interval::run("scr_interval", &log, p.value("jobid"), mtbf)?;

@@ -183,8 +183,8 @@ impl Glob {
             comps.push(Comp::Seg(toks));
         }
         if let Some(Comp::Seg(t)) = comps.first() {
-            if t == &".scr".chars().map(Tok::Lit).collect::<Vec<_>>() {
-                return Err(format!("{s}: the prefix's .scr directory is reserved for SCR"));
+            if t == &crate::paths::SCR_DIR.chars().map(Tok::Lit).collect::<Vec<_>>() {
+                return Err(format!("{s}: the prefix's {} directory is reserved for SCR", crate::paths::SCR_DIR));
             }
         }
         Ok(Glob { comps, wildcards })

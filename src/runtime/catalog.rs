@@ -9,7 +9,8 @@
 //! 1. its own file: its cache (or the prefix, when the restart reads in place);
 //! 2. a copy in a cache on its own node;
 //! 3. the prefix, when the checkpoint is complete there: read in place, after its size and
-//!    CRC32 were checked once by this rank;
+//!    CRC32 were checked once by this rank (a shared file: once for all ranks, when the catalog
+//!    was built, see [`Catalog::checked`]);
 //! 4. otherwise the file is only in a cache on another node: the request is remembered, and
 //!    [`plan_copies`] decides at `SCR_Complete_restart` which holder sends it to whom.
 //!
@@ -80,8 +81,10 @@ pub(super) struct Catalog {
     nodes: Vec<u32>,
     /// The checkpoint is complete in the prefix.
     in_prefix: bool,
-    /// Prefix copies this rank checked.
+    /// Prefix copies this rank checked, or all ranks did together.
     verified: HashSet<usize>,
+    /// Prefix copies all ranks found damaged together: why.
+    damaged: HashMap<usize, String>,
     /// Files this rank asked for that only a cache on another node holds.
     pub requests: BTreeSet<usize>,
     /// Other failed routes of this rank (unknown names, damaged prefix copies).
@@ -131,6 +134,7 @@ impl Catalog {
             nodes: Vec::new(),
             in_prefix,
             verified: HashSet::new(),
+            damaged: HashMap::new(),
             requests: BTreeSet::new(),
             failures: 0,
         }
@@ -141,10 +145,37 @@ impl Catalog {
         self.by_rel.get(rel).copied()
     }
 
+    /// The shared files (always read in the prefix).
+    pub fn shared(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter(|e| e.writer.is_none())
+    }
+
+    /// The prefix copy of `rel` was checked for every rank at once: `problem` says why it is
+    /// refused, if it is. [`Catalog::route`] then takes this verdict instead of reading it.
+    pub fn checked(&mut self, rel: &Path, problem: Option<String>) {
+        let Some(i) = self.find(rel) else { return };
+        match problem {
+            None => {
+                self.verified.insert(i);
+            }
+            Some(why) => {
+                self.damaged.insert(i, why);
+            }
+        }
+    }
+
     /// Where rank `me` (on `node`) reads file `rel`: its own copy, a copy on its node, or the
-    /// prefix copy once it checked out (`verify`: its CRC32 too, else its size). A miss is
-    /// remembered ([`Catalog::requests`], [`Catalog::failures`]).
-    pub fn route(&mut self, rel: &Path, me: i32, node: u32, prefix: &Prefix, verify: bool) -> Result<PathBuf, Miss> {
+    /// prefix copy once it checked out (`verify`: its CRC32 too, read with a buffer of this
+    /// many bytes; `None`: its size). A miss is remembered ([`Catalog::requests`],
+    /// [`Catalog::failures`]).
+    pub fn route(
+        &mut self,
+        rel: &Path,
+        me: i32,
+        node: u32,
+        prefix: &Prefix,
+        verify: Option<usize>,
+    ) -> Result<PathBuf, Miss> {
         let Some(i) = self.find(rel) else {
             self.failures += 1;
             return Err(Miss::Unknown);
@@ -162,7 +193,11 @@ impl Catalog {
             if self.verified.contains(&i) {
                 return Ok(in_prefix);
             }
-            match check(&in_prefix, &self.entries[i], verify) {
+            let checked = match self.damaged.get(&i) {
+                Some(why) => Err(why.clone()),
+                None => check(&in_prefix, &self.entries[i], verify),
+            };
+            match checked {
                 Ok(()) => {
                     self.verified.insert(i);
                     return Ok(in_prefix);
@@ -230,28 +265,25 @@ fn order(e: &Entry) -> (bool, Option<u32>, &Path) {
     (e.writer.is_none(), e.writer, &e.rel)
 }
 
-/// Check a prefix copy against its entry.
-fn check(path: &Path, e: &Entry, verify: bool) -> Result<(), String> {
-    if !verify || e.crc.is_none() {
-        let len = std::fs::metadata(path).map_err(|err| format!("{}: {err}", path.display()))?.len();
-        return if len == e.size {
-            Ok(())
-        } else {
-            Err(format!("{}: size is {len} bytes, {} were recorded", path.display(), e.size))
+/// Check a prefix copy against its entry (`verify`: its CRC32 too, with this buffer size).
+fn check(path: &Path, e: &Entry, verify: Option<usize>) -> Result<(), String> {
+    let (Some(buf), Some(want)) = (verify, e.crc) else {
+        return match crate::paths::size_problem(path, e.size) {
+            None => Ok(()),
+            Some(why) => Err(format!("{}: {why}", path.display())),
         };
-    }
-    let got = crate::checksum::file_crc(path, 1 << 20).map_err(|err| err.to_string())?;
+    };
+    let got = crate::checksum::file_crc(path, buf).map_err(|err| err.to_string())?;
     if got.size != e.size {
         return Err(format!("{}: size is {} bytes, {} were recorded", path.display(), got.size, e.size));
     }
-    match e.crc {
-        Some(crc) if crc != got.crc => Err(format!(
-            "{}: CRC32 is {:#010x}, {crc:#010x} was recorded (the data is corrupt)",
-            path.display(),
-            got.crc
-        )),
-        _ => Ok(()),
-    }
+    crc_problem(path, got.crc, want).map_or(Ok(()), Err)
+}
+
+/// Why a file whose CRC32 is `got` is refused, if `want` was recorded for it.
+pub(super) fn crc_problem(path: &Path, got: u32, want: u32) -> Option<String> {
+    (got != want)
+        .then(|| format!("{}: CRC32 is {got:#010x}, {want:#010x} was recorded (the data is corrupt)", path.display()))
 }
 
 #[cfg(test)]
@@ -286,32 +318,32 @@ mod tests {
         assert_eq!(cat.writers, 4);
         let names: Vec<_> = cat.entries.iter().map(|e| (e.writer, e.rel.display().to_string())).collect();
         assert_eq!(names[..2], [(Some(0), "ckpt/header".to_string()), (Some(0), "ckpt/rank_0".to_string())]);
-        assert_eq!(cat.route(Path::new("ckpt/rank_1"), 1, 0, &prefix, true), Ok("/c1".into()));
-        assert_eq!(cat.route(Path::new("ckpt/header"), 1, 0, &prefix, true), Ok("/c0h".into()));
+        assert_eq!(cat.route(Path::new("ckpt/rank_1"), 1, 0, &prefix, Some(4096)), Ok("/c1".into()));
+        assert_eq!(cat.route(Path::new("ckpt/header"), 1, 0, &prefix, Some(4096)), Ok("/c0h".into()));
         // not in the prefix: rank 2 on node 1 must ask
         assert_eq!(
-            cat.route(Path::new("ckpt/header"), 2, 1, &prefix, true),
+            cat.route(Path::new("ckpt/header"), 2, 1, &prefix, Some(4096)),
             Err(Miss::Elsewhere { holder: 0, writer: Some(0), prefix: None })
         );
-        assert_eq!(cat.route(Path::new("ckpt/nope"), 2, 1, &prefix, true), Err(Miss::Unknown));
+        assert_eq!(cat.route(Path::new("ckpt/nope"), 2, 1, &prefix, Some(4096)), Err(Miss::Unknown));
         assert_eq!((cat.requests.len(), cat.failures), (1, 1));
 
         // in the prefix: checked once, a damaged copy refused
         let mut cat = four(true);
         std::fs::write(d.path().join("ckpt/header"), b"head").unwrap();
-        assert_eq!(cat.route(Path::new("ckpt/header"), 2, 1, &prefix, true), Ok(d.path().join("ckpt/header")));
+        assert_eq!(cat.route(Path::new("ckpt/header"), 2, 1, &prefix, Some(4096)), Ok(d.path().join("ckpt/header")));
         std::fs::write(d.path().join("ckpt/rank_0"), b"dat!").unwrap();
         // size only when verification is off
-        assert_eq!(cat.route(Path::new("ckpt/rank_0"), 3, 1, &prefix, false), Ok(d.path().join("ckpt/rank_0")));
+        assert_eq!(cat.route(Path::new("ckpt/rank_0"), 3, 1, &prefix, None), Ok(d.path().join("ckpt/rank_0")));
         assert!(cat.requests.is_empty());
         // a damaged prefix copy: the cached one is asked for instead
         let mut cat = four(true);
-        let e = cat.route(Path::new("ckpt/rank_0"), 3, 1, &prefix, true).unwrap_err();
+        let e = cat.route(Path::new("ckpt/rank_0"), 3, 1, &prefix, Some(4096)).unwrap_err();
         assert!(matches!(&e, Miss::Elsewhere { holder: 0, prefix: Some(w), .. } if w.contains("CRC32")), "{e:?}");
         assert_eq!((cat.requests.len(), cat.failures), (1, 0));
         // and with no cached copy left, it is a failure
         let mut cat = Catalog::new(4, vec![entry(0, "ckpt/rank_0", b"data")], true);
-        let e = cat.route(Path::new("ckpt/rank_0"), 3, 1, &prefix, true).unwrap_err();
+        let e = cat.route(Path::new("ckpt/rank_0"), 3, 1, &prefix, Some(4096)).unwrap_err();
         assert!(matches!(&e, Miss::Damaged(w) if w.contains("CRC32")), "{e:?}");
         assert_eq!((cat.requests.len(), cat.failures), (0, 1));
     }
@@ -336,7 +368,7 @@ mod tests {
         parts[2].received.push(("ckpt/header".into(), "/copy".into()));
         let mut cat = Catalog::from_parts(parts, Vec::new(), false);
         let prefix = Prefix::new(Path::new("/nonexistent"));
-        assert_eq!(cat.route(Path::new("ckpt/header"), 3, 1, &prefix, true), Ok("/copy".into()));
+        assert_eq!(cat.route(Path::new("ckpt/header"), 3, 1, &prefix, Some(4096)), Ok("/copy".into()));
     }
 
     #[test]
@@ -350,9 +382,21 @@ mod tests {
         let mut cat = Catalog::from_parts(parts, vec![shared], false);
         assert_eq!(cat.entries.last().unwrap().writer, None);
         // the checkpoint is not in the prefix, its shared file is
-        assert_eq!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, true), Ok(d.path().join("ckpt/all")));
+        assert_eq!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, Some(4096)), Ok(d.path().join("ckpt/all")));
         std::fs::write(d.path().join("ckpt/all"), b"everyon!").unwrap();
         let mut cat = Catalog::new(1, vec![Entry { writer: None, ..entry(0, "ckpt/all", b"everyone") }], false);
-        assert!(matches!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, true), Err(Miss::Damaged(_))));
+        assert!(matches!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, Some(4096)), Err(Miss::Damaged(_))));
+        // checked for every rank at once: the verdict is taken as it is, the file not read
+        assert_eq!(cat.shared().map(|e| e.rel.as_path()).collect::<Vec<_>>(), [Path::new("ckpt/all")]);
+        let mut cat = Catalog::new(1, vec![Entry { writer: None, ..entry(0, "ckpt/all", b"everyone") }], false);
+        cat.checked(Path::new("ckpt/all"), None);
+        assert_eq!(cat.route(Path::new("ckpt/all"), 0, 0, &prefix, Some(4096)), Ok(d.path().join("ckpt/all")));
+        std::fs::write(d.path().join("ckpt/all"), b"everyone").unwrap();
+        let mut cat = Catalog::new(1, vec![Entry { writer: None, ..entry(0, "ckpt/all", b"everyone") }], false);
+        cat.checked(Path::new("ckpt/all"), Some("damaged for all".into()));
+        assert_eq!(
+            cat.route(Path::new("ckpt/all"), 0, 0, &prefix, Some(4096)),
+            Err(Miss::Damaged("damaged for all".into()))
+        );
     }
 }

@@ -176,11 +176,7 @@ impl Runtime {
             Err(why) => Some(why.clone()),
             Ok((_, entries)) => entries.iter().skip(me).step_by(size).find_map(|e| {
                 let p = self.layout.prefix.join(&e.rel);
-                match std::fs::metadata(&p) {
-                    Ok(md) if md.len() == e.size => None,
-                    Ok(md) => Some(format!("{}: size is {} bytes, {} were recorded", p.display(), md.len(), e.size)),
-                    Err(err) => Some(format!("{}: {err}", p.display())),
-                }
+                crate::paths::size_problem(&p, e.size).map(|why| format!("{}: {why}", p.display()))
             }),
         };
         let ok = self.world.all_true(problem.is_none());
@@ -208,7 +204,9 @@ impl Runtime {
         }
         self.events.record("RESTART", &[("dset", &id), ("name", &name), ("from", &"prefix")]);
         let mut loaded = Loaded::new(id, &name, true, ranks);
-        loaded.catalog = Some(Catalog::new(ranks, entries, true));
+        let mut cat = Catalog::new(ranks, entries, true);
+        self.check_shared(&mut cat)?;
+        loaded.catalog = Some(cat);
         self.restart = Some(loaded);
         Ok(true)
     }

@@ -183,10 +183,10 @@ impl Runtime {
                 ),
             ));
         };
-        if rel.components().next().map(|c| c.as_os_str() == ".scr").unwrap_or(false) {
+        if crate::paths::in_scr_dir(&rel) {
             return Err(Error::usage(
                 call,
-                format!("{name} is inside the prefix's .scr directory, which SCR reserves"),
+                format!("{name} is inside the prefix's {} directory, which SCR reserves", crate::paths::SCR_DIR),
             ));
         }
         Ok(rel)

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::catalog::{plan_copies, Catalog, Entry, Miss, Move, Part};
+use super::catalog::{crc_problem, plan_copies, Catalog, Entry, Miss, Move, Part};
 use super::{Loaded, Phase, Runtime};
 use crate::error::{Error, Result};
 use crate::state::dataset::DatasetDesc;
@@ -53,16 +53,61 @@ impl Runtime {
                 )?);
         let shared = rec.map_or(Vec::new(), |rec| shared_entries(&rec.desc));
         let parts = self.world.allgather(&part)?;
-        let cat = Catalog::from_parts(parts, shared, in_prefix);
+        let mut cat = Catalog::from_parts(parts, shared, in_prefix);
+        self.check_shared(&mut cat)?;
         if let Some(l) = self.restart.as_mut() {
             l.catalog = Some(cat);
         }
         Ok(())
     }
 
+    /// Check the shared files of `cat` in the prefix once for every rank (collective, when the
+    /// catalog is built): rank 0 compares their sizes with the record, all ranks read their
+    /// CRC32s in slices ([`Runtime::crcs_in_slices`], as when they were written), and every
+    /// rank takes rank 0's verdict ([`Catalog::checked`]). A file N ranks read is so read once,
+    /// not N times. With `SCR_CRC_ON_COPY=0` each rank checks the size when it routes the file.
+    pub(super) fn check_shared(&self, cat: &mut Catalog) -> Result<()> {
+        if !self.settings.crc_on_copy.verify() {
+            return Ok(());
+        }
+        // rank 0's list, sizes checked: every rank reads slices of the same files
+        let listed = self.rank0().then(|| {
+            let size_problem = |e: &Entry| {
+                let p = self.layout.prefix.join(&e.rel);
+                crate::paths::size_problem(&p, e.size).map(|why| format!("{}: {why}", p.display()))
+            };
+            cat.shared().map(|e| (e.clone(), size_problem(e))).collect::<Vec<(Entry, Option<String>)>>()
+        });
+        let listed = self.world.bcast(0, &listed.unwrap_or_default())?;
+        if listed.is_empty() {
+            return Ok(());
+        }
+        let read: Vec<usize> =
+            (0..listed.len()).filter(|&k| listed[k].1.is_none() && listed[k].0.crc.is_some()).collect();
+        let files: Vec<(PathBuf, u64)> =
+            read.iter().map(|&k| (self.layout.prefix.join(&listed[k].0.rel), listed[k].0.size)).collect();
+        let verdicts = self.crcs_in_slices(&files)?.map(|crcs| {
+            let mut verdicts: Vec<Option<String>> = listed.iter().map(|(_, problem)| problem.clone()).collect();
+            for ((&k, (path, _)), crc) in read.iter().zip(&files).zip(crcs) {
+                verdicts[k] = match (crc, listed[k].0.crc) {
+                    (Err(why), _) => Some(why),
+                    (Ok(got), Some(want)) => crc_problem(path, got, want),
+                    (Ok(_), None) => None,
+                };
+            }
+            verdicts
+        });
+        let verdicts = self.world.bcast(0, &verdicts.unwrap_or_default())?;
+        for ((e, _), problem) in listed.iter().zip(verdicts) {
+            cat.checked(&e.rel, problem);
+        }
+        Ok(())
+    }
+
     /// `SCR_Route_file` inside a restart phase: where to read `name` from (see the module doc).
     pub(super) fn route_restart(&mut self, name: &str) -> Result<PathBuf> {
-        let (me, node, verify) = (self.world.rank(), self.node_id, self.settings.crc_on_copy.verify());
+        let verify = self.settings.crc_on_copy.verify().then_some(self.settings.file_buf_size);
+        let (me, node) = (self.world.rank(), self.node_id);
         let prefix = self.layout.prefix.clone();
         let loaded = self.restart.as_mut().expect("a restart phase has a loaded checkpoint");
         let rel = prefix.relative(Path::new(name));
@@ -166,7 +211,7 @@ impl Runtime {
         let Some(moves): Option<Vec<Move>> = self.world.bcast(0, &plan)? else { return Ok(false) };
         let t0 = Instant::now();
         let me = self.world.rank();
-        let dir = self.filemap.datasets.get(&loaded.id).map(|r| r.dir.join(".scr").join("copies"));
+        let dir = self.filemap.datasets.get(&loaded.id).map(|r| r.dir.join(crate::paths::SCR_DIR).join("copies"));
         let buf = self.settings.file_buf_size;
         let (mut received, mut problem, mut bytes) = (Vec::new(), None, 0u64);
         for &(i, from, to) in &moves {

@@ -202,38 +202,14 @@ impl Runtime {
             Ok(sizes) => sizes,
             Err(e) => return Ok(Err(e)),
         };
-        // slices of every file, dealt out to the ranks in turn
         let verify = self.settings.crc_on_copy.verify();
-        let mut slices = Vec::new();
-        for (k, &size) in sizes.iter().enumerate().filter(|_| verify) {
-            let n = size.div_ceil(SLICE).clamp(1, self.world.size() as u64);
-            let step = size.div_ceil(n).max(1);
-            for j in 0..n {
-                let off = (j * step).min(size);
-                slices.push((k, off, step.min(size - off)));
-            }
-        }
-        let (me, size) = (self.world.rank() as usize, self.world.size() as usize);
-        let mine: std::result::Result<Vec<(usize, u64, u32, u64)>, String> = slices
-            .iter()
-            .skip(me)
-            .step_by(size)
-            .map(|&(k, off, len)| {
-                crate::checksum::crc_of_range(&staged[k], off, len, self.settings.file_buf_size)
-                    .map(|crc| (k, off, crc, len))
-                    .map_err(|e| e.to_string())
-            })
-            .collect();
-        let done = self.world.gather(0, &mine)?.map(|all| {
-            let mut parts: Vec<(usize, u64, u32, u64)> = Vec::new();
-            for r in all {
-                parts.extend(r?);
-            }
-            parts.sort_unstable_by_key(|p| (p.0, p.1));
+        let files: Vec<(PathBuf, u64)> =
+            if verify { staged.iter().cloned().zip(sizes.iter().copied()).collect() } else { Vec::new() };
+        let done = self.crcs_in_slices(&files)?.map(|crcs| {
+            let crcs = crcs.into_iter().collect::<std::result::Result<Vec<u32>, String>>()?;
             for (k, s) in list.iter_mut().enumerate() {
                 s.size = sizes[k];
-                let mine: Vec<(u32, u64)> = parts.iter().filter(|p| p.0 == k).map(|p| (p.2, p.3)).collect();
-                s.crc = verify.then(|| crate::checksum::combine(&mine));
+                s.crc = crcs.get(k).copied();
                 let to = self.layout.prefix.join(&s.rel);
                 if staged[k] != to {
                     std::fs::rename(&staged[k], &to).map_err(|e| format!("rename {} into place: {e}", to.display()))?;
@@ -242,6 +218,46 @@ impl Runtime {
             Ok(list)
         });
         Ok(self.world.bcast(0, &done.unwrap_or(Ok(Vec::new())))?)
+    }
+
+    /// The CRC32 of each file `(path, size)` (collective, the same list on every rank), read in
+    /// slices dealt out to all ranks in turn, so each byte is read once, spread over the job;
+    /// combined on rank 0: `Some` there (per file, or why a slice of it could not be read),
+    /// `None` on the other ranks.
+    pub(super) fn crcs_in_slices(
+        &self,
+        files: &[(PathBuf, u64)],
+    ) -> Result<Option<Vec<std::result::Result<u32, String>>>> {
+        let mut slices = Vec::new();
+        for (k, &(_, size)) in files.iter().enumerate() {
+            let n = size.div_ceil(SLICE).clamp(1, self.world.size() as u64);
+            let step = size.div_ceil(n).max(1);
+            for j in 0..n {
+                let off = (j * step).min(size);
+                slices.push((k, off, step.min(size - off)));
+            }
+        }
+        let (me, ranks) = (self.world.rank() as usize, self.world.size() as usize);
+        type Slice = (usize, u64, std::result::Result<u32, String>, u64);
+        let mine: Vec<Slice> = slices
+            .iter()
+            .skip(me)
+            .step_by(ranks)
+            .map(|&(k, off, len)| {
+                let crc = crate::checksum::crc_of_range(&files[k].0, off, len, self.settings.file_buf_size);
+                (k, off, crc.map_err(|e| e.to_string()), len)
+            })
+            .collect();
+        Ok(self.world.gather(0, &mine)?.map(|all| {
+            let mut parts: Vec<Slice> = all.into_iter().flatten().collect();
+            parts.sort_unstable_by_key(|p| (p.0, p.1));
+            (0..files.len())
+                .map(|k| {
+                    let of_k = parts.iter().filter(|p| p.0 == k).map(|p| p.2.clone().map(|crc| (crc, p.3)));
+                    of_k.collect::<std::result::Result<Vec<(u32, u64)>, String>>().map(|s| crate::checksum::combine(&s))
+                })
+                .collect()
+        }))
     }
 
     /// A dataset leaves the cache: remove the staging files this rank declared (a dataset that

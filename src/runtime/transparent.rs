@@ -340,7 +340,8 @@ impl Runtime {
                 if link {
                     link_file(current, &target)
                 } else {
-                    move_file(current, &target)
+                    crate::paths::move_file(current, &target)
+                        .map_err(|e| Error::io("move into the dataset", current, e))
                 }
             });
             if let Err(e) = placed {
@@ -384,20 +385,4 @@ fn flags_of(d: &crate::state::dataset::DatasetDesc) -> i32 {
 fn link_file(from: &Path, to: &Path) -> Result<()> {
     let _ = std::fs::remove_file(to);
     std::fs::hard_link(from, to).map_err(|e| Error::io("link into the new version of the dataset", from, e))
-}
-
-/// Move a file within the node (rename, or copy and remove across file systems).
-fn move_file(from: &Path, to: &Path) -> Result<()> {
-    if from == to {
-        return Ok(());
-    }
-    match std::fs::rename(from, to) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
-            std::fs::copy(from, to).map_err(|e| Error::io("copy into the dataset", to, e))?;
-            let _ = std::fs::remove_file(from);
-            Ok(())
-        }
-        Err(e) => Err(Error::io("move into the dataset", from, e)),
-    }
 }

@@ -32,7 +32,7 @@ pub struct Crcs {
 impl Crcs {
     /// Where rank `rank` keeps the CRC32s of its part of the dataset cached in `dir`.
     pub fn path(dir: &Path, rank: i32) -> PathBuf {
-        dir.join(".scr").join(format!("crc.{rank}.scr"))
+        dir.join(crate::paths::SCR_DIR).join(format!("crc.{rank}.scr"))
     }
 
     pub fn load(path: &Path) -> Result<Option<Crcs>, MetaError> {

@@ -54,10 +54,8 @@ impl DatasetDesc {
         let mut out = Vec::new();
         for f in &self.shared {
             let p = prefix.join(&f.rel);
-            match std::fs::metadata(&p) {
-                Ok(m) if m.len() == f.size => {}
-                Ok(m) => out.push(format!("shared file {}: {} bytes, {} were written", p.display(), m.len(), f.size)),
-                Err(e) => out.push(format!("shared file {}: {e}", p.display())),
+            if let Some(why) = crate::paths::size_problem(&p, f.size) {
+                out.push(format!("shared file {}: {why}", p.display()));
             }
         }
         out

@@ -31,7 +31,7 @@ impl Layout {
 
     /// `<prefix>/.scr`
     pub fn scr_dir(&self) -> PathBuf {
-        self.prefix.path.join(".scr")
+        self.prefix.path.join(crate::paths::SCR_DIR)
     }
 
     /// The cache directory of a store: `<base>/<user>/scr.<jobid>`.
@@ -109,12 +109,12 @@ impl Layout {
 /// The staging name of a shared file at `at`: `.<name>.scrshared` beside it.
 pub fn shared_staging_name(at: &Path) -> PathBuf {
     let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    at.with_file_name(format!(".{name}.scrshared"))
+    at.with_file_name(format!(".{name}{}", crate::paths::STAGING_SUFFIX))
 }
 
 /// The shared file whose staging name `staging` is ([`shared_staging_name`] reversed).
 pub fn shared_of_staging(staging: &Path) -> Option<PathBuf> {
     let name = staging.file_name()?.to_str()?;
-    let real = name.strip_prefix('.')?.strip_suffix(".scrshared").filter(|n| !n.is_empty())?;
+    let real = name.strip_prefix('.')?.strip_suffix(crate::paths::STAGING_SUFFIX).filter(|n| !n.is_empty())?;
     Some(staging.with_file_name(real))
 }

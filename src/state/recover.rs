@@ -108,17 +108,8 @@ fn missing_file(prefix: &Path, r2f: &Rank2File) -> Option<String> {
     for (rank, files) in &r2f.files {
         for f in files {
             let p = prefix.join(&f.rel);
-            match std::fs::metadata(&p) {
-                Ok(m) if m.len() == f.size => {}
-                Ok(m) => {
-                    return Some(format!(
-                        "{} of rank {rank} has {} bytes, {} were flushed",
-                        p.display(),
-                        m.len(),
-                        f.size
-                    ))
-                }
-                Err(e) => return Some(format!("{} of rank {rank}: {e}", p.display())),
+            if let Some(why) = crate::paths::size_problem(&p, f.size) {
+                return Some(format!("{} of rank {rank}: {why}", p.display()));
             }
         }
     }

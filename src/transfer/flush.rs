@@ -147,12 +147,8 @@ pub(super) fn copy_files(
 pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixFile>>) -> Result<()> {
     let id = rec.desc.id;
     // shared files were written in place: they must still be there as completed
-    for f in &rec.desc.shared {
-        let p = layout.prefix.join(&f.rel);
-        let size = std::fs::metadata(&p).map_err(|e| Error::io("stat shared file", &p, e))?.len();
-        if size != f.size {
-            return Err(Error::Integrity { path: p, why: format!("size is {size} bytes, {} were written", f.size) });
-        }
+    if let Some(why) = rec.desc.missing_shared(&layout.prefix.path).into_iter().next() {
+        return Err(Error::Other(why));
     }
     let dir = layout.prefix_dataset_dir(id);
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;

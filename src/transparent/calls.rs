@@ -185,10 +185,7 @@ fn create_pending(
         // the file's own permissions decide, as they would in the prefix
         may_open(src, flags)?;
     }
-    let cache = s.pending_path(rel);
-    if let Some(parent) = cache.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-    }
+    let cache = s.make_pending(rel).map_err(|e| errno_of(&e))?;
     let _ = std::fs::remove_file(&cache);
     if let Some(src) = from {
         std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
@@ -215,14 +212,11 @@ fn unshare(s: &Session, t: &mut Table, id: u32, keep: bool) -> Result<(), i32> {
         .map(|(r, _)| r.to_path_buf())
         .collect();
     for rel in others {
-        let cache = s.pending_path(&rel);
         let linked = match t.held(&rel) {
             Some(Held::Pending(other, _)) => Some(other),
             _ => None,
         };
-        if let Some(parent) = cache.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-        }
+        let cache = s.make_pending(&rel).map_err(|e| errno_of(&e))?;
         let _ = std::fs::remove_file(&cache);
         std::fs::hard_link(&p.cache, &cache).map_err(|e| errno_of(&e))?;
         match linked {
@@ -282,6 +276,16 @@ pub fn closing(fd: i32) -> u32 {
     }
     fds::set(fd, 0);
     id
+}
+
+/// Before `close_range(first, last)` (without `CLOSE_RANGE_CLOEXEC`): as [`closing`] for every
+/// descriptor in the range, of any size; the ids of the pending files they wrote. Nothing
+/// but one load while no descriptor is tracked.
+pub fn closing_range(first: u32, last: u32) -> Vec<u32> {
+    if !fds::any() || owner().is_none() {
+        return Vec::new();
+    }
+    fds::take_range(first, last).into_iter().map(|(_, id)| id).collect()
 }
 
 /// After a descriptor of pending file `id` closed (`ok`: the close succeeded). After

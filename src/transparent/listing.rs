@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use super::calls::{absolute, resolve};
 use super::prefix::{reserved, PATH_MAX};
-use super::session::{routing, table_now, Session};
+use super::session::{routing, table, table_now, Session};
 use super::table::Table;
 use crate::reentry::Inside;
 
@@ -96,9 +96,13 @@ pub fn listing(dirfd: i32, path: &CStr) -> Option<Merge> {
     extras_of(&rel)
 }
 
-/// As [`listing`], for `fdopendir(fd)`.
+/// As [`listing`], for `fdopendir(fd)`. The descriptor's path is read (a `readlink`) only
+/// when SCR holds some file.
 pub fn listing_fd(fd: i32) -> Option<Merge> {
     let s = routing()?;
+    if table().holds_nothing() {
+        return None;
+    }
     let mut buf = [0u8; PATH_MAX];
     let n = (s.base)(fd, &mut buf)?;
     buf[n] = 0;

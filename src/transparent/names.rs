@@ -114,10 +114,7 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
 
 /// A held file renamed to a routed (or held) path: renamed in cache.
 fn into_cache(s: &Session, t: &mut Table, from: &Path, to: &Path) -> Done {
-    let cache = s.pending_path(to);
-    if let Some(parent) = cache.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-    }
+    let cache = s.make_pending(to).map_err(|e| errno_of(&e))?;
     match t.held(from) {
         Some(Held::Pending(id, p)) => {
             let shares = p.shares_committed;
@@ -130,16 +127,22 @@ fn into_cache(s: &Session, t: &mut Table, from: &Path, to: &Path) -> Done {
         Some(Held::Committed(c)) => {
             let src = c.cache.clone();
             let _ = std::fs::remove_file(&cache);
-            let shares = match std::fs::hard_link(&src, &cache) {
-                Ok(()) => true,
-                Err(_) => std::fs::copy(&src, &cache).map(|_| false).map_err(|e| errno_of(&e))?,
-            };
+            let shares = link_or_copy(&src, &cache)?;
             t.add(to, cache, shares);
             t.remove(from);
         }
         None => return Err(libc::ENOENT),
     }
     Ok(0)
+}
+
+/// Give `cache` the bytes of `src`: a hard link, or a copy where linking fails. Whether it
+/// linked.
+fn link_or_copy(src: &Path, cache: &Path) -> Result<bool, i32> {
+    match std::fs::hard_link(src, cache) {
+        Ok(()) => Ok(true),
+        Err(_) => std::fs::copy(src, cache).map(|_| false).map_err(|e| errno_of(&e)),
+    }
 }
 
 /// A held file renamed out of the patterns or the prefix: its bytes go to `dest`. A pending
@@ -175,17 +178,8 @@ fn publish_copy(src: &Path, dest: &Path) -> Result<(), i32> {
 
 /// A plain file renamed to a routed path: it becomes the pending file there.
 fn adopt(s: &Session, t: &mut Table, src: &Path, to: &Path) -> Done {
-    let cache = s.pending_path(to);
-    if let Some(parent) = cache.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-    }
-    if let Err(e) = std::fs::rename(src, &cache) {
-        if e.raw_os_error() != Some(libc::EXDEV) {
-            return Err(errno_of(&e));
-        }
-        std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
-        std::fs::remove_file(src).map_err(|e| errno_of(&e))?;
-    }
+    let cache = s.make_pending(to).map_err(|e| errno_of(&e))?;
+    crate::paths::move_file(src, &cache).map_err(|e| errno_of(&e))?;
     t.add(to, cache, false);
     // a stale copy at the target in the prefix is replaced
     let _ = std::fs::remove_file(s.prefix.join(to));
@@ -197,10 +191,7 @@ pub(super) fn move_pending(s: &Session, t: &mut Table, from: &Path, to: &Path) {
     for (id, rel, cache, _) in t.pending_below(from) {
         let Ok(rest) = rel.strip_prefix(from) else { continue };
         let new_rel = to.join(rest);
-        let new_cache = s.pending_path(&new_rel);
-        if let Some(parent) = new_cache.parent() {
-            let _ = std::fs::create_dir_all(parent);
-        }
+        let Ok(new_cache) = s.make_pending(&new_rel) else { continue };
         if std::fs::rename(&cache, &new_cache).is_ok() {
             t.rename(id, &new_rel, new_cache);
         }
@@ -299,18 +290,10 @@ pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, flags: i32, real: &mut dyn
         Link::Fail(e) => Err(e),
         Link::InCache(src) => {
             let to = to.unwrap_or_default();
-            let cache = s.pending_path(&to);
-            if let Some(parent) = cache.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| errno_of(&e))?;
-            }
-            let shares = matches!(from.as_deref().and_then(|f| t.held(f)), Some(Held::Committed(_)));
-            match std::fs::hard_link(&src, &cache) {
-                Ok(()) => t.add(&to, cache, shares),
-                Err(_) => {
-                    std::fs::copy(&src, &cache).map_err(|e| errno_of(&e))?;
-                    t.add(&to, cache, false)
-                }
-            };
+            let cache = s.make_pending(&to).map_err(|e| errno_of(&e))?;
+            let committed = matches!(from.as_deref().and_then(|f| t.held(f)), Some(Held::Committed(_)));
+            let linked = link_or_copy(&src, &cache)?;
+            t.add(&to, cache, committed && linked);
             Ok(0)
         }
         // a link out of SCR's files would let the application change a dataset's bytes: copy

@@ -12,6 +12,8 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::paths::Prefix;
+
 /// Size of the buffer a base directory is read into.
 pub const PATH_MAX: usize = 4096;
 
@@ -19,39 +21,40 @@ pub const PATH_MAX: usize = 4096;
 /// directory, else a directory descriptor) into `buf`; its length, or `None`.
 pub type BaseFn = fn(dirfd: i32, buf: &mut [u8; PATH_MAX]) -> Option<usize>;
 
-/// The prefix directory, as spelled in the configuration and with symbolic links resolved.
+/// The prefix directory ([`Prefix`]: as spelled in the configuration and with symbolic links
+/// resolved), with the tests hooked calls make on path arguments.
 #[derive(Debug, Clone)]
-pub struct PrefixPaths {
-    spelled: PathBuf,
-    canonical: PathBuf,
+pub struct PrefixPaths(Prefix);
+
+impl From<Prefix> for PrefixPaths {
+    fn from(prefix: Prefix) -> PrefixPaths {
+        PrefixPaths(prefix)
+    }
 }
 
 fn below(path: &[u8], dir: &[u8]) -> bool {
     path.len() > dir.len() && path.starts_with(dir) && (dir == b"/" || path[dir.len()] == b'/')
 }
 
-/// `..`, `.` or `//` somewhere: only normalisation can tell where the path goes.
+/// A component `.` or `..`, or an empty one (`//`): only normalisation can tell where the
+/// path goes. Names that merely contain dots (`~/.cache`, `a..b`) are usual.
 fn unusual(p: &[u8]) -> bool {
-    p.windows(2).any(|w| w == b"//" || w == b"/." || w == b"..")
+    p.windows(2).any(|w| w == b"//") || p.split(|b| *b == b'/').any(|c| c == b"." || c == b"..")
 }
 
 impl PrefixPaths {
-    pub fn new(spelled: &Path, canonical: &Path) -> PrefixPaths {
-        PrefixPaths { spelled: spelled.to_path_buf(), canonical: canonical.to_path_buf() }
-    }
-
     /// The prefix as the configuration spells it (the form paths are reported in).
     pub fn path(&self) -> &Path {
-        &self.spelled
+        &self.0.path
     }
 
     /// The prefix with symbolic links resolved.
     pub fn canonical(&self) -> &Path {
-        &self.canonical
+        &self.0.canonical
     }
 
     fn forms(&self) -> [&[u8]; 2] {
-        [self.spelled.as_os_str().as_bytes(), self.canonical.as_os_str().as_bytes()]
+        [self.path().as_os_str().as_bytes(), self.canonical().as_os_str().as_bytes()]
     }
 
     /// Fast check: may `path` (taken against `base` when relative) name the prefix or
@@ -78,15 +81,15 @@ impl PrefixPaths {
         } else {
             crate::paths::normalize(p, Path::new(OsStr::from_bytes(base?)))
         };
-        [&self.spelled, &self.canonical].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
+        [self.path(), self.canonical()].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
     }
 
-    /// The application's path of `rel`.
+    /// The application's path of `rel` (the prefix itself for `""`, without a trailing `/`).
     pub fn join(&self, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {
-            self.spelled.clone()
+            self.0.path.clone()
         } else {
-            self.spelled.join(rel)
+            self.0.join(rel)
         }
     }
 }
@@ -96,22 +99,20 @@ impl PrefixPaths {
 /// [`super::shared`]) or a file the MPI library makes beside one (a lock file that starts
 /// with it). Such paths always reach the prefix.
 pub fn reserved(rel: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
+    let staging = crate::paths::STAGING_SUFFIX.as_bytes();
     let staging = rel.file_name().is_some_and(|n| {
         let n = n.as_bytes();
-        n.first() == Some(&b'.') && n.windows(STAGING.len()).any(|w| w == STAGING)
+        n.first() == Some(&b'.') && n.windows(staging.len()).any(|w| w == staging)
     });
-    staging || rel.components().next().is_some_and(|c| c.as_os_str() == ".scr")
+    staging || crate::paths::in_scr_dir(rel)
 }
-
-const STAGING: &[u8] = b".scrshared";
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn p() -> PrefixPaths {
-        PrefixPaths::new(Path::new("/run/job"), Path::new("/lustre/u/job"))
+        PrefixPaths::from(Prefix { path: "/run/job".into(), canonical: "/lustre/u/job".into() })
     }
 
     #[test]
@@ -128,6 +129,35 @@ mod tests {
         assert_eq!(p.relative(b"/lustre/u/job/ckpt.1/a", None), Some(PathBuf::from("ckpt.1/a")));
         assert_eq!(p.relative(b"/run/job", None), Some(PathBuf::new()));
         assert_eq!(p.relative(b"/run/jobfoo/a", None), None);
+    }
+
+    #[test]
+    fn only_dot_components_and_empty_ones_are_unusual() {
+        let p = p();
+        // dot files and names with dots outside the prefix keep the fast path
+        for usual in [&b"/home/u/.cache/x"[..], b"/home/u/.local/share/f", b"/tmp/a..b", b"/tmp/x.", b"/tmp/.../y"] {
+            assert!(!unusual(usual), "{}", String::from_utf8_lossy(usual));
+            assert!(!p.may_contain(usual, None), "{}", String::from_utf8_lossy(usual));
+        }
+        assert!(!p.may_contain(b".cache/x", Some(b"/home/u")));
+        assert!(!p.may_contain(b"a..b/x", Some(b"/home/u")));
+        // `.`, `..` and `//` anywhere take the slow path, which normalises them
+        for (path, want) in [
+            (&b"/run/job/./ckpt"[..], Some("ckpt")),
+            (b"/run/job/../x", None),
+            (b"/run/job//x", Some("x")),
+            (b"/tmp/../run/job/x", Some("x")),
+            (b"/tmp//../run/job/x", Some("x")),
+            (b"/run/./job/x", Some("x")),
+            (b"/tmp/.", None),
+            (b"/tmp/..", None),
+        ] {
+            assert!(unusual(path), "{}", String::from_utf8_lossy(path));
+            assert!(p.may_contain(path, None), "{}", String::from_utf8_lossy(path));
+            assert_eq!(p.relative(path, None), want.map(PathBuf::from), "{}", String::from_utf8_lossy(path));
+        }
+        assert!(p.may_contain(b"./../run/job/x", Some(b"/home")));
+        assert_eq!(p.relative(b"./../../run/job/x", Some(b"/home/u")), Some(PathBuf::from("x")));
     }
 
     #[test]

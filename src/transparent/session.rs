@@ -67,9 +67,13 @@ impl Session {
         std::process::id() == self.pid
     }
 
-    /// Where this rank's pending copy of `rel` lives.
-    pub fn pending_path(&self, rel: &std::path::Path) -> PathBuf {
-        self.pending.join(rel)
+    /// Where this rank's pending copy of `rel` lives, its directory created.
+    pub fn make_pending(&self, rel: &std::path::Path) -> std::io::Result<PathBuf> {
+        let cache = self.pending.join(rel);
+        if let Some(parent) = cache.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        Ok(cache)
     }
 
     /// Whether a pattern routes `rel` for this rank.
@@ -217,7 +221,7 @@ pub fn start(base: BaseFn) -> Result<(), String> {
     let session = Session {
         rank: setup.rank,
         pid: std::process::id(),
-        prefix: PrefixPaths::new(&setup.prefix.path, &setup.prefix.canonical),
+        prefix: PrefixPaths::from(setup.prefix.clone()),
         pending: setup.pending.join(setup.rank.to_string()),
         patterns,
         shared,

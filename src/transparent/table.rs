@@ -255,6 +255,11 @@ impl Table {
         }
     }
 
+    /// Whether SCR holds no file at all: no listing has entries to add.
+    pub fn holds_nothing(&self) -> bool {
+        self.by_path.is_empty() && self.committed.is_empty()
+    }
+
     /// Whether SCR holds a file strictly below directory `dir`.
     pub fn any_below(&self, dir: &Path) -> bool {
         self.visible_below(dir).next().is_some()
@@ -460,6 +465,11 @@ mod tests {
     #[test]
     fn listing_below_a_directory_sees_each_path_once() {
         let mut t = Table::default();
+        assert!(t.holds_nothing());
+        t.add(&p("c/n"), p("/pend/c/n"), false);
+        assert!(!t.holds_nothing());
+        t.remove(&p("c/n"));
+        assert!(t.holds_nothing());
         committed(&mut t, &[("c/a", 1), ("c/b", 1), ("c/sub/x", 1), ("c.other/z", 2), ("c", 3)]);
         t.add(&p("c/b"), p("/pend/c/b"), false);
         t.add(&p("c/n"), p("/pend/c/n"), false);

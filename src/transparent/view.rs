@@ -24,6 +24,7 @@ use serde::{Deserialize, Serialize};
 use super::prefix::{BaseFn, PrefixPaths};
 use super::session::Session;
 use super::table::{Change, Committed, Table};
+use crate::paths::Prefix;
 use crate::reentry::Inside;
 
 /// The environment variable naming a rank's view file to the processes it starts.
@@ -93,7 +94,8 @@ pub(super) fn load() -> Option<(Session, Vec<(PathBuf, Committed)>)> {
     let v: ViewFile = crate::persist::read(path, KIND).ok().flatten()?;
     let files =
         v.files.into_iter().map(|(rel, cache)| (rel, Committed { cache, dataset: 0, name: String::new() })).collect();
-    let s = Session::child(v.rank, PrefixPaths::new(&v.prefix, &v.canonical), v.journal, *base);
+    let s =
+        Session::child(v.rank, PrefixPaths::from(Prefix { path: v.prefix, canonical: v.canonical }), v.journal, *base);
     Some((s, files))
 }
 
@@ -171,7 +173,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = dir.path().join("removed.0");
         let base: BaseFn = |_, _| None;
-        let s = Session::child(0, PrefixPaths::new(Path::new("/p"), Path::new("/p")), journal.clone(), base);
+        let s = Session::child(
+            0,
+            PrefixPaths::from(Prefix { path: "/p".into(), canonical: "/p".into() }),
+            journal.clone(),
+            base,
+        );
         let mut t = Table::default();
         let c = |n: &str| Committed { cache: dir.path().join(n), dataset: 1, name: "ckpt.1".into() };
         t.set_committed([(PathBuf::from("ckpt.1/a"), c("a")), (PathBuf::from("ckpt.1/b"), c("b"))]);
