@@ -123,7 +123,7 @@ fn parts(rec: &DatasetRecord) -> Vec<Part> {
 
 /// Where a dataset's redundancy file goes.
 pub fn red_path(dir: &Path, red: &RedInfo) -> PathBuf {
-    dir.join(".scr").join(redfile::file_name(red))
+    dir.join(crate::paths::SCR_DIR).join(redfile::file_name(red))
 }
 
 /// The temporary name of a redundancy file while it is encoded.

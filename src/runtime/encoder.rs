@@ -275,7 +275,7 @@ impl Runtime {
         let rank = self.world.rank();
         let mut changed = false;
         for rec in self.filemap.datasets.values_mut().filter(|r| r.complete && r.red.is_none() && !r.reddesc.bypass) {
-            let Ok(entries) = std::fs::read_dir(rec.dir.join(".scr")) else { continue };
+            let Ok(entries) = std::fs::read_dir(rec.dir.join(crate::paths::SCR_DIR)) else { continue };
             for path in entries.flatten().map(|e| e.path()) {
                 let wanted = path.extension().and_then(|x| x.to_str()).is_some_and(&ext);
                 let Some((h, _)) = wanted.then(|| redfile::read_header(&path).ok()).flatten() else { continue };
