@@ -12,6 +12,10 @@
 #     dataset offered) / the round's median raw write time.
 #   restart: SCR_Init..SCR_Complete_restart (the data read included) / a plain read of the
 #     same files right after.
+#   floor_partner, floor_xor: each round also runs examples/c/bench_floor.c, the least work
+#     the scheme can do here without SCR (write, then send and XOR straight from a mapping of
+#     the file, write the redundancy once) against the raw write: the ceiling of the
+#     checkpoint ratio on this machine.
 #
 # Usage: scripts/bench-redundancy.sh [MiB per rank, default 256] [rounds, default 5]
 #   SCHEMES="XOR RS" (default SINGLE PARTNER XOR RS); NP=8 MAP=n0,n0,n1,n1,n2,n2,n3,n3 for
@@ -26,6 +30,7 @@ work=$(mktemp -d /tmp/scr-bench.XXXXXX)
 sim=$(mktemp -d /dev/shm/scr-sim.XXXXXX)
 trap 'rm -rf "$work" "$sim"' EXIT
 build_example bench_api "$work/bench_api"
+mpicc -O2 -Wall "$repo/examples/c/bench_floor.c" -o "$work/bench_floor"
 # Single-copy shared-memory transfers (process_vm_readv) for the set traffic; the tests keep
 # the portable copy-in/copy-out default.
 export OMPI_MCA_btl_vader_single_copy_mechanism=cma
@@ -41,6 +46,11 @@ for scheme in ${SCHEMES:-SINGLE PARTNER XOR RS}; do
     rm -rf "$sim"/nodes "$work/prefix" && mkdir -p "$work/prefix"
     SCR_COPY_TYPE=$scheme run write --reps 3 --gap "${GAP:-2}" >"$work/round"
     cat "$work/round" >>"$out"
+    case $scheme in PARTNER | XOR)
+      (cd "$work/prefix" && mpirun -np "$np" "$repo/scripts/sim-node.sh" "$work/bench_floor" "${scheme,,}" \
+        --size $((mib << 20)) --reps 3 --gap "${GAP:-2}" --piece "${SCR_MPI_BUF_SIZE:-262144}") |
+        grep '^RATIO ' >>"$out" ;;
+    esac
     for n in $lose; do rm -rf "${sim:?}/nodes/$n"; done
     SCR_COPY_TYPE=$scheme run restart | tee -a "$out" >"$work/restart"
     # SCR_Init's time over this round's median raw write time
