@@ -12,10 +12,11 @@
 #     dataset offered) / the round's median raw write time.
 #   restart: SCR_Init..SCR_Complete_restart (the data read included) / a plain read of the
 #     same files right after.
-#   floor_partner, floor_xor: each round also runs examples/c/bench_floor.c, the least work
-#     the scheme can do here without SCR (write, then send and XOR straight from a mapping of
-#     the file, write the redundancy once) against the raw write: the ceiling of the
-#     checkpoint ratio on this machine.
+#   floor_partner, floor_xor, floor_partner-rebuild, floor_xor-rebuild: each round also runs
+#     examples/c/bench_floor.c, a minimal schedule of the scheme without SCR (write, then send
+#     and XOR straight from mappings of the files, write the redundancy once; no CRC32, no
+#     metadata) against the raw write: checkpoint ratio and rebuild / raw write time of the
+#     least work the scheme needs here (rank 1, on n1, is the one rebuilt).
 #
 # Usage: scripts/bench-redundancy.sh [MiB per rank, default 256] [rounds, default 5]
 #   SCHEMES="XOR RS" (default SINGLE PARTNER XOR RS); NP=8 MAP=n0,n0,n1,n1,n2,n2,n3,n3 for
@@ -47,9 +48,11 @@ for scheme in ${SCHEMES:-SINGLE PARTNER XOR RS}; do
     SCR_COPY_TYPE=$scheme run write --reps 3 --gap "${GAP:-2}" >"$work/round"
     cat "$work/round" >>"$out"
     case $scheme in PARTNER | XOR)
-      (cd "$work/prefix" && mpirun -np "$np" "$repo/scripts/sim-node.sh" "$work/bench_floor" "${scheme,,}" \
-        --size $((mib << 20)) --reps 3 --gap "${GAP:-2}" --piece "${SCR_MPI_BUF_SIZE:-262144}") |
-        grep '^RATIO ' >>"$out" ;;
+      for mode in "${scheme,,}" "${scheme,,}-rebuild"; do
+        (cd "$work/prefix" && mpirun -np "$np" "$repo/scripts/sim-node.sh" "$work/bench_floor" "$mode" \
+          --size $((mib << 20)) --reps 3 --gap "${GAP:-2}" --piece "${SCR_MPI_BUF_SIZE:-262144}") |
+          grep '^RATIO ' >>"$out"
+      done ;;
     esac
     for n in $lose; do rm -rf "${sim:?}/nodes/$n"; done
     SCR_COPY_TYPE=$scheme run restart | tee -a "$out" >"$work/restart"

@@ -6,15 +6,24 @@
  * straight from a memory mapping of the file just written, the redundancy written once, no
  * checksums, no metadata, no crash safety).
  *
- *   bench_floor partner|xor --size BYTES --reps N [--piece BYTES] [--gap S]
+ *   bench_floor partner|xor|partner-rebuild|xor-rebuild --size BYTES --reps N
+ *               [--piece BYTES] [--gap S]
  *
- * Each repetition: the raw write of BYTES per rank, then the floor checkpoint (the same write
- * to another file plus the encoding), each timed as the maximum over ranks; rank 0 prints
- * "RATIO floor_<scheme> <raw / floor>" and "TIME raw_write|floor_<scheme> <s>". Files go to
- * $SCR_CACHE_BASE (each simulated node's own storage under scripts/sim-node.sh).
+ * Each repetition: the raw write of BYTES per rank, then the floor operation, each timed as
+ * the maximum over ranks; rank 0 prints "RATIO floor_<mode> <value>" and
+ * "TIME raw_write|floor_<mode> <s>". Files go to $SCR_CACHE_BASE (each simulated node's own
+ * storage under scripts/sim-node.sh).
  *
- * XOR is SCR's ring reduce-scatter: the data is cut into n - 1 chunks; the sum for rank d
- * starts at d + 1, gains one chunk at each rank it passes and reaches d after n - 1 steps.
+ * partner, xor: a checkpoint (the same write to another file, then the encoding); the ratio is
+ *   raw / floor time, as SCR's checkpoint ratio. XOR is SCR's ring reduce-scatter: the data is
+ *   cut into n - 1 chunks; the sum for rank d starts at d + 1, gains one chunk at each rank it
+ *   passes and reaches d after n - 1 steps.
+ * partner-rebuild, xor-rebuild: rank 1 is lost (its new files are created in the timed region)
+ *   and gets its data and redundancy back from the files the others wrote before (untimed);
+ *   the ratio is floor / raw time, as SCR's rebuild figure. PARTNER: its files from its right
+ *   neighbour's copy and its copy from its left neighbour, both at once. XOR: a chain through
+ *   the survivors in order; each adds its n shards (n - 1 data chunks and its parity, sent
+ *   and XORed from mappings) to the sums it passes on; the last one sends them to rank 1.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -106,6 +115,91 @@ static void xor_encode(const unsigned char* data, int out, const char* path, uns
   }
 }
 
+/* A file of `n` bytes written (untimed set-up of the rebuilds) and mapped. */
+static const unsigned char* mapped(const char* path, size_t n, const unsigned char* buf)
+{
+  int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) die("open", path);
+  for (size_t done = 0; done < n; done += CHUNK) {
+    size_t k = n - done < CHUNK ? n - done : CHUNK;
+    if (write(fd, buf, k) != (ssize_t) k) die("write", path);
+  }
+  const unsigned char* map = mmap(NULL, n, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) die("mmap", path);
+  close(fd);
+  return map;
+}
+
+static int create(const char* path)
+{
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd < 0) die("open", path);
+  return fd;
+}
+
+/* PARTNER rebuild of rank 1 (see the top). */
+static void partner_rebuild(const unsigned char* data, const unsigned char* copy, const char* dpath,
+                            const char* rpath, unsigned char* in, unsigned char* in2)
+{
+  int lost = 1, left = 0, right = 2 % ranks;
+  int d = rank == lost ? create(dpath) : -1, r = rank == lost ? create(rpath) : -1;
+  for (size_t off = 0; off < size; off += piece) {
+    int n = (int) (size - off < piece ? size - off : piece);
+    MPI_Request req[2];
+    if (rank == lost) {
+      MPI_Irecv(in, n, MPI_BYTE, right, 0, MPI_COMM_WORLD, &req[0]);
+      MPI_Irecv(in2, n, MPI_BYTE, left, 1, MPI_COMM_WORLD, &req[1]);
+      MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+      put(d, dpath, in, n, off);
+      put(r, rpath, in2, n, off);
+      continue;
+    }
+    if (rank == right) MPI_Send(copy + off, n, MPI_BYTE, lost, 0, MPI_COMM_WORLD);
+    if (rank == left) MPI_Send(data + off, n, MPI_BYTE, lost, 1, MPI_COMM_WORLD);
+  }
+  if (d >= 0 && (close(d) != 0 || close(r) != 0)) die("close", dpath);
+}
+
+/* XOR rebuild of rank 1 (see the top). */
+static void xor_rebuild(const unsigned char* data, const unsigned char* red, const char* dpath, const char* rpath,
+                        unsigned char* sums, unsigned char* pad)
+{
+  int n = ranks, lost = 1;
+  size_t chunk = (size + n - 2) / (n - 1);
+  int pred = rank == 0 ? -1 : rank == 2 ? 0 : rank - 1, next = rank == n - 1 ? lost : rank == 0 ? 2 : rank + 1;
+  if (rank == lost) pred = n - 1;
+  int d = rank == lost ? create(dpath) : -1, r = rank == lost ? create(rpath) : -1;
+  MPI_Request req[64];
+  for (size_t off = 0; off < chunk; off += piece) {
+    size_t len = chunk - off < piece ? chunk - off : piece;
+    for (int s = 0; s < n && pred >= 0; s++)
+      MPI_Irecv(sums + s * len, (int) len, MPI_BYTE, pred, s, MPI_COMM_WORLD, &req[s]);
+    if (pred >= 0) MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    if (rank == lost) {
+      for (int s = 0; s < n - 1; s++)
+        if (s * chunk + off < size) {
+          size_t k = size - (s * chunk + off) < len ? size - (s * chunk + off) : len;
+          put(d, dpath, sums + s * len, k, s * chunk + off);
+        }
+      put(r, rpath, sums + (n - 1) * len, len, off);
+      continue;
+    }
+    for (int s = 0; s < n; s++) {
+      const unsigned char* mine = s < n - 1 ? chunk_at(data, chunk, s, off, len, pad) : red + off;
+      if (pred < 0) {
+        MPI_Isend(mine, (int) len, MPI_BYTE, next, s, MPI_COMM_WORLD, &req[s]);
+        MPI_Wait(&req[s], MPI_STATUS_IGNORE); /* `pad` may be reused by the next shard */
+        continue;
+      }
+      unsigned char* sum = sums + s * len;
+      for (size_t k = 0; k < len; k++) sum[k] ^= mine[k];
+      MPI_Isend(sum, (int) len, MPI_BYTE, next, s, MPI_COMM_WORLD, &req[s]);
+    }
+    if (pred >= 0) MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+  }
+  if (d >= 0 && (close(d) != 0 || close(r) != 0)) die("close", dpath);
+}
+
 int main(int argc, char** argv)
 {
   int reps = 5;
@@ -121,17 +215,18 @@ int main(int argc, char** argv)
       return 2;
     }
   }
-  int is_xor = !strcmp(scheme, "xor");
-  if (!is_xor && strcmp(scheme, "partner")) {
-    fprintf(stderr, "scheme must be partner or xor, not %s\n", scheme);
+  int is_xor = !strcmp(scheme, "xor"), rebuild = strstr(scheme, "-rebuild") != NULL;
+  if (strcmp(scheme, "xor") && strcmp(scheme, "partner") && strcmp(scheme, "xor-rebuild") &&
+      strcmp(scheme, "partner-rebuild")) {
+    fprintf(stderr, "the mode is partner, xor, partner-rebuild or xor-rebuild, not %s\n", scheme);
     return 2;
   }
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  if (ranks < 2) die("needs two ranks or more", "");
+  if (ranks < 3 || ranks > 64) die("needs 3 to 64 ranks", "");
   unsigned char* buf = malloc(CHUNK);
-  unsigned char *in = malloc(piece), *acc = malloc(piece), *pad = malloc(piece);
+  unsigned char *in = malloc(piece), *acc = malloc(piece), *pad = malloc(piece), *sums = malloc(ranks * piece);
   for (int i = 0; i < CHUNK; i++) buf[i] = (unsigned char) (i * 7 + rank);
   const char* base = getenv("SCR_CACHE_BASE");
   if (base && mkdir(base, 0700) != 0 && errno != EEXIST) die("mkdir", base);
@@ -146,6 +241,22 @@ int main(int argc, char** argv)
     write_file(raw, buf);
     double t_raw = tmax(t0);
     unlink(raw);
+    if (rebuild) {
+      size_t rsize = strstr(scheme, "xor") ? (size + ranks - 2) / (ranks - 1) : size;
+      const unsigned char* d = rank == 1 ? NULL : mapped(data, size, buf);
+      const unsigned char* c = rank == 1 ? NULL : mapped(red, rsize, buf);
+      MPI_Barrier(MPI_COMM_WORLD);
+      t0 = MPI_Wtime();
+      if (strstr(scheme, "xor")) xor_rebuild(d, c, data, red, sums, pad);
+      else partner_rebuild(d, c, data, red, in, acc);
+      double t = tmax(t0);
+      if (d) munmap((void*) d, size);
+      if (c) munmap((void*) c, rsize);
+      unlink(data);
+      unlink(red);
+      if (rank == 0) printf("RATIO floor_%s %.4f\nTIME raw_write %.4f\nTIME floor_%s %.4f\n", scheme, t / t_raw, t_raw, scheme, t);
+      continue;
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
     write_file(data, buf);
