@@ -29,6 +29,15 @@ fn checkpoint(job: &Job, steps: &str, extra: &[&str]) {
     assert!(r.has("NO_RESTART") && r.code == Some(0), "{}", r.dump());
 }
 
+/// Flip bits `mask` of byte `at` of the one file of `node` whose path contains `name`.
+fn flip_byte(job: &Job, node: &str, name: &str, at: usize, mask: u8) {
+    let files = job.node_files(node, name);
+    assert_eq!(files.len(), 1, "{files:?}");
+    let mut bytes = std::fs::read(&files[0]).unwrap();
+    bytes[at] ^= mask;
+    std::fs::write(&files[0], &bytes).unwrap();
+}
+
 #[test]
 fn each_scheme_survives_a_lost_node() {
     for scheme in ["PARTNER", "XOR", "RS"] {
@@ -140,11 +149,7 @@ fn uneven_data_is_rebuilt_byte_for_byte() {
 fn a_corrupted_cached_byte_is_repaired_by_redundancy() {
     let job = job("XOR", &["n0", "n1", "n2", "n3"]);
     checkpoint(&job, "1", &[]);
-    let files = job.node_files("n2", "rank_2.ckpt");
-    assert_eq!(files.len(), 1, "{files:?}");
-    let mut bytes = std::fs::read(&files[0]).unwrap();
-    bytes[12345] ^= 0x40;
-    std::fs::write(&files[0], &bytes).unwrap();
+    flip_byte(&job, "n2", "rank_2.ckpt", 12345, 0x40);
     let r = restarted(&job, 1, &[]);
     assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
     assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{}", r.dump());
@@ -248,11 +253,7 @@ fn a_partner_survivor_the_rebuild_did_not_read_is_still_checked() {
     // finds the flipped byte and rebuilds rank 3 from n0's copy
     let job = job("PARTNER", &["n0", "n1", "n2", "n3"]);
     checkpoint(&job, "1", &[]);
-    let files = job.node_files("n3", "ckpt.1/rank_3.ckpt");
-    assert_eq!(files.len(), 1, "{files:?}");
-    let mut bytes = std::fs::read(&files[0]).unwrap();
-    bytes[777] ^= 0x10;
-    std::fs::write(&files[0], &bytes).unwrap();
+    flip_byte(&job, "n3", "ckpt.1/rank_3.ckpt", 777, 0x10);
     job.lose_node("n2");
     let r = restarted(&job, 1, &[]);
     assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
@@ -265,11 +266,7 @@ fn a_damaged_survivor_and_a_lost_node_never_hand_over_a_wrong_byte() {
     // ckpt.2 is dropped; ckpt.1 is rebuilt (every byte checked on the way) and restarted
     let mut job = job("XOR", &["n0", "n1", "n2", "n3"]);
     checkpoint(&job, "2", &[]);
-    let files = job.node_files("n0", "ckpt.2/rank_0.ckpt");
-    assert_eq!(files.len(), 1, "{files:?}");
-    let mut bytes = std::fs::read(&files[0]).unwrap();
-    bytes[4321] ^= 0x08;
-    std::fs::write(&files[0], &bytes).unwrap();
+    flip_byte(&job, "n0", "ckpt.2/rank_0.ckpt", 4321, 0x08);
     job.lose_node("n2");
     job.map(&["n0", "n1", "n4", "n3"]);
     let r = restarted(&job, 1, &[]);

@@ -38,37 +38,10 @@
  *
  * Run from the prefix directory with SCR_CACHE_BYPASS=0 and SCR_FLUSH=0 (the scripts do).
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
+#include "bench.h"
 #include "scr.h"
 
-static int rank, ranks;
-static size_t size = 64 << 20;
 static unsigned char* buf;
-#define CHUNK (1 << 20)
-
-static void die(const char* what, const char* path)
-{
-  fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static void write_file(const char* path)
-{
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) die("open", path);
-  for (size_t done = 0; done < size; done += CHUNK) {
-    size_t n = size - done < CHUNK ? size - done : CHUNK;
-    if (write(fd, buf, n) != (ssize_t) n) die("write", path);
-  }
-  if (close(fd) != 0) die("close", path);
-}
 
 static void read_file(const char* path)
 {
@@ -81,13 +54,6 @@ static void read_file(const char* path)
   free(rb);
   close(fd);
   if (sum == 1) printf(" ");
-}
-
-static double tmax(double t0)
-{
-  double t = MPI_Wtime() - t0, m;
-  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
 }
 
 static void ratio(const char* name, double v)
@@ -161,7 +127,7 @@ static double checkpoint(const char* name, int flags)
   SCR_Start_output(name, flags);
   snprintf(path, sizeof path, "%s/rank_%d", name, rank);
   SCR_Route_file(path, routed);
-  write_file(routed);
+  write_file(routed, buf);
   SCR_Complete_output(1);
   return tmax(t0);
 }
@@ -193,12 +159,7 @@ int main(int argc, char** argv)
   if (!strcmp(mode, "write")) {
     if (SCR_Init() != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 2);
     for (int r = 0; r < reps; r++) {
-      if (r > 0 && gap > 0) usleep((useconds_t) (gap * 1e6));
-      MPI_Barrier(MPI_COMM_WORLD);
-      double t0 = MPI_Wtime();
-      write_file(raw);
-      double t_raw = tmax(t0);
-      unlink(raw);
+      double t_raw = raw_write(raw, buf, r > 0 ? gap : 0);
       snprintf(name, sizeof name, "bench.%d", r);
       double t_scr = checkpoint(name, SCR_FLAG_CHECKPOINT);
       ratio("checkpoint", t_raw / t_scr);

@@ -25,43 +25,12 @@
  *   the survivors in order; each adds its n shards (n - 1 data chunks and its parity, sent
  *   and XORed from mappings) to the sums it passes on; the last one sends them to rank 1.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <mpi.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
-static int rank, ranks;
-static size_t size = 64 << 20, piece = 256 << 10;
-#define CHUNK (1 << 20)
+#include "bench.h"
 
-static void die(const char* what, const char* path)
-{
-  fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
-  MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-static void write_file(const char* path, const unsigned char* buf)
-{
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-  if (fd < 0) die("open", path);
-  for (size_t done = 0; done < size; done += CHUNK) {
-    size_t n = size - done < CHUNK ? size - done : CHUNK;
-    if (write(fd, buf, n) != (ssize_t) n) die("write", path);
-  }
-  if (close(fd) != 0) die("close", path);
-}
-
-static double tmax(double t0)
-{
-  double t = MPI_Wtime() - t0, m;
-  MPI_Allreduce(&t, &m, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return m;
-}
+static size_t piece = 256 << 10;
 
 static void put(int fd, const char* path, const unsigned char* b, size_t n, size_t off)
 {
@@ -235,18 +204,13 @@ int main(int argc, char** argv)
   snprintf(data, sizeof data, "%s/bench_floor.%d", base ? base : "/dev/shm", rank);
   snprintf(red, sizeof red, "%s/bench_floor_red.%d", base ? base : "/dev/shm", rank);
   for (int r = 0; r < reps; r++) {
-    if (r > 0 && gap > 0) usleep((useconds_t) (gap * 1e6));
-    MPI_Barrier(MPI_COMM_WORLD);
-    double t0 = MPI_Wtime();
-    write_file(raw, buf);
-    double t_raw = tmax(t0);
-    unlink(raw);
+    double t_raw = raw_write(raw, buf, r > 0 ? gap : 0);
     if (rebuild) {
       size_t rsize = strstr(scheme, "xor") ? (size + ranks - 2) / (ranks - 1) : size;
       const unsigned char* d = rank == 1 ? NULL : mapped(data, size, buf);
       const unsigned char* c = rank == 1 ? NULL : mapped(red, rsize, buf);
       MPI_Barrier(MPI_COMM_WORLD);
-      t0 = MPI_Wtime();
+      double t0 = MPI_Wtime();
       if (strstr(scheme, "xor")) xor_rebuild(d, c, data, red, sums, pad);
       else partner_rebuild(d, c, data, red, in, acc);
       double t = tmax(t0);
@@ -258,7 +222,7 @@ int main(int argc, char** argv)
       continue;
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    t0 = MPI_Wtime();
+    double t0 = MPI_Wtime();
     write_file(data, buf);
     int fd = open(data, O_RDONLY);
     if (fd < 0) die("open", data);
