@@ -15,7 +15,7 @@
 //!   the recovery coefficients into the running sums and passes them on (piece `p` travels
 //!   while piece `p + 1` is read); the last survivor sends each lost rank its shards.
 //! * PARTNER sends each rank's files to its right-hand neighbour; a rebuild gets the files back
-//!   from the right neighbour and the partner copy again from the left one.
+//!   from the right neighbour and, at the same time, the partner copy again from the left one.
 //!
 //! An encoding writes its redundancy file under a temporary name (`<name>.part`) and renames it
 //! into place only once every member of the set finished its own: a redundancy file under its
