@@ -139,10 +139,17 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     let f = next_or!(close_range: fn(c_uint, c_uint, c_int) -> c_int, -1);
-    let ids =
+    let taken =
         if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 { calls::closing_range(first, last) } else { Vec::new() };
     let r = f(first, last, flags);
-    ids.into_iter().for_each(|id| close_done(id, true));
+    for (fd, id) in taken {
+        // a failed call closed nothing: the descriptors stay tracked
+        if r == 0 {
+            close_done(id, true);
+        } else {
+            scr::transparent::fds::set(fd, id);
+        }
+    }
     r
 }
 

@@ -279,13 +279,14 @@ pub fn closing(fd: i32) -> u32 {
 }
 
 /// Before `close_range(first, last)` (without `CLOSE_RANGE_CLOEXEC`): as [`closing`] for every
-/// descriptor in the range, of any size; the ids of the pending files they wrote. Nothing
-/// but one load while no descriptor is tracked.
-pub fn closing_range(first: u32, last: u32) -> Vec<u32> {
+/// descriptor in the range, of any size: the (descriptor, id) pairs of the pending files they
+/// wrote, put back with [`fds::set`] if the call fails. Nothing but one load while no
+/// descriptor is tracked.
+pub fn closing_range(first: u32, last: u32) -> Vec<(i32, u32)> {
     if !fds::any() || owner().is_none() {
         return Vec::new();
     }
-    fds::take_range(first, last).into_iter().map(|(_, id)| id).collect()
+    fds::take_range(first, last)
 }
 
 /// After a descriptor of pending file `id` closed (`ok`: the close succeeded). After

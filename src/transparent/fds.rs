@@ -71,11 +71,11 @@ pub fn take_range(first: u32, last: u32) -> Vec<(i32, u32)> {
         return out;
     }
     let low_end = (last as usize).min(SLOTS - 1);
-    for fd in (first as usize)..=low_end {
-        if FDS[fd].load(Ordering::Relaxed) == 0 {
+    for (fd, slot) in FDS.iter().enumerate().take(low_end + 1).skip(first as usize) {
+        if slot.load(Ordering::Relaxed) == 0 {
             continue;
         }
-        let id = FDS[fd].swap(0, Ordering::AcqRel);
+        let id = slot.swap(0, Ordering::AcqRel);
         if id != 0 {
             count(id, 0);
             out.push((fd as i32, id));
