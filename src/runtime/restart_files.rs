@@ -82,17 +82,20 @@ impl Runtime {
         if listed.is_empty() {
             return Ok(());
         }
-        let read: Vec<usize> =
-            (0..listed.len()).filter(|&k| listed[k].1.is_none() && listed[k].0.crc.is_some()).collect();
+        // the files whose size checked out and whose CRC32 is recorded: (index, CRC32)
+        let read: Vec<(usize, u32)> = listed
+            .iter()
+            .enumerate()
+            .filter_map(|(k, (e, problem))| problem.is_none().then_some((k, e.crc?)))
+            .collect();
         let files: Vec<(PathBuf, u64)> =
-            read.iter().map(|&k| (self.layout.prefix.join(&listed[k].0.rel), listed[k].0.size)).collect();
+            read.iter().map(|&(k, _)| (self.layout.prefix.join(&listed[k].0.rel), listed[k].0.size)).collect();
         let verdicts = self.crcs_in_slices(&files)?.map(|crcs| {
             let mut verdicts: Vec<Option<String>> = listed.iter().map(|(_, problem)| problem.clone()).collect();
-            for ((&k, (path, _)), crc) in read.iter().zip(&files).zip(crcs) {
-                verdicts[k] = match (crc, listed[k].0.crc) {
-                    (Err(why), _) => Some(why),
-                    (Ok(got), Some(want)) => crc_problem(path, got, want),
-                    (Ok(_), None) => None,
+            for ((&(k, want), (path, _)), crc) in read.iter().zip(&files).zip(crcs) {
+                verdicts[k] = match crc {
+                    Err(why) => Some(why),
+                    Ok(got) => crc_problem(path, got, want),
                 };
             }
             verdicts
