@@ -15,8 +15,8 @@
 #   floor_partner, floor_xor, floor_partner-rebuild, floor_xor-rebuild: each round also runs
 #     examples/c/bench_floor.c, a minimal schedule of the scheme without SCR (write, then send
 #     and XOR straight from mappings of the files, write the redundancy once; no CRC32, no
-#     metadata) against the raw write: checkpoint ratio and rebuild / raw write time of the
-#     least work the scheme needs here (rank 1, on n1, is the one rebuilt).
+#     metadata; PARTNER's pipelined, XOR's not) against the raw write of its own run:
+#     checkpoint ratio and rebuild / raw write time (rank 1, on n1, is the one rebuilt).
 #
 # Usage: scripts/bench-redundancy.sh [MiB per rank, default 256] [rounds, default 5]
 #   SCHEMES="XOR RS" (default SINGLE PARTNER XOR RS); NP=8 MAP=n0,n0,n1,n1,n2,n2,n3,n3 for

@@ -1,10 +1,11 @@
 /*
- * bench_floor: the least work a PARTNER or XOR checkpoint can do on this machine, without
- * SCR, timed against the raw write of the same bytes in the same run. It is the ceiling of
- * what any implementation of the scheme can reach here: the checkpoint's own bytes written,
- * then the scheme's redundancy with no copy that can be avoided (the data is sent and XORed
- * straight from a memory mapping of the file just written, the redundancy written once, no
- * checksums, no metadata, no crash safety).
+ * bench_floor: a minimal schedule of a PARTNER or XOR checkpoint or rebuild on this machine,
+ * without SCR, timed against the raw write of the same bytes in the same run: the
+ * checkpoint's own bytes written, then the scheme's redundancy with no copy beyond MPI's (the
+ * data is sent and XORed straight from memory mappings of the files, the redundancy written
+ * once), no checksums, no metadata, no crash safety. The PARTNER schedules are pipelined (a
+ * piece is written while the next one travels); the XOR ones are not (each rank waits for
+ * every piece before it passes the piece on).
  *
  *   bench_floor partner|xor|partner-rebuild|xor-rebuild --size BYTES --reps N
  *               [--piece BYTES] [--gap S]
@@ -41,12 +42,17 @@ static void put(int fd, const char* path, const unsigned char* b, size_t n, size
 static void partner(const unsigned char* data, int out, const char* path, unsigned char* in)
 {
   int left = (rank + ranks - 1) % ranks, right = (rank + 1) % ranks;
-  for (size_t off = 0; off < size; off += piece) {
+  size_t prev = 0, prev_off = 0;
+  for (size_t off = 0, p = 0; off < size; off += piece, p++) {
     size_t n = size - off < piece ? size - off : piece;
-    MPI_Sendrecv(data + off, (int) n, MPI_BYTE, right, 0, in, (int) n, MPI_BYTE, left, 0, MPI_COMM_WORLD,
-                 MPI_STATUS_IGNORE);
-    put(out, path, in, n, off);
+    MPI_Request req[2];
+    MPI_Irecv(in + (p % 2) * piece, (int) n, MPI_BYTE, left, 0, MPI_COMM_WORLD, &req[0]);
+    MPI_Isend(data + off, (int) n, MPI_BYTE, right, 0, MPI_COMM_WORLD, &req[1]);
+    if (prev) put(out, path, in + ((p + 1) % 2) * piece, prev, prev_off); /* while this one travels */
+    MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+    prev = n, prev_off = off;
   }
+  if (prev) put(out, path, in + (((size - 1) / piece) % 2) * piece, prev, prev_off);
 }
 
 /* A piece of chunk `c` at `off` (zero past the end of the data). */
@@ -112,19 +118,23 @@ static void partner_rebuild(const unsigned char* data, const unsigned char* copy
 {
   int lost = 1, left = 0, right = 2 % ranks;
   int d = rank == lost ? create(dpath) : -1, r = rank == lost ? create(rpath) : -1;
-  for (size_t off = 0; off < size; off += piece) {
+  size_t prev = 0, prev_off = 0;
+  for (size_t off = 0, p = 0; off < size; off += piece, p++) {
     int n = (int) (size - off < piece ? size - off : piece);
-    MPI_Request req[2];
-    if (rank == lost) {
-      MPI_Irecv(in, n, MPI_BYTE, right, 0, MPI_COMM_WORLD, &req[0]);
-      MPI_Irecv(in2, n, MPI_BYTE, left, 1, MPI_COMM_WORLD, &req[1]);
-      MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
-      put(d, dpath, in, n, off);
-      put(r, rpath, in2, n, off);
-      continue;
-    }
     if (rank == right) MPI_Send(copy + off, n, MPI_BYTE, lost, 0, MPI_COMM_WORLD);
     if (rank == left) MPI_Send(data + off, n, MPI_BYTE, lost, 1, MPI_COMM_WORLD);
+    if (rank != lost) continue;
+    MPI_Request req[2];
+    size_t at = (p % 2) * piece, was = ((p + 1) % 2) * piece;
+    MPI_Irecv(in + at, n, MPI_BYTE, right, 0, MPI_COMM_WORLD, &req[0]);
+    MPI_Irecv(in2 + at, n, MPI_BYTE, left, 1, MPI_COMM_WORLD, &req[1]);
+    if (prev) put(d, dpath, in + was, prev, prev_off), put(r, rpath, in2 + was, prev, prev_off);
+    MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+    prev = (size_t) n, prev_off = off;
+  }
+  if (rank == lost && prev) {
+    size_t at = (((size - 1) / piece) % 2) * piece;
+    put(d, dpath, in + at, prev, prev_off), put(r, rpath, in2 + at, prev, prev_off);
   }
   if (d >= 0 && (close(d) != 0 || close(r) != 0)) die("close", dpath);
 }
@@ -195,7 +205,7 @@ int main(int argc, char** argv)
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   if (ranks < 3 || ranks > 64) die("needs 3 to 64 ranks", "");
   unsigned char* buf = malloc(CHUNK);
-  unsigned char *in = malloc(piece), *acc = malloc(piece), *pad = malloc(piece), *sums = malloc(ranks * piece);
+  unsigned char *in = malloc(2 * piece), *acc = malloc(2 * piece), *pad = malloc(piece), *sums = malloc(ranks * piece);
   for (int i = 0; i < CHUNK; i++) buf[i] = (unsigned char) (i * 7 + rank);
   const char* base = getenv("SCR_CACHE_BASE");
   if (base && mkdir(base, 0700) != 0 && errno != EEXIST) die("mkdir", base);
