@@ -66,6 +66,24 @@ fn an_mpi_io_shared_file_is_written_once_in_the_prefix_and_restarts() {
 }
 
 #[test]
+fn a_shared_file_a_killed_run_left_under_its_staging_name_is_removed_at_the_next_start() {
+    // the last rank dies in the checkpoint of step 6, after shared.dat was written under its
+    // staging name and before the barrier that would have completed ckpt.6
+    let job = transparent();
+    let r = run(&job, &["--steps", "8", "--crash-in", "6", "--io", "mpiio"]);
+    assert!(r.has("CHECKPOINT 4") && !r.has("CHECKPOINT 6"), "{}", r.dump());
+    let staged = job.prefix.join("ckpt.6/.shared.dat.scrshared");
+    assert!(staged.exists(), "{:?}\n{}", staging_files(&job), r.dump());
+    // the next run restarts from ckpt.4 and writes nothing (it never reaches step 6): the
+    // staging file is gone all the same, and ckpt.4's shared file is untouched
+    let r = run(&job, &["--steps", "4", "--io", "mpiio"]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(staging_files(&job).is_empty(), "{:?}\n{}", staging_files(&job), r.dump());
+    assert!(r.stderr.contains("a shared file a killed run began and never completed"), "{}", r.dump());
+    assert!(std::fs::read(job.prefix.join("ckpt.4/shared.dat")).unwrap_or_default() == shared_bytes(4));
+}
+
+#[test]
 fn a_shared_file_survives_a_lost_node_with_xor_and_is_in_the_summary() {
     let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
     job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "2");

@@ -5,12 +5,14 @@
  * verifies every byte it reads back (shared.dat through MPI-IO or pread, its own file).
  *
  *   ckpt_shared --dir DIR [--steps N] [--every K] [--io mpiio|pwrite] [--crash-at STEP]
- *               [--fail-write STEP] [--meta-after] [--self-file]
+ *               [--crash-in STEP] [--fail-write STEP] [--meta-after] [--self-file]
  *
  * Rank r's part of shared.dat has 10000 + 777 r bytes (never a multiple of 4096) at the sum
  * of the sizes of the parts before it, each rank a pattern of its own.
  * --fail-write STEP: at STEP, rank 1's writes of shared.dat fail (a file size limit of one
  * byte; --io pwrite: its own descriptor). --crash-at STEP: the last rank dies at STEP.
+ * --crash-in STEP: the last rank dies in the checkpoint of STEP, after every file of it was
+ * written and before the barrier that ends it.
  * --meta-after: after the barrier that ends the checkpoint (a sync point: it is complete),
  * rank 0 adds ckpt.<step>/meta.txt to it, then writes the pointer.
  * --self-file: each rank also writes ckpt.<step>/self_<r>.dat through MPI-IO on
@@ -163,6 +165,8 @@ static int check_own(const char *path, int step, int mpiio) {
   return ok;
 }
 
+static int crash_in = -1;
+
 static void checkpoint(int step, int fail_write) {
   char path[4096], tmp[4096];
   snprintf(path, sizeof path, "%s/ckpt.%d", dir, step);
@@ -183,6 +187,10 @@ static void checkpoint(int step, int fail_write) {
   if (self_file) {
     snprintf(path, sizeof path, "%s/ckpt.%d/self_%d.dat", dir, step, rank);
     write_own(path, step, 1);
+  }
+  if (step == crash_in && rank == nranks - 1) {
+    fprintf(stderr, "rank %d: CRASH in the checkpoint of step %d\n", rank, step);
+    _exit(9);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
@@ -211,6 +219,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--every")) every = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--io")) use_mpiio = !strcmp(argv[++i], "mpiio");
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-in")) crash_in = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fail-write")) fail_write = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--meta-after")) meta_after = 1;
     else if (!strcmp(argv[i], "--self-file")) self_file = 1;

@@ -23,11 +23,16 @@
 //!   invalid on every rank. A name several ranks write without declaring it makes the
 //!   dataset invalid with a message that names the file and `SCR_PRELOAD_SHARED`.
 //!
-//! The staging file of a run killed before its sync point stays in the prefix (SCR never
-//! recorded it); a rerun of the same step writes it again.
+//! * Each staging name a rank declares is appended to a journal in its pending area
+//!   ([`staged_journal`]). A run killed before the sync point leaves the journal, and the next
+//!   start removes the staging files it lists that still exist ([`remove_staged`]): a shared
+//!   file is renamed into place before its dataset completes, so a staging name that still
+//!   exists never held a complete checkpoint. (The journal is node-local: a node lost with it
+//!   leaves its staging files behind.)
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
+use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -82,6 +87,7 @@ impl SharedFiles {
         self.next += 1;
         let id = ID_BIT | self.next;
         let staging = shared_staging_name(&s.prefix.join(rel));
+        journal_staging(s, &staging);
         self.files.insert(id, Entry { rel: rel.to_path_buf(), staging, writers: 0, failed: false, epoch });
         id
     }
@@ -168,6 +174,68 @@ pub(super) fn open(s: &Session, t: &mut Table, rel: &Path, flags: i32) -> Option
     } else {
         Some(Opening { call: c_path(&staging), track: 0, created: false })
     }
+}
+
+/// The journal of the staging names this rank declared: NUL-terminated paths in its
+/// pending area, below [`crate::paths::SCR_DIR`] (never adopted as a checkpoint file).
+fn staged_journal(pending: &Path) -> PathBuf {
+    pending.join(crate::paths::SCR_DIR).join("staged")
+}
+
+/// Record `staging` in the journal (a child process, which has no pending area, declares
+/// nothing). A failure costs only the clean-up after a crash: it is reported and ignored.
+fn journal_staging(s: &Session, staging: &Path) {
+    if s.pending.as_os_str().is_empty() {
+        return;
+    }
+    let _inside = Inside::enter();
+    let journal = staged_journal(&s.pending);
+    let append = || -> std::io::Result<()> {
+        if let Some(dir) = journal.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut line = staging.as_os_str().as_bytes().to_vec();
+        line.push(0);
+        std::fs::OpenOptions::new().append(true).create(true).open(&journal)?.write_all(&line)
+    };
+    if let Err(e) = append() {
+        crate::scr_warn!(
+            "{}: {e}; if this run is killed before its next sync point, {} stays in the prefix",
+            journal.display(),
+            staging.display()
+        );
+    }
+}
+
+/// At start, before any rank may open a staging name again: remove the staging files a killed
+/// run of this rank declared (see the module doc). Only staging names below the prefix are
+/// removed, whatever the journal holds. Returns how many were removed.
+pub(super) fn remove_staged(s: &Session) -> usize {
+    let Ok(bytes) = std::fs::read(staged_journal(&s.pending)) else { return 0 };
+    let mut removed = 0;
+    for raw in bytes.split(|&b| b == 0).filter(|p| !p.is_empty()) {
+        let path = Path::new(std::ffi::OsStr::from_bytes(raw));
+        let staging = shared_of_staging(path).is_some() && s.prefix.relative(raw, None).is_some();
+        if !staging || !path.exists() {
+            continue;
+        }
+        match std::fs::remove_file(path) {
+            Ok(()) => {
+                removed += 1;
+                crate::log::emit(
+                    "INFO",
+                    format_args!(
+                        "rank {}: removed {}, a shared file a killed run began and never completed",
+                        s.rank,
+                        path.display()
+                    ),
+                );
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => crate::scr_warn!("removing {}, a shared file a killed run began: {e}", path.display()),
+        }
+    }
+    removed
 }
 
 /// What [`mpi_open`] decided: the file name to give the real `PMPI_File_open`.

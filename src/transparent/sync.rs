@@ -134,6 +134,8 @@ pub(super) fn recover(s: &Session) {
     let _inside = Inside::enter();
     let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
     let Some(st) = g.as_mut() else { return };
+    // before the collective below: no rank opens a staging name again until all passed it
+    super::shared::remove_staged(s);
     let mut t = session::table();
     let mut found = Vec::new();
     crate::paths::walk_files(&s.pending, &mut |p| found.push(p.to_path_buf()));
