@@ -209,10 +209,9 @@ fn journal_staging(s: &Session, staging: &Path) {
 
 /// At start, before any rank may open a staging name again: remove the staging files a killed
 /// run of this rank declared (see the module doc). Only staging names below the prefix are
-/// removed, whatever the journal holds. Returns how many were removed.
-pub(super) fn remove_staged(s: &Session) -> usize {
-    let Ok(bytes) = std::fs::read(staged_journal(&s.pending)) else { return 0 };
-    let mut removed = 0;
+/// removed, whatever the journal holds.
+pub(super) fn remove_staged(s: &Session) {
+    let Ok(bytes) = std::fs::read(staged_journal(&s.pending)) else { return };
     for raw in bytes.split(|&b| b == 0).filter(|p| !p.is_empty()) {
         let path = Path::new(std::ffi::OsStr::from_bytes(raw));
         let staging = shared_of_staging(path).is_some() && s.prefix.relative(raw, None).is_some();
@@ -221,7 +220,6 @@ pub(super) fn remove_staged(s: &Session) -> usize {
         }
         match std::fs::remove_file(path) {
             Ok(()) => {
-                removed += 1;
                 crate::log::emit(
                     "INFO",
                     format_args!(
@@ -235,7 +233,6 @@ pub(super) fn remove_staged(s: &Session) -> usize {
             Err(e) => crate::scr_warn!("removing {}, a shared file a killed run began: {e}", path.display()),
         }
     }
-    removed
 }
 
 /// What [`mpi_open`] decided: the file name to give the real `PMPI_File_open`.
