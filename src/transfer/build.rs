@@ -296,12 +296,8 @@ pub fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
     for (rank, files) in &r2f.files {
         for f in files {
             let p = layout.prefix.join(&f.rel);
-            match std::fs::metadata(&p) {
-                Err(e) => out.push(format!("rank {rank}: {}: {e}", p.display())),
-                Ok(m) if m.len() != f.size => {
-                    out.push(format!("rank {rank}: {}: {} bytes, {} expected", p.display(), m.len(), f.size))
-                }
-                Ok(_) => {}
+            if let Some(why) = crate::paths::size_problem(&p, f.size) {
+                out.push(format!("rank {rank}: {}: {why}", p.display()));
             }
         }
     }
