@@ -194,3 +194,63 @@ fn a_parallel_hdf5_file_through_the_mpi_io_driver_is_a_shared_file() {
     let r = job.run_exe(NP, &[h5.display().to_string()], &[prefix, "6".into()]);
     assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
 }
+
+/// LAMMPS' MPI-IO restart shape (`examples/preload/header_mpiio.c`): rank 0 writes a header
+/// with stdio and closes it, then every rank opens the file with `MPI_File_open` and writes
+/// its part after the header.
+fn header_run(job: &Job, args: &[&str]) -> Run {
+    let exe = app("header_mpiio.c", &[]).display().to_string();
+    let mut all = vec!["--dir".to_string(), job.prefix.display().to_string()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    job.run_exe(NP, &[exe], &all)
+}
+
+/// What `header_mpiio.c` writes into `restart.<step>.mpiio`: rank 0's header, then the parts.
+fn header_file(step: i64) -> Vec<u8> {
+    let mut out: Vec<u8> = (0..1000 + 3 * step)
+        .map(|i| if i < 4 { (step >> (8 * i)) as u8 } else { ((i * 13 + step * 5 + (i >> 7)) & 0xff) as u8 })
+        .collect();
+    out.extend(shared_bytes(step));
+    out
+}
+
+fn header_then_mpi_io(create: bool) {
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "restart.*.mpiio").set("SCR_FLUSH", "0");
+    let create = if create { &["--create"][..] } else { &[] };
+    let r = header_run(&job, &[&["--steps", "6", "--crash-at", "5"][..], create].concat());
+    assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
+    assert!(!r.stderr.contains("SCR_Route_shared_file"), "{}", r.dump());
+    // one file, in the prefix: rank 0's header and every rank's part, byte for byte
+    let file = std::fs::read(job.prefix.join("restart.4.mpiio")).unwrap_or_default();
+    assert!(
+        file == header_file(4),
+        "restart.4.mpiio: {} bytes, not {}\n{}",
+        file.len(),
+        header_file(4).len(),
+        r.dump()
+    );
+    assert!(staging_files(&job).is_empty(), "{:?}", staging_files(&job));
+    // rank 0 kept no private copy of the header
+    assert!(job.cached_files("restart.4.mpiio").is_empty(), "{:?}", job.cached_files(""));
+    let r = header_run(&job, &[&["--steps", "8"][..], create].concat());
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+    for step in [6, 8] {
+        let file = std::fs::read(job.prefix.join(format!("restart.{step}.mpiio"))).unwrap_or_default();
+        assert!(file == header_file(step), "restart.{step}.mpiio: {} bytes\n{}", file.len(), r.dump());
+    }
+    assert!(job.cached_files("mpiio").is_empty(), "{:?}", job.cached_files(""));
+}
+
+#[test]
+fn a_header_rank_0_wrote_then_mpi_io_opened_without_create_is_one_shared_file() {
+    // before the fix: MPI_ERR_NO_SUCH_FILE (the header was rank 0's pending file in cache,
+    // the staging name in the prefix did not exist) and an abort
+    header_then_mpi_io(false);
+}
+
+#[test]
+fn a_header_rank_0_wrote_then_mpi_io_opened_with_create_is_one_shared_file() {
+    // before the fix: every dataset discarded with an SCR_Route_shared_file message, the file lost
+    header_then_mpi_io(true);
+}

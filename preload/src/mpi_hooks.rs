@@ -120,9 +120,24 @@ collective! {
     allreduce = PMPI_Allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) on comm;
 }
 
+/// The element-wise maximum of `v` over `comm` (collective), with the real
+/// `PMPI_Allreduce`: the library's own agreement, never a sync point.
+unsafe fn max_over(comm: MPI_Comm, v: &[i64]) -> Option<Vec<i64>> {
+    let f =
+        next_or!(PMPI_Allreduce: fn(*const c_void, *mut c_void, c_int, MPI_Datatype, MPI_Op, MPI_Comm) -> c_int, None);
+    let mut out = vec![0i64; v.len()];
+    let _inside = Inside::enter();
+    // SAFETY: both buffers hold v.len() 64-bit integers; the datatype and op are MPI's own.
+    let (t, op) = (mpi::ffi::RSMPI_INT64_T, mpi::ffi::RSMPI_MAX);
+    let rc = f(v.as_ptr().cast(), out.as_mut_ptr().cast(), v.len() as c_int, t, op, comm);
+    (rc == MPI_SUCCESS).then_some(out)
+}
+
 /// `MPI_File_open`: a checkpoint file opened by several processes is a shared file; the
-/// core names the file to open instead (its staging name in the prefix).
+/// core names the file to open instead (its staging name in the prefix), agreeing with the
+/// other processes of `comm` when a rank wrote the file alone before.
 unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
+    use transparent::shared::{mpi_open, mpi_opened, MpiCall};
     let f =
         next_or!(PMPI_File_open: fn(MPI_Comm, *const c_char, c_int, MPI_Info, *mut MPI_File) -> c_int, MPI_ERR_OTHER);
     if name.is_null() || transparent::routing().is_none() {
@@ -132,12 +147,23 @@ unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI
     // SAFETY: MPI_Comm_size is local; an invalid handle only makes it fail (n stays 0).
     mpi::ffi::MPI_Comm_size(comm, &mut n);
     let read_only = amode & mpi::ffi::MPI_MODE_RDONLY as c_int != 0;
-    let o = fence("MPI_File_open", name, || transparent::shared::mpi_open(CStr::from_ptr(name), read_only, n), || None);
-    let rc = f(comm, o.as_ref().map_or(name, |o| o.name.as_ptr()), amode, info, fh);
-    if let Some(o) = o {
-        fence("MPI_File_open", name, || transparent::shared::mpi_opened(&o, rc == MPI_SUCCESS), || ());
+    let mut agree = |v: &[i64]| max_over(comm, v);
+    let call =
+        fence("MPI_File_open", name, || mpi_open(CStr::from_ptr(name), read_only, n, &mut agree), || MpiCall::Pass);
+    match call {
+        MpiCall::Pass => f(comm, name, amode, info, fh),
+        MpiCall::Fail => {
+            if !fh.is_null() {
+                *fh = mpi::ffi::RSMPI_FILE_NULL;
+            }
+            mpi::ffi::MPI_ERR_FILE as c_int
+        }
+        MpiCall::Open(o) => {
+            let rc = f(comm, o.name.as_ptr(), amode, info, fh);
+            fence("MPI_File_open", name, || mpi_opened(&o, rc == MPI_SUCCESS), || ());
+            rc
+        }
     }
-    rc
 }
 
 /// Both names of each entry point, with the MPI standard's contract.

@@ -10,7 +10,9 @@
 //!   records the name as shared in this phase. The MPI library's own `open` calls then see the
 //!   staging name, which is never routed ([`super::prefix::reserved`]); the descriptors it
 //!   opens for writing are tracked like pending files', so no dataset completes while one is
-//!   open. A communicator of one process keeps per-rank routing.
+//!   open. A communicator of one process keeps per-rank routing. A file one rank wrote alone
+//!   before such an open for writing (a header) is agreed on by the communicator's processes
+//!   and moved to the staging name first ([`adopt_private`]).
 //! * `SCR_PRELOAD_SHARED` declares files that ranks write with plain `open`/`pwrite`: an
 //!   open for writing of such a routed path goes to the staging name too ([`open`]).
 //! * While a name is shared in this phase, opening or stat-ing it reaches the staging name; a
@@ -235,7 +237,18 @@ pub(super) fn remove_staged(s: &Session) {
     }
 }
 
-/// What [`mpi_open`] decided: the file name to give the real `PMPI_File_open`.
+/// What [`mpi_open`] decided.
+#[derive(Debug)]
+pub enum MpiCall {
+    /// The real `PMPI_File_open` with the application's name.
+    Pass,
+    /// The real `PMPI_File_open` with this name (a shared file's staging name).
+    Open(MpiOpen),
+    /// Fail the open on every rank of the communicator (they agreed; the reason is printed).
+    Fail,
+}
+
+/// The file name to give the real `PMPI_File_open`.
 #[derive(Debug)]
 pub struct MpiOpen {
     pub name: CString,
@@ -243,32 +256,141 @@ pub struct MpiOpen {
     id: u32,
 }
 
-/// `MPI_File_open(comm, name, amode)` on a communicator of `processes` processes: `Some`
-/// when `name` is (or becomes) a shared file of this phase, `None` when the application's
-/// name goes to the real call. Report the outcome with [`mpi_opened`].
-pub fn mpi_open(name: &CStr, read_only: bool, processes: i32) -> Option<MpiOpen> {
-    let s = routing()?;
+/// The element-wise maximum of the values over the processes of the communicator of an
+/// `MPI_File_open` (collective; `None`: the reduction failed).
+pub type Agree<'a> = &'a mut dyn FnMut(&[i64]) -> Option<Vec<i64>>;
+
+/// `MPI_File_open(comm, name, amode)` on a communicator of `processes` processes: whether
+/// `name` is (or becomes) a shared file of this phase, and where the real call opens it.
+/// Report the outcome of an [`MpiCall::Open`] with [`mpi_opened`].
+///
+/// An open for writing of a checkpoint path not yet shared is agreed on with `agree`, which
+/// every process of the communicator reaches (the decision so far depends only on the path,
+/// the same on each): a file one rank wrote alone before (LAMMPS' MPI-IO restart file: rank 0
+/// writes a header with stdio, then every rank opens the file with `MPI_File_open`) becomes
+/// the shared file. That rank puts its bytes at the staging name before any rank opens it and
+/// keeps no private copy, so an open without `MPI_MODE_CREATE` finds the file and the dataset
+/// gets one shared file holding the header and the MPI-IO data ([`adopt_private`]).
+pub fn mpi_open(name: &CStr, read_only: bool, processes: i32, agree: Agree) -> MpiCall {
+    let Some(s) = routing() else { return MpiCall::Pass };
     if processes < 2 || !s.is_owner() {
-        return None;
+        return MpiCall::Pass;
     }
     let (fs, path) = split_fs_prefix(name.to_bytes());
-    let path = CString::new(path).ok()?;
-    let rel = resolve_file(s, libc::AT_FDCWD, &path)?;
+    let Ok(path) = CString::new(path) else { return MpiCall::Pass };
+    let Some(rel) = resolve_file(s, libc::AT_FDCWD, &path) else { return MpiCall::Pass };
     let _inside = Inside::enter();
-    let mut t = table_now();
-    let (id, staging) = match t.shared.find(&rel) {
-        Some((_, e)) => (0, e.staging.clone()),
-        None if read_only || !s.routed(&rel) => return None,
-        None => {
-            let epoch = t.epoch;
-            let id = t.shared.declare(s, &rel, epoch);
-            (id, t.shared.files[&id].staging.clone())
-        }
+    let shared = table_now().shared.find(&rel).map(|(_, e)| e.staging.clone());
+    let (id, staging) = match shared {
+        Some(staging) => (0, staging),
+        None if read_only || !s.routed(&rel) => return MpiCall::Pass,
+        None => match adopt_private(s, &rel, agree) {
+            Some(declared) => declared,
+            None => return MpiCall::Fail,
+        },
     };
     let mut bytes = fs.to_vec();
     bytes.extend_from_slice(staging.as_os_str().as_bytes());
     crate::scr_debug!(2, "transparent mode: MPI_File_open of shared file {} at {}", rel.display(), staging.display());
-    Some(MpiOpen { name: CString::new(bytes).ok()?, id })
+    match CString::new(bytes) {
+        Ok(name) => MpiCall::Open(MpiOpen { name, id }),
+        Err(_) => MpiCall::Pass,
+    }
+}
+
+/// A rank's copy of `rel` made before the collective open (pending or in a cached dataset):
+/// where its bytes are, and whether a descriptor still writes them.
+fn private_copy(t: &Table, rel: &Path) -> Option<(PathBuf, bool)> {
+    match t.held(rel)? {
+        super::table::Held::Pending(_, p) if p.deleted => None,
+        super::table::Held::Pending(_, p) => Some((p.cache.clone(), p.writers > 0)),
+        super::table::Held::Committed(c) => Some((c.cache.clone(), false)),
+    }
+}
+
+/// Declare `rel` shared for a collective open for writing, after agreeing on the ranks'
+/// private copies of it: none, the open goes ahead; one (closed), its rank copies it to the
+/// staging name, drops its own copy, and the open goes ahead once every rank knows the copy
+/// is complete; two or more, or one still open for writing, or a failed copy: the open fails
+/// on every rank with a message naming the file (`None`). Returns the declared id and the
+/// staging name.
+fn adopt_private(s: &Session, rel: &Path, agree: Agree) -> Option<(u32, PathBuf)> {
+    let rank = i64::from(s.rank);
+    let mine = private_copy(&table_now(), rel);
+    let (held, open) = (mine.as_ref().is_some_and(|m| !m.1), mine.as_ref().is_some_and(|m| m.1));
+    // [highest holder, -lowest holder, highest rank still writing its copy]
+    let v = [if held { rank } else { -1 }, if held { -rank } else { i64::MIN + 1 }, if open { rank } else { -1 }];
+    let Some(got) = agree(&v) else {
+        crate::scr_error!("rank {}: MPI_File_open of {}: the ranks could not agree on it", s.rank, rel.display());
+        return None;
+    };
+    let (high, low, writing) = (got[0], -got[1], got[2]);
+    let abs = s.prefix.join(rel);
+    if writing >= 0 {
+        if open {
+            crate::scr_error!(
+                "rank {}: {} is still open for writing on this rank while the ranks open it together with MPI_File_open; close it first (its bytes become the shared file the ranks write); MPI_File_open fails on every rank",
+                s.rank,
+                abs.display()
+            );
+        }
+        return None;
+    }
+    if high >= 0 && high != low {
+        if rank == low {
+            crate::scr_error!(
+                "ranks {low} and {high} (at least) each wrote {} on their own before opening it together with MPI_File_open: one file cannot hold both; declare it shared so every rank writes the same file (for example SCR_PRELOAD_SHARED='{}'); MPI_File_open fails on every rank",
+                abs.display(),
+                rel.display()
+            );
+        }
+        return None;
+    }
+    let (id, staging) = {
+        let mut t = table_now();
+        let epoch = t.epoch;
+        let id = t.shared.declare(s, rel, epoch);
+        (id, t.shared.files[&id].staging.clone())
+    };
+    if high < 0 {
+        return Some((id, staging));
+    }
+    let mut failed = false;
+    if let Some((cache, _)) = mine.filter(|_| held) {
+        let copied =
+            staging.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::copy(&cache, &staging));
+        match copied {
+            Ok(n) => {
+                let mut t = table_now();
+                if let (Some(bytes), _) = t.remove(rel) {
+                    let _ = std::fs::remove_file(bytes);
+                }
+                crate::scr_debug!(
+                    1,
+                    "transparent mode: rank {} wrote {} alone, then the ranks opened it with MPI_File_open: it is a shared file, its {n} bytes at {}",
+                    s.rank,
+                    rel.display(),
+                    staging.display()
+                );
+            }
+            Err(e) => {
+                crate::scr_error!(
+                    "rank {}: copying {} (what this rank wrote of {} before the ranks opened it together with MPI_File_open) to {}: {e}; MPI_File_open fails on every rank",
+                    s.rank,
+                    cache.display(),
+                    abs.display(),
+                    staging.display()
+                );
+                let _ = std::fs::remove_file(&staging);
+                failed = true;
+            }
+        }
+    }
+    if agree(&[failed as i64]).is_none_or(|g| g[0] != 0) {
+        table_now().shared.forget(id);
+        return None;
+    }
+    Some((id, staging))
 }
 
 /// After the real `PMPI_File_open` of an [`MpiOpen`] (`ok`: it succeeded).
