@@ -4,11 +4,16 @@
 //!
 //! A pattern is a glob relative to the prefix, matched component by component: `*` (any
 //! characters but `/`), `?` (one character), `[a-z0-9]` / `[!...]` (a class), and `**` as a
-//! whole component (zero or more components). Each wildcard captures what it matched; a
+//! whole component (zero or more components). Each run of adjacent wildcards in a component
+//! captures what it matched (`[0-9]*` captures `1000` whole; `**` is a run of its own); a
 //! `NAME` template refers to captures as `{1}`, `{2}`, ... The default name is the path up
-//! to the first directory component that has a wildcard (`ckpt.*/**` names the dataset of
-//! `ckpt.100/rank_3.dat` "ckpt.100"); a pattern without such a directory names its datasets
-//! by its literal directory part or, failing that, by the pattern text.
+//! to the last directory component with a wildcard before any `**` (`ckpt.*/**` names the
+//! dataset of `ckpt.100/rank_3.dat` "ckpt.100", `processor*/[0-9]*/**` that of
+//! `processor3/0.3/p` "processor3/0.3"), for flat files (no such directory, no `**`) the
+//! whole path (`restart.*.*`: "restart.100.3"), else the literal directory part or the
+//! pattern text. The captures of a default name stay [`Piece`]s: at the sync point the ranks
+//! give the ones that differ between them their glob text ("processor*/0.3",
+//! "restart.100.*"; `crate::transparent::naming`).
 //!
 //! Exclusions (`TYPE=EXCLUDE`, or `!pattern` in `SCR_PRELOAD_PATTERNS`) win over inclusions;
 //! among inclusions the first that matches wins (config entries in lexical order of their
@@ -66,7 +71,49 @@ pub struct PatternSpec {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Route {
     pub flags: i32,
+    /// The dataset's name as this path alone gives it (see [`Route::named`]).
     pub name: String,
+    /// Which pattern took the path (an index for [`PatternSet::describe`]).
+    pub pattern: usize,
+    /// The default name in pieces (no `NAME=` template): the captures in it, which the ranks
+    /// keep or generalise together at the sync point ([`Route::named`]).
+    pub pieces: Option<Vec<Piece>>,
+}
+
+/// A piece of a default dataset name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Piece {
+    Lit(String),
+    /// What wildcard run `run` of the pattern matched; `glob`: the run's text.
+    Var {
+        run: usize,
+        value: String,
+        glob: String,
+    },
+}
+
+impl Route {
+    /// The dataset's name when the captures for which `varies(pattern, run)` holds (they
+    /// differ between the ranks' files at this sync point: a rank's part) keep their glob text.
+    pub fn named(&self, varies: impl Fn(usize, usize) -> bool) -> String {
+        let Some(pieces) = &self.pieces else { return self.name.clone() };
+        pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Lit(s) => s.as_str(),
+                Piece::Var { run, glob, .. } if varies(self.pattern, *run) => glob.as_str(),
+                Piece::Var { value, .. } => value.as_str(),
+            })
+            .collect()
+    }
+
+    /// The captures in the default name: (run, value).
+    pub fn captures(&self) -> impl Iterator<Item = (usize, &str)> {
+        self.pieces.iter().flatten().filter_map(|p| match p {
+            Piece::Var { run, value, .. } => Some((*run, value.as_str())),
+            Piece::Lit(_) => None,
+        })
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -93,11 +140,17 @@ impl Comp {
     }
 }
 
-/// A compiled glob.
+/// A compiled glob. Adjacent wildcards within a component form one *run* and capture
+/// together (`[0-9]*` captures `1000` whole); `**` is a run of its own.
 #[derive(Debug, Clone)]
 pub struct Glob {
     comps: Vec<Comp>,
+    /// Number of runs (the captures `{1}`..`{N}`).
     wildcards: usize,
+    /// For each wildcard token, in matching order: its run.
+    token_run: Vec<usize>,
+    /// Each run's text, as written.
+    run_text: Vec<String>,
 }
 
 impl Glob {
@@ -109,13 +162,15 @@ impl Glob {
             return Err(format!("{s}: patterns are relative to the prefix directory (remove the leading /)"));
         }
         let mut comps = Vec::new();
-        let mut wildcards = 0;
+        let mut token_run = Vec::new();
+        let mut run_text: Vec<String> = Vec::new();
         for part in s.split('/') {
             match part {
                 "" => return Err(format!("{s}: empty path component (a doubled or trailing /)")),
                 "." | ".." => return Err(format!("{s}: '{part}' is not allowed in a pattern")),
                 "**" => {
-                    wildcards += 1;
+                    token_run.push(run_text.len());
+                    run_text.push("**".into());
                     comps.push(Comp::Any);
                     continue;
                 }
@@ -128,14 +183,8 @@ impl Glob {
             let mut chars = part.chars().peekable();
             while let Some(c) = chars.next() {
                 match c {
-                    '*' => {
-                        wildcards += 1;
-                        toks.push(Tok::Star)
-                    }
-                    '?' => {
-                        wildcards += 1;
-                        toks.push(Tok::Quest)
-                    }
+                    '*' => toks.push(Tok::Star),
+                    '?' => toks.push(Tok::Quest),
                     '[' => {
                         let neg = matches!(chars.peek(), Some('!') | Some('^'));
                         if neg {
@@ -170,7 +219,6 @@ impl Glob {
                         if !closed {
                             return Err(format!("{s}: unclosed [ in '{part}'"));
                         }
-                        wildcards += 1;
                         toks.push(Tok::Class { neg, ranges });
                     }
                     '\\' => match chars.next() {
@@ -180,6 +228,18 @@ impl Glob {
                     c => toks.push(Tok::Lit(c)),
                 }
             }
+            let mut prev_wild = false;
+            for t in &toks {
+                let wild = !matches!(t, Tok::Lit(_));
+                if wild && !prev_wild {
+                    run_text.push(String::new());
+                }
+                if wild {
+                    token_run.push(run_text.len() - 1);
+                    run_text.last_mut().expect("a run").push_str(&tok_text(t));
+                }
+                prev_wild = wild;
+            }
             comps.push(Comp::Seg(toks));
         }
         if let Some(Comp::Seg(t)) = comps.first() {
@@ -187,14 +247,21 @@ impl Glob {
                 return Err(format!("{s}: the prefix's {} directory is reserved for SCR", crate::paths::SCR_DIR));
             }
         }
-        Ok(Glob { comps, wildcards })
+        Ok(Glob { comps, wildcards: run_text.len(), token_run, run_text })
     }
 
-    /// Match a prefix-relative path; the captures of every wildcard, in order.
+    /// Match a prefix-relative path; the captures of every wildcard run, in order.
     pub fn matches(&self, rel: &str) -> Option<Vec<String>> {
         let parts: Vec<&str> = rel.split('/').collect();
         let mut caps = Vec::new();
-        match_comps(&self.comps, &parts, &mut caps).then_some(caps)
+        if !match_comps(&self.comps, &parts, &mut caps) {
+            return None;
+        }
+        let mut runs = vec![String::new(); self.wildcards];
+        for (i, c) in caps.into_iter().enumerate() {
+            runs[self.token_run[i]].push_str(&c);
+        }
+        Some(runs)
     }
 
     fn literal_dirs(&self) -> Vec<String> {
@@ -208,6 +275,27 @@ impl Glob {
             }
         }
         out
+    }
+}
+
+/// A wildcard token as written.
+fn tok_text(t: &Tok) -> String {
+    match t {
+        Tok::Lit(c) => c.to_string(),
+        Tok::Star => "*".into(),
+        Tok::Quest => "?".into(),
+        Tok::Class { neg, ranges } => {
+            let mut out = String::from(if *neg { "[!" } else { "[" });
+            for &(lo, hi) in ranges {
+                out.push(lo);
+                if hi != lo {
+                    out.push('-');
+                    out.push(hi);
+                }
+            }
+            out.push(']');
+            out
+        }
     }
 }
 
@@ -334,9 +422,19 @@ impl PatternSet {
         false
     }
 
+    /// The pattern of a [`Route::pattern`], and where it was configured.
+    pub fn describe(&self, pattern: usize) -> (&str, &str) {
+        self.specs.get(pattern).map_or(("?", "?"), |c| (c.spec.pattern.as_str(), c.spec.at.as_str()))
+    }
+
+    /// Whether the pattern names its datasets by a `NAME=` template.
+    pub fn has_template(&self, pattern: usize) -> bool {
+        self.specs.get(pattern).is_some_and(|c| c.spec.name.is_some())
+    }
+
     /// Route a prefix-relative path written by `rank`: `None` if no pattern takes it.
     pub fn route(&self, rel: &str, rank: u32) -> Option<Route> {
-        for c in &self.specs {
+        for (i, c) in self.specs.iter().enumerate() {
             let s = &c.spec;
             if !s.ranks.is_empty() && !s.ranks.iter().any(|&(lo, hi)| lo <= rank && rank <= hi) {
                 continue;
@@ -345,29 +443,80 @@ impl PatternSet {
             if s.kind == Kind::Exclude {
                 return None;
             }
-            let name = match &s.name {
-                Some(t) => expand(t, &caps),
-                None => default_name(&c.glob, &s.pattern, rel),
+            let (name, pieces) = match &s.name {
+                Some(t) => (expand(t, &caps), None),
+                None => {
+                    let pieces = default_name(&c.glob, &s.pattern, rel, &caps);
+                    let name = pieces
+                        .iter()
+                        .map(|p| match p {
+                            Piece::Lit(s) => s.as_str(),
+                            Piece::Var { value, .. } => value.as_str(),
+                        })
+                        .collect();
+                    (name, Some(pieces))
+                }
             };
-            return Some(Route { flags: s.kind.flags(), name });
+            return Some(Route { flags: s.kind.flags(), name, pattern: i, pieces });
         }
         None
     }
 }
 
-fn default_name(glob: &Glob, pattern: &str, rel: &str) -> String {
+/// The default name of the dataset of `rel` (matched by `glob`, captures `caps`): the
+/// directories up to the last one with a wildcard before any `**` (`ckpt.100` for
+/// `ckpt.*/**`, `processor0/0.3` for `processor*/[0-9]*/**`); for flat files (no directory
+/// with a wildcard, no `**`) the whole path (`restart.100.3` for `restart.*.*`); otherwise
+/// the literal directories, or the pattern text. Wildcard runs stay pieces of their own.
+fn default_name(glob: &Glob, pattern: &str, rel: &str, caps: &[String]) -> Vec<Piece> {
     let last = glob.comps.len() - 1;
-    if let Some(i) = glob.comps.iter().position(Comp::wild) {
-        if i < last && matches!(glob.comps[i], Comp::Seg(_)) {
-            return rel.split('/').take(i + 1).collect::<Vec<_>>().join("/");
+    let dirs = glob.comps[..last].iter().take_while(|c| matches!(c, Comp::Seg(_))).count();
+    let upto = if let Some(w) = glob.comps[..dirs].iter().rposition(Comp::wild) {
+        Some(w + 1)
+    } else if dirs == last && glob.comps[last].wild() {
+        Some(last + 1)
+    } else {
+        None
+    };
+    let Some(upto) = upto else {
+        let dirs = glob.literal_dirs();
+        return vec![Piece::Lit(if dirs.is_empty() { pattern.to_string() } else { dirs.join("/") })];
+    };
+    // the runs before component `upto` are the only wildcards there (no ** before it)
+    let mut pieces = Vec::new();
+    let mut lit = String::new();
+    let mut run = 0;
+    let parts: Vec<&str> = rel.split('/').collect();
+    for (i, c) in glob.comps[..upto].iter().enumerate() {
+        if i > 0 {
+            lit.push('/');
+        }
+        let Comp::Seg(toks) = c else { unreachable!("no ** before the name's end") };
+        if !c.wild() {
+            lit.push_str(parts[i]);
+            continue;
+        }
+        let mut prev_wild = false;
+        for t in toks {
+            match t {
+                Tok::Lit(ch) => {
+                    lit.push(*ch);
+                    prev_wild = false;
+                }
+                _ if prev_wild => {}
+                _ => {
+                    pieces.push(Piece::Lit(std::mem::take(&mut lit)));
+                    let value = caps.get(run).cloned().unwrap_or_default();
+                    pieces.push(Piece::Var { run, value, glob: glob.run_text[run].clone() });
+                    run += 1;
+                    prev_wild = true;
+                }
+            }
         }
     }
-    let dirs = glob.literal_dirs();
-    if dirs.is_empty() {
-        pattern.to_string()
-    } else {
-        dirs.join("/")
-    }
+    pieces.push(Piece::Lit(lit));
+    pieces.retain(|p| !matches!(p, Piece::Lit(s) if s.is_empty()));
+    pieces
 }
 
 fn check_template(t: &str, wildcards: usize) -> Result<(), String> {
@@ -431,7 +580,8 @@ fn parse_ranks(s: &str) -> Result<Vec<(u32, u32)>, String> {
 }
 
 /// The patterns of a configuration: `PRELOAD=` entries, then `SCR_PRELOAD_PATTERNS`
-/// (comma-separated, `!` marks an exclusion). Errors name the entry.
+/// (comma-separated, `!` marks an exclusion, `NAME=`/`TYPE=` may follow a glob after a
+/// blank). Errors name the entry.
 pub fn from_config(entries: &[&Entry], env: Option<(&str, &str)>) -> Result<Vec<PatternSpec>, ConfigError> {
     let mut specs = Vec::new();
     for e in entries {
@@ -450,36 +600,57 @@ pub fn from_config(entries: &[&Entry], env: Option<(&str, &str)>) -> Result<Vec<
         specs.push(PatternSpec { pattern: e.value.clone(), kind, name: e.attr("NAME").map(str::to_string), ranks, at });
     }
     if let Some((origin, list)) = env {
-        specs.extend(list_specs("SCR_PRELOAD_PATTERNS", origin, list));
+        specs.extend(list_specs("SCR_PRELOAD_PATTERNS", origin, list, true)?);
     }
     PatternSet::compile(&specs)?;
     Ok(specs)
 }
 
 /// A comma-separated pattern list given as `key` (`!` marks an exclusion), as specs named
-/// by key and entry.
-fn list_specs(key: &str, origin: &str, list: &str) -> Vec<PatternSpec> {
+/// by key and entry. With `attributes`, an entry may carry `NAME=<template>` and
+/// `TYPE=<kind>` after its glob, separated by blanks (`processor*/[0-9]*/** NAME=time.{2}`).
+fn list_specs(key: &str, origin: &str, list: &str, attributes: bool) -> Result<Vec<PatternSpec>, ConfigError> {
     let mut specs = Vec::new();
     for p in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (kind, pattern) = match p.strip_prefix('!') {
+        let at = format!("{origin} ({key} entry {p})");
+        let err = |msg: String| ConfigError { at: at.clone(), msg };
+        let mut words = p.split_whitespace();
+        let glob = words.next().unwrap_or_default();
+        let (mut kind, pattern) = match glob.strip_prefix('!') {
             Some(x) => (Kind::Exclude, x),
-            None => (Kind::Checkpoint, p),
+            None => (Kind::Checkpoint, glob),
         };
-        specs.push(PatternSpec {
-            pattern: pattern.to_string(),
-            kind,
-            name: None,
-            ranks: Vec::new(),
-            at: format!("{origin} ({key} entry {p})"),
-        });
+        let mut name = None;
+        for w in words {
+            let (k, v) = w.split_once('=').unwrap_or((w, ""));
+            match k.to_ascii_uppercase().as_str() {
+                _ if !attributes => {
+                    return Err(err(format!("'{w}': {key} takes globs only (a blank is not allowed in an entry)")))
+                }
+                "NAME" if !v.is_empty() => name = Some(v.to_string()),
+                "TYPE" if kind != Kind::Exclude => {
+                    kind = Kind::parse(v)
+                        .ok_or_else(|| err(format!("TYPE={v}: expected CHECKPOINT, OUTPUT, BOTH or EXCLUDE")))?
+                }
+                _ => {
+                    return Err(err(format!(
+                        "'{w}': expected NAME=<template> or TYPE=<kind> after the glob (RANKS= only in a config file)"
+                    )))
+                }
+            }
+        }
+        specs.push(PatternSpec { pattern: pattern.to_string(), kind, name, ranks: Vec::new(), at });
     }
-    specs
+    Ok(specs)
 }
 
 /// `SCR_PRELOAD_SHARED`: the files several ranks write (N-to-1 with `pwrite`), in the syntax
-/// of `SCR_PRELOAD_PATTERNS`. Errors name the key and the entry.
+/// of `SCR_PRELOAD_PATTERNS` (globs only). Errors name the key and the entry.
 pub fn shared_from_config(setting: Option<(&str, &str)>) -> Result<Vec<PatternSpec>, ConfigError> {
-    let specs = setting.map_or(Vec::new(), |(origin, list)| list_specs("SCR_PRELOAD_SHARED", origin, list));
+    let specs = match setting {
+        Some((origin, list)) => list_specs("SCR_PRELOAD_SHARED", origin, list, false)?,
+        None => Vec::new(),
+    };
     PatternSet::compile(&specs)?;
     Ok(specs)
 }
@@ -495,7 +666,11 @@ mod tests {
     #[test]
     fn globs_match_component_by_component() {
         let g = Glob::parse("ckpt.*/rank_[0-9]*.dat").unwrap();
-        assert_eq!(g.matches("ckpt.100/rank_3.dat"), Some(vec!["100".into(), "3".into(), "".into()]));
+        // adjacent wildcards capture together: [0-9]* is one capture of the whole number
+        assert_eq!(g.matches("ckpt.100/rank_3.dat"), Some(vec!["100".into(), "3".into()]));
+        let g = Glob::parse("restart.[0-9]*.*").unwrap();
+        assert_eq!(g.matches("restart.1000.3"), Some(vec!["1000".into(), "3".into()]));
+        assert_eq!(g.run_text, ["[0-9]*", "*"]);
         assert!(g.matches("ckpt.100/sub/rank_3.dat").is_none());
         assert!(g.matches("ckpt.100/rank_x.dat").is_none());
         let g = Glob::parse("out/**/*.h5").unwrap();
@@ -543,13 +718,62 @@ mod tests {
         assert_eq!(set.route("ckpt.100/shared.h5", 0), None);
         assert_eq!(set.route("viz_7_0.vtk", 0).unwrap().name, "viz.7");
         assert_eq!(set.route("viz_7_0.vtk", 1), None);
+        // flat files: the whole name, its captures generalised when they differ between ranks
         let r = set.route("restart_2.dat", 2).unwrap();
-        assert_eq!((r.name.as_str(), r.flags), ("restart_*.dat", FLAG_CHECKPOINT | FLAG_OUTPUT));
-        assert_eq!(set.route("run/state/a.bin", 0).unwrap().name, "run/state");
+        assert_eq!((r.name.as_str(), r.flags), ("restart_2.dat", FLAG_CHECKPOINT | FLAG_OUTPUT));
+        assert_eq!(r.named(|_, _| true), "restart_*.dat");
+        assert_eq!(set.route("run/state/a.bin", 0).unwrap().name, "run/state/a.bin");
+        assert_eq!(set.route("run/state/a.bin", 0).unwrap().named(|p, run| (p, run) == (4, 0)), "run/state/*.bin");
         assert_eq!(set.route("latest", 0), None);
         for (rel, rank) in [("ckpt.100/rank_3.dat", 3), ("ckpt.100/shared.h5", 0), ("viz_7_0.vtk", 1), ("latest", 0)] {
             assert_eq!(set.takes(rel, rank), set.route(rel, rank).is_some(), "{rel}");
         }
+    }
+
+    #[test]
+    fn default_names_keep_the_step_and_generalise_the_rank() {
+        let set = PatternSet::compile(&[
+            spec("processor*/[0-9]*/**", Kind::Checkpoint, None, &[]),
+            spec("restart.*.*", Kind::Checkpoint, None, &[]),
+            spec("out/ckpt.*/rank_*.dat", Kind::Checkpoint, None, &[]),
+            spec("state/latest", Kind::Checkpoint, None, &[]),
+        ])
+        .unwrap();
+        let r = set.route("processor3/0.3/p", 3).unwrap();
+        assert_eq!(r.name, "processor3/0.3", "a rank alone");
+        assert_eq!(r.captures().collect::<Vec<_>>(), [(0, "3"), (1, "0.3")]);
+        assert_eq!(r.named(|p, run| (p, run) == (0, 0)), "processor*/0.3");
+        let r = set.route("restart.1000.2", 2).unwrap();
+        assert_eq!((r.pattern, r.named(|_, run| run == 1)), (1, "restart.1000.*".to_string()));
+        let r = set.route("out/ckpt.7/rank_2.dat", 2).unwrap();
+        assert_eq!(r.named(|_, _| true), "out/ckpt.*", "file-name wildcards never name a directory's dataset");
+        assert_eq!(r.name, "out/ckpt.7");
+        let r = set.route("state/latest", 0).unwrap();
+        assert_eq!((r.name.as_str(), r.captures().count()), ("state", 0));
+        let (glob, at) = set.describe(1);
+        assert_eq!((glob, at), ("restart.*.*", "test"));
+    }
+
+    #[test]
+    fn the_environment_carries_names_and_types() {
+        let specs =
+            from_config(&[], Some(("environment", "processor*/[0-9]*/** NAME=time.{2}, restart.*.* TYPE=BOTH, !x/*")))
+                .unwrap();
+        assert_eq!(specs[0].name.as_deref(), Some("time.{2}"));
+        assert_eq!((specs[1].kind, specs[1].name.as_deref()), (Kind::Both, None));
+        assert_eq!(specs[2].kind, Kind::Exclude);
+        let set = PatternSet::compile(&specs).unwrap();
+        assert_eq!(set.route("processor1/0.3/p", 1).unwrap().name, "time.0.3");
+        for (list, why) in [
+            ("a.* NAEM=x", "expected NAME=<template> or TYPE=<kind>"),
+            ("a.* TYPE=SOMETIMES", "TYPE=SOMETIMES"),
+            ("a.* NAME=x.{2}", "{2} is not a capture"),
+        ] {
+            let e = from_config(&[], Some(("environment", list))).unwrap_err();
+            assert!(e.at.contains(&format!("SCR_PRELOAD_PATTERNS entry {list}")) && e.to_string().contains(why), "{e}");
+        }
+        let e = shared_from_config(Some(("env", "a.* NAME=x"))).unwrap_err();
+        assert!(e.msg.contains("globs only"), "{e}");
     }
 
     #[test]

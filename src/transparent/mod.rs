@@ -10,6 +10,7 @@
 //! | [`rules`] | the open, rename, link and removal rules, as plain functions over the table |
 //! | [`calls`] | the calls the front end forwards: gather facts, apply a rule, update table and cache |
 //! | [`names`] | renames, links and removals, performed here on the cache and the prefix |
+//! | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
 //! | [`fds`] | which descriptors write pending files |
 //! | [`shared`] | files several ranks write (MPI-IO, `SCR_PRELOAD_SHARED`): written once in the prefix |
 //! | [`listing`] | merged directory listings and `nftw` walks |
@@ -27,6 +28,7 @@ pub mod calls;
 pub mod fds;
 pub mod listing;
 pub mod names;
+pub(crate) mod naming;
 pub mod prefix;
 pub mod rules;
 pub mod session;

@@ -13,7 +13,8 @@
 //! ones or removed a cached file (so an application that writes its checkpoint, passes a
 //! barrier and then updates a "latest" pointer finds the checkpoint complete whenever it
 //! finds the pointer). Completing means, on every rank: group the pending files by dataset
-//! name (from the pattern), agree on the list of names, and form each dataset with
+//! name (from the pattern; the ranks first agree which captures of default names are a
+//! rank's part, [`super::naming`]), agree on the list of names, and form each dataset with
 //! [`crate::runtime::adopt_output`], oldest first. A name is one checkpoint: files written
 //! under the name of a cached dataset (a `meta` file written after the barrier, a file
 //! added to a directory renamed into place) make a new version of it that holds the earlier
@@ -25,9 +26,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
+use super::naming::Part;
 use super::session::{self, Session};
 use super::table::{Change, Committed, Table};
 use crate::comm::Comm;
+use crate::config::patterns::Route;
 use crate::reentry::Inside;
 use crate::runtime::{Adopt, Adopted};
 use crate::{scr_error, scr_warn};
@@ -118,6 +121,8 @@ fn share_changes(s: &Session, comm: &Comm, t: &mut Table) {
 struct Group {
     flags: i32,
     epoch: u64,
+    /// The pattern that named it.
+    pattern: Option<usize>,
     /// (pending id, path relative to the prefix, bytes, failed)
     files: Vec<(u32, PathBuf, PathBuf, bool)>,
     /// (shared file id, path relative to the prefix, failed)
@@ -159,11 +164,16 @@ pub(super) fn recover(s: &Session) {
 fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> bool {
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut homeless = Vec::new();
-    for (id, p) in t.closed_pending() {
-        let route = p.rel.to_str().and_then(|r| s.patterns.route(r, s.rank));
-        let (name, flags) = match (route, &p.dataset) {
-            (Some(r), _) => (r.name, r.flags),
-            (None, Some(name)) => (name.clone(), 0),
+    let route = |rel: &std::path::Path| rel.to_str().and_then(|r| s.patterns.route(r, s.rank));
+    let pending: Vec<_> = t.closed_pending().into_iter().map(|(id, p)| (id, route(&p.rel), p.clone())).collect();
+    let shared: Vec<_> = t.shared.closed_files().into_iter().map(|(id, e)| (id, route(&e.rel), e)).collect();
+    // names agreed by the ranks: what differs between their files is a rank's part
+    let varies = super::naming::agree(comm, pending.iter().filter_map(|f| f.1.as_ref()));
+    let named = |r: &Route| r.named(|p, run| varies.contains(&(p, run)));
+    for (id, route, p) in pending {
+        let (name, flags, pattern) = match (route, &p.dataset) {
+            (Some(r), _) => (named(&r), r.flags, Some(r.pattern)),
+            (None, Some(name)) => (name.clone(), 0, None),
             (None, None) => {
                 homeless.push(id);
                 continue;
@@ -172,17 +182,19 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
         let g = groups.entry(name).or_insert_with(|| Group { epoch: u64::MAX, ..Default::default() });
         g.flags |= flags;
         g.epoch = g.epoch.min(p.epoch);
+        g.pattern = g.pattern.or(pattern);
         g.files.push((id, p.rel.clone(), p.cache.clone(), p.failed));
     }
-    for (id, e) in t.shared.closed_files() {
+    for (id, route, e) in shared {
         // declared only when a pattern routes it (its dataset's name)
-        let Some(r) = e.rel.to_str().and_then(|r| s.patterns.route(r, s.rank)) else {
+        let Some(r) = route else {
             t.shared.forget(id);
             continue;
         };
-        let g = groups.entry(r.name).or_insert_with(|| Group { epoch: u64::MAX, ..Default::default() });
+        let g = groups.entry(named(&r)).or_insert_with(|| Group { epoch: u64::MAX, ..Default::default() });
         g.flags |= r.flags;
         g.epoch = g.epoch.min(e.epoch);
+        g.pattern = g.pattern.or(Some(r.pattern));
         g.shared.push((id, e.rel, e.failed));
     }
     for (name, removed) in t.removed_by_name() {
@@ -196,7 +208,21 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
             t.forget(id);
         }
     }
-    let summary: Vec<(String, i32, u64)> = groups.iter().map(|(n, g)| (n.clone(), g.flags, g.epoch)).collect();
+    let summary: Vec<Part> = groups
+        .iter()
+        .map(|(n, g)| {
+            let paths = g.files.iter().map(|f| &f.1).chain(g.shared.iter().map(|f| &f.1));
+            let paths: Vec<String> = paths.map(|p| p.to_string_lossy().into_owned()).collect();
+            Part {
+                name: n.clone(),
+                flags: g.flags,
+                epoch: g.epoch,
+                pattern: g.pattern,
+                fresh: super::naming::fresh(n, paths.iter().map(String::as_str)),
+                sample: paths.first().cloned().unwrap_or_default(),
+            }
+        })
+        .collect();
     let mut names: BTreeMap<String, (i32, u64)> = BTreeMap::new();
     let lists = match comm.allgather(&summary) {
         Ok(l) => l,
@@ -206,11 +232,12 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
             return false;
         }
     };
+    super::naming::check(&s.patterns, &lists, s.rank == 0);
     for list in lists {
-        for (n, fl, ep) in list {
-            let e = names.entry(n).or_insert((0, u64::MAX));
-            e.0 |= fl;
-            e.1 = e.1.min(ep);
+        for p in list {
+            let e = names.entry(p.name).or_insert((0, u64::MAX));
+            e.0 |= p.flags;
+            e.1 = e.1.min(p.epoch);
         }
     }
     let mut order: Vec<(u64, String, i32)> = names.into_iter().map(|(n, (fl, ep))| (ep, n, fl)).collect();

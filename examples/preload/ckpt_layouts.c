@@ -1,0 +1,190 @@
+/* An MPI application that knows nothing of SCR and finds its restart by listing directories,
+ * as real codes do: OpenFOAM (`startFrom latestTime`: each rank writes
+ * processor<rank>/<time>/{p,U} and restarts from the newest time directory it lists) and
+ * LAMMPS (flat per-step files restart.<step>.<rank>, the newest step listed).
+ *
+ *   ckpt_layouts --dir DIR --shape foam|flat [--steps N] [--every K] [--crash-at STEP]
+ *                [--note]
+ *
+ * --note: rank 0 also writes processor0/<time>/notes.txt (a file no checkpoint pattern
+ * takes) at every checkpoint.
+ * Prints (rank 0): RESTARTED <s> verified | NO_RESTART, CHECKPOINT <s>, DONE. A rank whose
+ * newest time directory lacks its files prints "MISSING <path>" and the run fails, as
+ * OpenFOAM's "cannot find file". Ranks that chose different steps print RESTART_MISMATCH. */
+#include <dirent.h>
+#include <errno.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *dir = ".";
+static const char *shape = "foam";
+static int rank, nranks, note = 0;
+static const long size = 4096;
+
+static unsigned char byte_at(int step, int r, int k, long i) {
+  return (unsigned char)((i * 31 + step * 7 + r * 13 + k * 101) & 0xff);
+}
+
+/* step 6 is time "0.6", step 12 "1.2" */
+static void time_name(char *out, size_t n, int step) { snprintf(out, n, "%d.%d", step / 10, step % 10); }
+
+static void file_path(char *out, size_t n, int step, int k) {
+  char t[32];
+  time_name(t, sizeof t, step);
+  if (!strcmp(shape, "foam"))
+    snprintf(out, n, "%s/processor%d/%s/%s", dir, rank, t, k ? "U" : "p");
+  else
+    snprintf(out, n, "%s/restart.%d.%d", dir, step, rank);
+}
+
+static int nfiles(void) { return !strcmp(shape, "foam") ? 2 : 1; }
+
+static void die(const char *what, const char *path) {
+  fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
+  MPI_Abort(MPI_COMM_WORLD, 2);
+}
+
+static void write_file(const char *path, int step, int k) {
+  FILE *f = fopen(path, "w");
+  if (!f) die("open", path);
+  for (long i = 0; i < size; i++) fputc(byte_at(step, rank, k, i), f);
+  if (fclose(f) != 0) die("close", path);
+}
+
+static int check_file(const char *path, int step, int k) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    printf("MISSING %s\n", path);
+    fflush(stdout);
+    return 0;
+  }
+  int ok = 1;
+  for (long i = 0; i < size; i++)
+    if (fgetc(f) != byte_at(step, rank, k, i)) ok = 0;
+  if (fgetc(f) != EOF) ok = 0;
+  fclose(f);
+  if (!ok) fprintf(stderr, "rank %d: CORRUPT %s\n", rank, path);
+  return ok;
+}
+
+/* The newest step this rank finds by listing, 0 if none. */
+static int newest_step(void) {
+  char d[4096];
+  if (!strcmp(shape, "foam"))
+    snprintf(d, sizeof d, "%s/processor%d", dir, rank);
+  else
+    snprintf(d, sizeof d, "%s", dir);
+  DIR *dp = opendir(d);
+  if (!dp) return 0;
+  int best = 0;
+  struct dirent *e;
+  while ((e = readdir(dp))) {
+    int a, b, s, r;
+    char end;
+    if (!strcmp(shape, "foam")) {
+      if (sscanf(e->d_name, "%d.%d%c", &a, &b, &end) != 2) continue;
+      s = a * 10 + b;
+    } else {
+      if (sscanf(e->d_name, "restart.%d.%d%c", &s, &r, &end) != 2 || r != rank) continue;
+    }
+    if (s > best) best = s;
+  }
+  closedir(dp);
+  return best;
+}
+
+static void checkpoint(int step) {
+  char path[4096], t[32];
+  if (!strcmp(shape, "foam")) {
+    time_name(t, sizeof t, step);
+    snprintf(path, sizeof path, "%s/processor%d/%s", dir, rank, t);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
+    if (note && rank == 0) {
+      snprintf(path, sizeof path, "%s/processor0/%s/notes.txt", dir, t);
+      FILE *f = fopen(path, "w");
+      if (!f) die("open", path);
+      fprintf(f, "step %d\n", step);
+      fclose(f);
+    }
+  }
+  for (int k = 0; k < nfiles(); k++) {
+    file_path(path, sizeof path, step, k);
+    write_file(path, step, k);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    printf("CHECKPOINT %d\n", step);
+    fflush(stdout);
+  }
+}
+
+int main(int argc, char **argv) {
+  int steps = 6, every = 2, crash_at = -1;
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--dir")) dir = argv[++i];
+    else if (!strcmp(argv[i], "--shape")) shape = argv[++i];
+    else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--every")) every = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--note")) note = 1;
+    else {
+      fprintf(stderr, "unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  char path[4096];
+  if (!strcmp(shape, "foam")) {
+    snprintf(path, sizeof path, "%s/processor%d", dir, rank);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
+  }
+
+  int start = newest_step(), lo = 0, hi = 0;
+  MPI_Allreduce(&start, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&start, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (lo != hi) {
+    if (rank == 0) printf("RESTART_MISMATCH %d %d\n", lo, hi);
+    fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, 3);
+  }
+  if (start > 0) {
+    int ok = 1;
+    for (int k = 0; k < nfiles(); k++) {
+      file_path(path, sizeof path, start, k);
+      ok &= check_file(path, start, k);
+    }
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (rank == 0) printf("RESTARTED %d %s\n", start, all ? "verified" : "FAILED");
+    fflush(stdout);
+    if (!all) MPI_Abort(MPI_COMM_WORLD, 3);
+  } else if (rank == 0) {
+    printf("NO_RESTART\n");
+  }
+  fflush(stdout);
+
+  double x = rank;
+  for (int step = start + 1; step <= steps; step++) {
+    if (step == crash_at) {
+      if (rank == nranks - 1) {
+        fprintf(stderr, "rank %d: CRASH at step %d\n", rank, step);
+        _exit(9);
+      }
+      sleep(30);
+    }
+    double sum = 0;
+    x = x * 0.5 + step;
+    MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (step % every == 0) checkpoint(step);
+  }
+  if (rank == 0) printf("DONE\n");
+  fflush(stdout);
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,162 @@
+//! Dataset names at a sync point, and the warnings about patterns whose names cannot work.
+//!
+//! A pattern without `NAME=` names a dataset by the path of its files ([`Route::pieces`]:
+//! `processor3/0.3` for `processor*/[0-9]*/**`, `restart.100.3` for `restart.*.*`). The
+//! ranks agree at the sync point which captures differ between their files (a rank's part:
+//! `processor3`, the `3` of `restart.100.3`); those keep their glob text, so all ranks' files
+//! of one checkpoint form one dataset (`processor*/0.3`, `restart.100.*`), and each step its
+//! own.
+//!
+//! Two mistakes are reported once each, by rank 0, naming a file and the remedy: a `NAME=`
+//! template that makes one dataset per rank at the same sync point (they evict each other;
+//! a restart finds one rank's files), and a name that stays the same while its checkpoints
+//! keep adding files (one dataset growing without bound, protected again whole each time).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+
+use crate::comm::Comm;
+use crate::config::patterns::{PatternSet, Route};
+
+/// The captures that differ between ranks: (pattern, run).
+pub(super) type Varies = HashSet<(usize, usize)>;
+
+/// Which captures of default names differ between the ranks' files at this sync point
+/// (collective: every rank calls it at the same point).
+pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) -> Varies {
+    let mut mine: BTreeMap<(usize, usize), BTreeSet<String>> = BTreeMap::new();
+    for r in routes {
+        for (run, value) in r.captures() {
+            mine.entry((r.pattern, run)).or_default().insert(value.to_string());
+        }
+    }
+    let mine: Vec<((usize, usize), Vec<String>)> =
+        mine.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect();
+    let all = match comm.allgather(&mine) {
+        Ok(all) => all,
+        Err(e) => {
+            // every rank fails alike: names stay as each rank's files give them
+            crate::scr_error!("transparent mode: agreeing on dataset names: {e}");
+            return Varies::new();
+        }
+    };
+    let mut seen: BTreeMap<(usize, usize), &Vec<String>> = BTreeMap::new();
+    let mut varies = Varies::new();
+    for rank in &all {
+        for (k, values) in rank {
+            match seen.get(k) {
+                Some(v) if *v != values => {
+                    varies.insert(*k);
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(*k, values);
+                }
+            }
+        }
+    }
+    varies
+}
+
+/// One rank's part of one dataset at a sync point, as the ranks exchange it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct Part {
+    pub name: String,
+    pub flags: i32,
+    pub epoch: u64,
+    /// The pattern that named it (none: files held from an earlier dataset of the name).
+    pub pattern: Option<usize>,
+    /// Files at paths this rank had not written under this name before, in this run.
+    pub fresh: u64,
+    /// One of its files, for messages.
+    pub sample: String,
+}
+
+#[derive(Default)]
+struct Watch {
+    /// Per name: this rank's paths written under it (dropped once the name is reported).
+    paths: HashMap<String, HashSet<String>>,
+    /// Per name: sync points at which it completed, and at which it gained files.
+    completions: HashMap<String, (u32, u32)>,
+    reported_names: HashSet<String>,
+    reported_patterns: HashSet<usize>,
+}
+
+static WATCH: Mutex<Option<Watch>> = Mutex::new(None);
+
+/// How many of `paths` (this rank's files of dataset `name`) were not written under `name`
+/// before in this run.
+pub(super) fn fresh<'a>(name: &str, paths: impl Iterator<Item = &'a str>) -> u64 {
+    let mut g = WATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let w = g.get_or_insert_with(Watch::default);
+    if w.reported_names.contains(name) {
+        return 0;
+    }
+    let seen = w.paths.entry(name.to_string()).or_default();
+    paths.filter(|p| seen.insert(p.to_string())).count() as u64
+}
+
+/// A name grows without bound once this many sync points after its first added files.
+const GROWTH: u32 = 3;
+
+/// Check the agreed parts of a sync point (the same on every rank); rank 0 reports.
+pub(super) fn check(patterns: &PatternSet, parts: &[Vec<Part>], rank0: bool) {
+    let mut g = WATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let w = g.get_or_insert_with(Watch::default);
+    // per pattern: name -> ranks with files, and a sample
+    let mut by_pattern: BTreeMap<usize, BTreeMap<&str, (BTreeSet<usize>, &str)>> = BTreeMap::new();
+    let mut by_name: BTreeMap<&str, (u64, &str, Option<usize>)> = BTreeMap::new();
+    for (rank, list) in parts.iter().enumerate() {
+        for p in list {
+            if let Some(pat) = p.pattern {
+                let e = by_pattern.entry(pat).or_default().entry(&p.name).or_insert((BTreeSet::new(), &p.sample));
+                e.0.insert(rank);
+            }
+            let e = by_name.entry(&p.name).or_insert((0, &p.sample, p.pattern));
+            e.0 += p.fresh;
+            e.2 = e.2.or(p.pattern);
+        }
+    }
+    for (pat, names) in by_pattern {
+        let ranks: BTreeSet<usize> = names.values().flat_map(|(r, _)| r.iter().copied()).collect();
+        let per_rank = names.len() > 1 && ranks.len() > 1 && names.values().all(|(r, _)| r.len() == 1);
+        if !per_rank || !w.reported_patterns.insert(pat) || !rank0 {
+            continue;
+        }
+        let (glob, at) = patterns.describe(pat);
+        let list: Vec<&str> = names.keys().take(3).copied().collect();
+        let sample = names.values().next().map_or("", |(_, s)| s);
+        let remedy = if patterns.has_template(pat) {
+            "remove the rank's capture from its NAME= template, or drop NAME= (the default name keeps a rank's part as its glob: processor*/0.3)"
+        } else {
+            "give it a NAME= template without the rank's part"
+        };
+        crate::scr_warn!(
+            "transparent mode: pattern {glob} ({at}) makes one dataset per rank at the same sync point ({}{}, from files such as {sample}): they evict each other and a restart finds one rank's files only; {remedy}",
+            list.join(", "),
+            if names.len() > 3 { ", ..." } else { "" }
+        );
+    }
+    for (name, (fresh, sample, pat)) in by_name {
+        let c = w.completions.entry(name.to_string()).or_insert((0, 0));
+        c.0 += 1;
+        if c.0 > 1 && fresh > 0 {
+            c.1 += 1;
+        }
+        if c.1 < GROWTH || !w.reported_names.insert(name.to_string()) {
+            continue;
+        }
+        w.paths.remove(name);
+        if !rank0 {
+            continue;
+        }
+        let (glob, at) = pat.map_or(("?", "?"), |p| patterns.describe(p));
+        crate::scr_warn!(
+            "transparent mode: dataset {name} (pattern {glob}, {at}) grows: {} of its {} checkpoints added files under the same name (such as {sample}), so it holds every step's files and is protected again whole each time; name each step apart: a NAME= template with the step's capture (NAME=restart.{{1}} for restart.*.*) or no NAME= (the default names a dataset per step)",
+            c.1,
+            c.0
+        );
+    }
+}

@@ -1,0 +1,110 @@
+//! Transparent mode with the file layouts of real applications (issue 22): per-rank
+//! directories `processor<rank>/<time>/` (OpenFOAM) and flat per-step files
+//! `restart.<step>.<rank>` (LAMMPS), restarted by listing directories, under real `mpirun`
+//! with 4 ranks. Dataset names, the name syntax of `SCR_PRELOAD_PATTERNS`, the warnings about
+//! patterns that cannot work.
+
+mod common;
+
+use common::{app, Job, Run};
+
+fn layouts() -> String {
+    app("ckpt_layouts.c", &[]).display().to_string()
+}
+
+fn run(job: &Job, args: &[&str]) -> Run {
+    let mut all = vec!["--dir".to_string(), job.prefix.display().to_string()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    job.run_exe(4, &[layouts()], &all)
+}
+
+fn setup(patterns: &str) -> Job {
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", patterns).set("SCR_FLUSH", "0").set("SCR_DEBUG", "1");
+    job
+}
+
+/// The names of the datasets that completed, in the order they did.
+fn completed(r: &Run) -> Vec<String> {
+    r.stderr
+        .lines()
+        .filter_map(|l| {
+            let rest = &l[l.find("dataset ")? + 8..];
+            let (_, rest) = rest.split_once(" (")?;
+            let (name, tail) = rest.split_once(", ")?;
+            tail.contains(") complete").then(|| name.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn per_rank_directories_form_one_dataset_per_time_step() {
+    let job = setup("processor*/[0-9]*/**");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    let names = completed(&r);
+    assert_eq!(names, ["processor*/0.2", "processor*/0.4", "processor*/0.6"], "{}", r.dump());
+    // every rank's files of time 0.6 are in cache, in one dataset
+    assert_eq!(job.cached_files("/0.6/p").len(), 4, "{:?}", job.cached_files(""));
+    assert_eq!(job.cached_files("/0.6/U").len(), 4, "{:?}", job.cached_files(""));
+    assert!(!r.stderr.contains("one dataset per rank") && !r.stderr.contains(" grows: "), "{}", r.dump());
+    let r = run(&job, &["--shape", "foam", "--steps", "10"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
+fn flat_per_step_files_form_one_dataset_per_step() {
+    let job = setup("restart.*.*");
+    let r = run(&job, &["--shape", "flat", "--steps", "8", "--crash-at", "7"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert_eq!(completed(&r), ["restart.2.*", "restart.4.*", "restart.6.*"], "{}", r.dump());
+    // one checkpoint in cache (SCR_CACHE_SIZE's default), not one dataset growing each time
+    assert_eq!(job.cached_files("restart.6.").len(), 4, "{:?}", job.cached_files(""));
+    assert!(job.cached_files("restart.2.").is_empty(), "{:?}", job.cached_files(""));
+    assert!(!r.stderr.contains("one dataset per rank") && !r.stderr.contains(" grows: "), "{}", r.dump());
+    let r = run(&job, &["--shape", "flat", "--steps", "10"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
+fn the_dataset_name_in_scr_preload_patterns() {
+    // `[0-9]*` captures the whole time name (0.6, not 0), and the name template rides in the
+    // environment variable
+    let job = setup("processor*/[0-9]*/** NAME=time.{2}, !processor*/*/notes.txt");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7", "--note"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert_eq!(completed(&r), ["time.0.2", "time.0.4", "time.0.6"], "{}", r.dump());
+    let r = run(&job, &["--shape", "foam", "--steps", "10"]);
+    assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
+    let job = setup("restart.[0-9]*.* NAME=step{1}");
+    let r = run(&job, &["--shape", "flat", "--steps", "12", "--every", "10"]);
+    assert_eq!(completed(&r), ["step10"], "{}", r.dump());
+    // a bad entry is refused with the key and the entry named
+    let job = setup("restart.*.* NAEM=x");
+    let r = run(&job, &["--shape", "flat", "--steps", "2"]);
+    assert_ne!(r.code, Some(0), "{}", r.dump());
+    assert!(
+        r.stderr.contains("SCR_PRELOAD_PATTERNS entry restart.*.* NAEM=x") && r.stderr.contains("NAEM"),
+        "{}",
+        r.dump()
+    );
+}
+
+#[test]
+fn patterns_that_cannot_work_are_named_once() {
+    // a name with the rank's part: one dataset per rank at the same sync point
+    let job = setup("processor*/*/** NAME=proc{1}.{2}");
+    let r = run(&job, &["--shape", "foam", "--steps", "6"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    let warn: Vec<&str> = r.stderr.lines().filter(|l| l.contains("one dataset per rank")).collect();
+    assert_eq!(warn.len(), 1, "{}", r.dump());
+    assert!(warn[0].contains("processor*/*/**") && warn[0].contains("processor0/0.2/"), "{}", warn[0]);
+    assert!(warn[0].contains("NAME="), "the remedy: {}", warn[0]);
+    // a name that stays the same while every checkpoint adds files: one dataset growing
+    let job = setup("restart.*.* NAME=restart");
+    let r = run(&job, &["--shape", "flat", "--steps", "10", "--every", "1"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    let warn: Vec<&str> = r.stderr.lines().filter(|l| l.contains("grows")).collect();
+    assert_eq!(warn.len(), 1, "{}", r.dump());
+    assert!(warn[0].contains("restart.*.*") && warn[0].contains("NAME="), "{}", warn[0]);
+}
