@@ -108,3 +108,58 @@ fn patterns_that_cannot_work_are_named_once() {
     assert_eq!(warn.len(), 1, "{}", r.dump());
     assert!(warn[0].contains("restart.*.*") && warn[0].contains("NAME="), "{}", warn[0]);
 }
+
+/// `scr_index --restart` in the job's environment: (exit status, stdout).
+fn next_restart(job: &Job, json: bool) -> (i32, String) {
+    let mut cmd = job.command(env!("CARGO_BIN_EXE_scr_index"));
+    cmd.args(["--restart", "--prefix"]).arg(&job.prefix);
+    if json {
+        cmd.arg("--json");
+    }
+    let out = cmd.output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    (out.status.code().unwrap_or(-1), format!("{text}{}", String::from_utf8_lossy(&out.stderr)))
+}
+
+#[test]
+fn a_job_script_sees_what_the_next_run_restarts_from() {
+    // nothing yet: no .scr, then a run that never reached a checkpoint
+    let mut job = setup("processor*/[0-9]*/**");
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.starts_with("checkpoint: none"), "{out}");
+    let r = run(&job, &["--shape", "foam", "--steps", "3", "--crash-at", "1"]);
+    assert_ne!(r.code, Some(0), "{}", r.dump());
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 3, "{out}");
+    // after a crash: the checkpoint is in cache only, the prefix shows no file of it
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 0, "{out}");
+    for line in [
+        "checkpoint: processor*/0.6\n",
+        "from: cache\n",
+        " (ranks 0-3 of 4)\n",
+        "files: 8 (32768 bytes)\n",
+        "paths: processor0/0.6 processor1/0.6 processor2/0.6 processor3/0.6 ",
+    ] {
+        assert!(out.contains(line), "{line:?} in {out}");
+    }
+    assert!(!out.contains("fallback:"), "{out}");
+    let (code, out) = next_restart(&job, true);
+    assert_eq!(code, 0, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["checkpoint"]["name"], "processor*/0.6", "{out}");
+    assert_eq!(v["checkpoint"]["from"], "cache", "{out}");
+    // flushed, then the cache is lost: the prefix copy
+    job.set("SCR_FLUSH", "1");
+    let r = run(&job, &["--shape", "foam", "--steps", "12", "--crash-at", "11"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("CHECKPOINT 10"), "{}", r.dump());
+    job.wipe_cache();
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("checkpoint: processor*/1.0\n") && out.contains("from: prefix\n"), "{out}");
+    let r = run(&job, &["--shape", "foam", "--steps", "12"]);
+    assert!(r.has("RESTARTED 10 verified") && r.has("DONE"), "{}", r.dump());
+}

@@ -2,7 +2,7 @@
 //! is done by [`scr::ops::index`] and [`scr::transfer::build`].
 
 use scr::ops::args::{self, flag, valued, Opt};
-use scr::ops::{index, prefix, OpError, OpResult};
+use scr::ops::{index, next, prefix, OpError, OpResult};
 use scr::transfer::build;
 
 const HELP: &str = "\
@@ -11,6 +11,7 @@ NAME
 
 SYNOPSIS
     scr_index [--prefix DIR] [--list] [--json]
+    scr_index [--prefix DIR] --restart [--json]
     scr_index [--prefix DIR] --current NAME | --drop NAME | --drop-after NAME | --add NAME | --build ID
 
 DESCRIPTION
@@ -40,6 +41,23 @@ OPTIONS
         \"valid\", \"complete\", \"failed\", \"flushing\", \"flushed\", \"current\",
         \"checkpoint\", \"output\", \"ranks\", \"files\", \"bytes\"}]}; with --build, the build
         report {\"id\", \"name\", \"ranks\", \"complete\", \"rebuilt\", \"missing\", \"notes\"}.
+    --restart
+        Print the checkpoint the next run would restart from, as SCR_Init decides: the newest
+        checkpoint complete in this node's cache (every file of its ranks here present with
+        its size) or in the index above (the current one first; never failed or incomplete
+        ones; not with SCR_FETCH=0), the cached copy on a tie, as lines:
+            checkpoint: NAME            (or: checkpoint: none)
+            dataset: ID
+            from: cache | prefix
+            nodes: HOST (ranks 0-3 of 4)  (cache only: other nodes' caches are not visible;
+                                           fallback: names the prefix checkpoint used then)
+            files: N (B bytes)
+            location: DIR               (where the bytes are)
+            paths: DIRS                 (the application's directories of them)
+        It reads the cache through SCR_CNTL_BASE and the job id as the library does: run it
+        in the job's environment. With --json: {\"prefix\", \"checkpoint\", \"fallback\",
+        \"notes\"}. Exit status 0 when there is a checkpoint, 3 when there is none (also for
+        a directory without .scr: no job ran there).
     -c, --current NAME
         Restart from checkpoint NAME next (it must be valid). Newer checkpoints are not deleted,
         only skipped by the next restart.
@@ -62,13 +80,14 @@ OPTIONS
         Print this text.
 
 EXIT STATUS
-    0 on success; 1 on failure: a directory without .scr, a damaged index (reported by name
+    0 on success; 3 for --restart when no checkpoint would be loaded; 1 on failure: a directory without .scr, a damaged index (reported by name
     and left as it is), an unknown dataset, or a --build that leaves the dataset incomplete;
     2 for bad usage. A failed change changes no file.
 
 EXAMPLES
     scr_index
     scr_index --prefix /p/lscratch/user1/sim123 --json
+    if scr_index --restart --prefix $SCR_PREFIX; then echo restarting; fi
     scr_index --current ckpt.12
     scr_index --drop ckpt.50 && scr_index --add ckpt.50
     scr_index --drop-after ckpt.12
@@ -85,6 +104,7 @@ const OPTS: &[Opt] = &[
     valued("prefix", Some('p'), "DIR"),
     flag("list", Some('l')),
     flag("json", None),
+    flag("restart", None),
     valued("current", Some('c'), "NAME"),
     valued("drop", Some('d'), "NAME"),
     valued("drop-after", None, "NAME"),
@@ -98,9 +118,19 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
     if let Some(extra) = p.positional.first() {
         return Err(OpError::usage(format!("unexpected argument {extra:?} (the prefix is given with --prefix DIR)")));
     }
-    let actions = ["current", "drop", "drop-after", "remove", "add", "build"].iter().filter(|a| p.has(a)).count();
+    let actions =
+        ["current", "drop", "drop-after", "remove", "add", "build", "restart"].iter().filter(|a| p.has(a)).count();
     if actions > 1 {
-        return Err(OpError::usage("give one of --current, --drop, --drop-after, --add, --build at a time"));
+        return Err(OpError::usage("give one of --current, --drop, --drop-after, --add, --build, --restart at a time"));
+    }
+    if p.has("restart") {
+        let n = next::next(&prefix::choose(p.value("prefix")))?;
+        if p.has("json") {
+            println!("{}", serde_json::to_string_pretty(&n).expect("serialises"));
+        } else {
+            print!("{}", next::describe(&n));
+        }
+        return Ok(if n.checkpoint.is_some() { 0 } else { 3 });
     }
     let build_id = p.value("build").map(|v| args::parse_count("build", v)).transpose()?;
     let layout = prefix::open(&prefix::choose(p.value("prefix")), false)?;

@@ -11,6 +11,7 @@
 //! | [`times`] | the time forms `scr_halt --before/--after` accept, and printing them |
 //! | [`halt`] | reading and changing halt conditions (`scr_halt`) |
 //! | [`index`] | listing and editing the index (`scr_index`) |
+//! | [`next`] | what the next run would restart from, for job scripts (`scr_index --restart`) |
 //! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
 //! | [`scavenge`] | `scr_copy` on one node and `scr_scavenge` over the nodes (the copy and the build, `scr_index --build`, are [`crate::transfer::scavenge`] and [`crate::transfer::build`]) |
 //! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
@@ -31,6 +32,7 @@ pub mod halt;
 pub mod index;
 pub mod interval;
 pub mod launch;
+pub mod next;
 pub mod nodes;
 pub mod prefix;
 pub mod run;

@@ -1,0 +1,229 @@
+//! What the next run would restart from, for job scripts (`scr_index --restart`): after a
+//! crash the batch script runs outside MPI and, in transparent mode, sees no checkpoint files
+//! in the prefix (they are in node-local cache). This reads what the next `SCR_Init` reads and
+//! decides as it does (`crate::runtime` restart): the newest checkpoint complete in cache (this
+//! node's control directory: its ranks' filemaps, each file present with its size) or in the
+//! prefix's index (the current one first, never a failed or incomplete one, only with
+//! `SCR_FETCH=1`); on a tie the cached copy. A cached checkpoint whose ranks are not all on
+//! this node is reported with the ranks seen here (other nodes' caches are not visible), and
+//! the prefix checkpoint a restart falls back to when those caches are gone.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::OpResult;
+use crate::state::filemap::{DatasetRecord, Filemap};
+use crate::state::index::Index;
+
+/// The answer.
+#[derive(Debug, Serialize)]
+pub struct Next {
+    pub prefix: PathBuf,
+    /// What the next run would load; none: it starts from the beginning.
+    pub checkpoint: Option<Choice>,
+    /// The checkpoint in the prefix a restart uses if the cached one cannot be.
+    pub fallback: Option<Choice>,
+    /// What was not readable, or why nothing is offered.
+    pub notes: Vec<String>,
+}
+
+/// One checkpoint a restart would load.
+#[derive(Debug, Serialize)]
+pub struct Choice {
+    pub id: u64,
+    pub name: String,
+    /// `cache` or `prefix`.
+    pub from: &'static str,
+    /// Processes that wrote it.
+    pub ranks: u32,
+    /// From cache: this host, and the ranks whose part is intact here.
+    pub host: Option<String>,
+    pub ranks_here: Vec<u32>,
+    pub files: u64,
+    pub bytes: u64,
+    /// Where the bytes are: cache dataset directories, or the prefix.
+    pub dirs: Vec<PathBuf>,
+    /// The application's directories of its files, relative to the prefix (from cache: those
+    /// of the ranks here), at most 8.
+    pub paths: Vec<String>,
+}
+
+impl Choice {
+    /// Whether every rank's part was seen (always, from the prefix).
+    pub fn whole(&self) -> bool {
+        self.from == "prefix" || self.ranks_here.len() as u32 == self.ranks
+    }
+}
+
+/// What the next run in `prefix` would restart from (`prefix` holds `.scr`, else nothing).
+pub fn next(prefix: &Path) -> OpResult<Next> {
+    let mut out = Next { prefix: prefix.to_path_buf(), checkpoint: None, fallback: None, notes: Vec::new() };
+    if !prefix.join(crate::paths::SCR_DIR).is_dir() {
+        out.notes.push(format!("{} has no .scr directory: no job has checkpointed there", prefix.display()));
+        return Ok(out);
+    }
+    let (layout, settings) = super::scavenge::job_context(Some(&prefix.to_string_lossy()))?;
+    let cached = cached(&layout.filemaps(), &mut out.notes);
+    let in_prefix = if settings.fetch {
+        match Index::load(&layout.index()) {
+            Ok(ix) => ix.restart_candidates(&[]).first().map(|id| {
+                let e = &ix.datasets[id];
+                Choice {
+                    id: *id,
+                    name: e.desc.name.clone(),
+                    from: "prefix",
+                    ranks: e.desc.ranks,
+                    host: None,
+                    ranks_here: Vec::new(),
+                    files: e.desc.files,
+                    bytes: e.desc.size,
+                    dirs: vec![prefix.to_path_buf()],
+                    paths: Vec::new(),
+                }
+            }),
+            Err(e) => {
+                out.notes.push(format!("{e}; the prefix's checkpoints are not considered"));
+                None
+            }
+        }
+    } else {
+        out.notes.push("SCR_FETCH=0: a restart does not read checkpoints from the prefix".into());
+        None
+    };
+    match (cached, in_prefix) {
+        (Some(c), p) if p.as_ref().is_none_or(|p| p.id <= c.id) => {
+            out.fallback = p.filter(|_| !c.whole());
+            out.checkpoint = Some(c);
+        }
+        (_, p) => out.checkpoint = p,
+    }
+    if out.checkpoint.is_none() {
+        out.notes.push("no complete checkpoint in this node's cache or in the prefix's index".into());
+    }
+    Ok(out)
+}
+
+/// The newest checkpoint complete in this node's cache for every rank whose filemap is here.
+fn cached(filemaps: &[(i32, PathBuf)], notes: &mut Vec<String>) -> Option<Choice> {
+    let mut maps = Vec::new();
+    for (rank, path) in filemaps {
+        match Filemap::load(path) {
+            Ok(fm) => maps.push((*rank as u32, fm)),
+            Err(e) => notes.push(format!("{e}; rank {rank}'s cached data is not considered")),
+        }
+    }
+    let ids: BTreeSet<u64> = maps.iter().flat_map(|(_, fm)| fm.datasets.keys().copied()).collect();
+    for id in ids.into_iter().rev() {
+        let parts: Vec<(u32, &DatasetRecord)> =
+            maps.iter().filter_map(|(r, fm)| fm.datasets.get(&id).map(|rec| (*r, rec))).collect();
+        let Some((_, first)) = parts.first() else { continue };
+        if !first.desc.checkpoint {
+            continue;
+        }
+        if let Some((r, why)) = parts.iter().find_map(|(r, rec)| intact(rec).err().map(|w| (r, w))) {
+            notes.push(format!("cached checkpoint {} (dataset {id}): rank {r}: {why}", first.desc.name));
+            continue;
+        }
+        let files = parts.iter().flat_map(|(_, rec)| rec.files.iter());
+        let mut dirs: BTreeSet<String> = BTreeSet::new();
+        for f in files.clone() {
+            if dirs.len() < 8 {
+                dirs.insert(f.rel.parent().map_or(String::new(), |p| p.to_string_lossy().into_owned()));
+            }
+        }
+        return Some(Choice {
+            id,
+            name: first.desc.name.clone(),
+            from: "cache",
+            ranks: first.desc.ranks,
+            host: Some(crate::identity::host_name()),
+            ranks_here: parts.iter().map(|(r, _)| *r).collect(),
+            files: files.clone().count() as u64,
+            bytes: files.map(|f| f.size).sum(),
+            dirs: parts.iter().map(|(_, rec)| rec.dir.clone()).collect::<BTreeSet<_>>().into_iter().collect(),
+            paths: dirs.into_iter().map(|d| if d.is_empty() { ".".into() } else { d }).collect(),
+        });
+    }
+    None
+}
+
+/// A rank's part is complete and each of its files is present with its size.
+fn intact(rec: &DatasetRecord) -> Result<(), String> {
+    if !rec.complete {
+        return Err("its part never completed".into());
+    }
+    for f in &rec.files {
+        match std::fs::metadata(&f.path) {
+            Ok(m) if m.len() == f.size => {}
+            Ok(m) => return Err(format!("{} has {} bytes, not {}", f.path.display(), m.len(), f.size)),
+            Err(e) => return Err(format!("{}: {e}", f.path.display())),
+        }
+    }
+    Ok(())
+}
+
+/// Ranks as ranges: `0-3,6`.
+fn ranges(ranks: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j { ranks[i].to_string() } else { format!("{}-{}", ranks[i], ranks[j]) });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
+/// The answer as `key: value` lines.
+pub fn describe(n: &Next) -> String {
+    let mut out = String::new();
+    let Some(c) = &n.checkpoint else {
+        out.push_str("checkpoint: none (the next run starts from the beginning)\n");
+        for note in &n.notes {
+            out.push_str(&format!("note: {note}\n"));
+        }
+        return out;
+    };
+    out.push_str(&format!("checkpoint: {}\ndataset: {}\nfrom: {}\n", c.name, c.id, c.from));
+    if let Some(host) = &c.host {
+        let others = if c.whole() {
+            String::new()
+        } else {
+            "; the other ranks' parts are in other nodes' caches, not visible here".into()
+        };
+        out.push_str(&format!("nodes: {host} (ranks {} of {}){others}\n", ranges(&c.ranks_here), c.ranks));
+    }
+    out.push_str(&format!("files: {} ({} bytes)\n", c.files, c.bytes));
+    for d in &c.dirs {
+        out.push_str(&format!("location: {}\n", d.display()));
+    }
+    if !c.paths.is_empty() {
+        out.push_str(&format!(
+            "paths: {} (below {}, where the application finds them)\n",
+            c.paths.join(" "),
+            n.prefix.display()
+        ));
+    }
+    if let Some(f) = &n.fallback {
+        out.push_str(&format!("fallback: {} (dataset {}) in the prefix, if those caches are gone\n", f.name, f.id));
+    }
+    for note in &n.notes {
+        out.push_str(&format!("note: {note}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rank_ranges() {
+        assert_eq!(super::ranges(&[0, 1, 2, 3]), "0-3");
+        assert_eq!(super::ranges(&[0, 2, 3, 5]), "0,2-3,5");
+        assert_eq!(super::ranges(&[]), "");
+    }
+}
