@@ -29,6 +29,92 @@ pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
     out
 }
 
+/// A path read from metadata, relative to the directory it belongs to (the prefix, a cache
+/// directory, a dataset directory): the one check every such path passes before it is joined
+/// to that directory. Metadata in the prefix may have been written by someone else, so a
+/// path that is absolute, empty, holds a NUL or an empty, `.` or `..` component is refused
+/// rather than normalised: it cannot name anything outside its directory, and it is not
+/// silently read as another name either.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "PathBuf", into = "PathBuf")]
+pub struct RelPath(PathBuf);
+
+impl RelPath {
+    /// `p` if it is a safe relative path, otherwise why not.
+    pub fn new(p: PathBuf) -> std::result::Result<RelPath, String> {
+        match rel_problem(&p) {
+            None => Ok(RelPath(p)),
+            Some(why) => Err(format!("unsafe path {:?} ({why})", p.as_os_str())),
+        }
+    }
+}
+
+impl TryFrom<PathBuf> for RelPath {
+    type Error = String;
+    fn try_from(p: PathBuf) -> std::result::Result<RelPath, String> {
+        RelPath::new(p)
+    }
+}
+
+impl From<RelPath> for PathBuf {
+    fn from(r: RelPath) -> PathBuf {
+        r.0
+    }
+}
+
+impl std::ops::Deref for RelPath {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<Path> for RelPath {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// Why `p` is not a safe relative path (see [`RelPath`]), checked on its bytes: `Path`'s
+/// own parsing would quietly drop `.` and repeated `/`.
+pub fn rel_problem(p: &Path) -> Option<&'static str> {
+    use std::os::unix::ffi::OsStrExt;
+    let b = p.as_os_str().as_bytes();
+    if b.is_empty() {
+        return Some("empty");
+    }
+    if b.contains(&0) {
+        return Some("holds a NUL byte");
+    }
+    if b[0] == b'/' {
+        return Some("absolute");
+    }
+    for c in b.split(|&x| x == b'/') {
+        match c {
+            b"" => return Some("an empty component"),
+            b"." => return Some("a `.` component"),
+            b".." => return Some("a `..` component"),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Serde helpers for `PathBuf` fields of metadata that hold relative paths: reading goes
+/// through [`RelPath`], so a record with an unsafe path does not load (the reader names the
+/// file and the path); writing is unchanged.
+pub mod rel_field {
+    use std::path::{Path, PathBuf};
+
+    pub fn serialize<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+        serde::Serialize::serialize(p, s)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+        <super::RelPath as serde::Deserialize>::deserialize(d).map(PathBuf::from)
+    }
+}
+
 /// SCR's own directory, in the prefix (index, summaries, logs) and in each cached dataset's
 /// directory: no file of the application is routed there.
 pub const SCR_DIR: &str = ".scr";
@@ -199,6 +285,7 @@ pub fn remove_tree_if_exists(path: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::ffi::OsStringExt;
 
     #[test]
     fn normalisation_cannot_escape() {
@@ -206,6 +293,30 @@ mod tests {
         assert_eq!(normalize(Path::new("a/./b/../c"), cwd), PathBuf::from("/p/run/a/c"));
         assert_eq!(normalize(Path::new("../../../../etc"), cwd), PathBuf::from("/etc"));
         assert_eq!(normalize(Path::new("//x//y/"), cwd), PathBuf::from("/x/y"));
+    }
+
+    #[test]
+    fn metadata_paths_are_checked() {
+        for ok in ["a", "ckpt.1/rank_0", ".scr/x", "a..b/..c"] {
+            assert_eq!(rel_problem(Path::new(ok)), None, "{ok}");
+        }
+        for (bad, why) in [
+            ("", "empty"),
+            ("/etc/passwd", "absolute"),
+            ("../x", "a `..` component"),
+            ("a/../../x", "a `..` component"),
+            ("a//b", "an empty component"),
+            ("a/", "an empty component"),
+            ("./a", "a `.` component"),
+        ] {
+            assert_eq!(rel_problem(Path::new(bad)), Some(why), "{bad}");
+        }
+        let nul = PathBuf::from(std::ffi::OsString::from_vec(b"a\0b".to_vec()));
+        assert_eq!(rel_problem(&nul), Some("holds a NUL byte"));
+        let r: std::result::Result<RelPath, _> = serde_json::from_str("\"../../x\"");
+        assert!(r.unwrap_err().to_string().contains("unsafe path \"../../x\" (a `..` component)"));
+        let r: RelPath = serde_json::from_str("\"c/r\"").unwrap();
+        assert_eq!(&*r, Path::new("c/r"));
     }
 
     #[test]

@@ -9,7 +9,14 @@
 //! dies 2 s after ckpt.5 (its background work done). So the cache holds ckpt.4 and ckpt.5, the
 //! prefix ckpt.2 and ckpt.4 (current), and an untouched relaunch restarts from ckpt.5.
 //!
-//! A new metadata file gets its rows by adding one `Target` line to `TARGETS`.
+//! Every file that records paths also gets two "path escape" cells: its paths rewritten to
+//! climb out (`../..`) to a canary file beside the prefix, or to name it absolutely, header and
+//! checksum valid. The relaunch must refuse
+//! the file with a message naming it and the path, restart as if it were damaged, and leave
+//! the canary's bytes alone.
+//!
+//! A new metadata file gets its rows by adding one `Target` line to `TARGETS` (and its `what`
+//! to `PATH_TARGETS` if it records paths).
 
 mod common;
 use common::Job;
@@ -28,6 +35,12 @@ enum Damage {
     Flip,
     Truncate,
     Delete,
+    /// Rewrite every path the file records (`"rel"`) to climb out of its directory (`../..`)
+    /// to a canary file outside the prefix and the cache, with a valid header and checksum:
+    /// what someone who can write into the prefix (or a stray tool) can do.
+    PathEscape,
+    /// The same with the canary's absolute path.
+    AbsolutePath,
 }
 
 /// Where a damaged file is, and what the relaunch must restart from.
@@ -62,6 +75,16 @@ const TARGETS: &[Target] = &[
     Target { what: "cached data of ckpt.5", tail: "scr.dataset.5/ckpt.5/rank_1.ckpt", lose_cache: false, single: Some(4), xor: Some(5), rs: Some(5) },
 ];
 
+/// The targets whose file records paths: they also get [`Damage::PathEscape`].
+const PATH_TARGETS: &[&str] = &[
+    "rank2file of ckpt.4",
+    "rank 1's filemap",
+    "rank 1's redundancy file of ckpt.5",
+    "rank 1's background CRC32s of ckpt.5",
+];
+
+const CANARY: &[u8] = b"canary: must never be read, written or removed by SCR\n";
+
 fn setup(scheme: Scheme) -> Job {
     let mut job = match scheme {
         Scheme::Single => Job::new(),
@@ -78,8 +101,10 @@ fn setup(scheme: Scheme) -> Job {
     job
 }
 
-fn damage(path: &std::path::Path, d: Damage) {
+fn damage(path: &std::path::Path, d: Damage, canary: &std::path::Path) {
     match d {
+        Damage::PathEscape => common::escape_paths(path, &common::climbing_to(canary)),
+        Damage::AbsolutePath => common::escape_paths(path, &canary.display().to_string()),
         Damage::Flip => {
             let mut b = std::fs::read(path).unwrap();
             let i = b.len() / 2;
@@ -114,8 +139,12 @@ fn matrix(scheme: Scheme) {
         }) else {
             continue;
         };
-        for d in [Damage::Flip, Damage::Truncate, Damage::Delete] {
+        let escapes: &[Damage] =
+            if PATH_TARGETS.contains(&t.what) { &[Damage::PathEscape, Damage::AbsolutePath] } else { &[] };
+        for &d in [Damage::Flip, Damage::Truncate, Damage::Delete].iter().chain(escapes) {
             job.restore(&snap);
+            let canary = job.root.join("canary");
+            std::fs::write(&canary, CANARY).unwrap();
             let tail = t.tail.replace("{ext}", if scheme == Scheme::Rs { "rs" } else { "xor" });
             let mut found: Vec<_> =
                 job.find(&tail).into_iter().filter(|p| !p.starts_with(job.root.join("node/"))).collect();
@@ -124,7 +153,7 @@ fn matrix(scheme: Scheme) {
                 found.retain(|p| p.starts_with(job.node_dir("n1")));
             }
             assert_eq!(found.len(), 1, "{scheme:?} {}: one file ending in {} expected: {found:?}", t.what, t.tail);
-            damage(&found[0], d);
+            damage(&found[0], d, &canary);
             if t.lose_cache {
                 lose_every_cache(&job);
             }
@@ -132,6 +161,21 @@ fn matrix(scheme: Scheme) {
             let want = format!("RESTARTED ckpt.{expect} step={expect}");
             if !r.has(&want) || r.stdout.contains("RESTART_FAILED") || r.code != Some(0) {
                 failures.push(format!("{scheme:?} / {} / {d:?}: wanted {want}\n{}", t.what, r.dump()));
+            }
+            if matches!(d, Damage::PathEscape | Damage::AbsolutePath) {
+                // refused by name, and the file outside was neither read in nor touched
+                if !r.all().contains("unsafe path")
+                    || !r.all().contains(&*found[0].file_name().unwrap().to_string_lossy())
+                {
+                    failures.push(format!(
+                        "{scheme:?} / {} / {d:?}: no message naming the unsafe path\n{}",
+                        t.what,
+                        r.dump()
+                    ));
+                }
+                if std::fs::read(&canary).ok().as_deref() != Some(CANARY) {
+                    failures.push(format!("{scheme:?} / {} / {d:?}: the canary outside the prefix changed", t.what));
+                }
             }
         }
     }

@@ -26,6 +26,7 @@ const KIND: &str = "redundancy";
 /// A file as the redundancy header records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileEntry {
+    #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
     pub size: u64,
     pub crc: Option<u32>,

@@ -146,7 +146,7 @@ pub fn cached_files() -> Result<Vec<CachedFile>> {
 /// prefix. A rank that dies before it hears of a rename applies it at restart.
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct RenameLog {
-    renames: Vec<(u64, PathBuf, PathBuf)>,
+    renames: Vec<(u64, crate::paths::RelPath, crate::paths::RelPath)>,
 }
 
 const RENAME_LOG: &str = "renames.scr";
@@ -179,9 +179,11 @@ pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
             let path = rt.layout.scr_dir().join(RENAME_LOG);
             // entries older than every cached dataset can no longer matter
             let oldest = rt.filemap.datasets.keys().next().copied().unwrap_or(id);
+            let rel = |p: &Path| crate::paths::RelPath::new(p.to_path_buf()).map_err(crate::error::Error::Other);
+            let entry = (id, rel(old)?, rel(new)?);
             crate::persist::update(&path, "RENAMES", |l: &mut RenameLog| {
                 l.renames.retain(|(upto, _, _)| *upto >= oldest);
-                l.renames.push((id, old.to_path_buf(), new.to_path_buf()))
+                l.renames.push(entry)
             })?;
             let flushed: Vec<u64> = rt.filemap.datasets.values().filter(|r| concerned(r)).map(|r| r.desc.id).collect();
             let ix = rt.load_index();

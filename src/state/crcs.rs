@@ -18,6 +18,7 @@ const KIND: &str = "crcs";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileCrc {
     /// Relative to the prefix (the application's name).
+    #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
     pub size: u64,
     pub crc: u32,

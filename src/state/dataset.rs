@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SharedFile {
     /// Its name below the prefix.
+    #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
     /// The ranks that wrote it.
     pub writers: Vec<u32>,

@@ -28,6 +28,7 @@ const KIND: &str = "filemap";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FileMeta {
     /// Path relative to the prefix (the application's name for it).
+    #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
     /// Where the bytes are: in the cache, or in the prefix for bypass datasets.
     pub path: PathBuf,

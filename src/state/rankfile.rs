@@ -24,6 +24,7 @@ const KIND: &str = "rankfilemap";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankFileEntry {
     /// Relative to the prefix.
+    #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
     pub size: u64,
     pub crc: Option<u32>,
@@ -52,7 +53,20 @@ pub struct RankFile {
 
 impl RankFile {
     pub fn load(path: &Path) -> Result<Option<RankFile>, MetaError> {
-        persist::read(path, KIND)
+        let rf: Option<RankFile> = persist::read(path, KIND)?;
+        // the redundancy file is named inside the dataset directory: one component
+        if let Some(red) = rf.as_ref().and_then(|f| f.red.as_ref()) {
+            let f = &red.info.file;
+            let why =
+                crate::paths::rel_problem(f).or((f.components().count() != 1).then_some("not a single file name"));
+            if let Some(why) = why {
+                return Err(MetaError::Damaged {
+                    path: path.to_path_buf(),
+                    why: format!("redundancy file: unsafe path {:?} ({why})", f.as_os_str()),
+                });
+            }
+        }
+        Ok(rf)
     }
 
     pub fn save(&self, path: &Path) -> Result<(), MetaError> {

@@ -21,6 +21,7 @@ pub struct Summary {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PrefixFile {
     /// Relative to the prefix.
+    #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
     pub size: u64,
     pub crc: Option<u32>,

@@ -514,3 +514,58 @@ pub fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) {
         }
     }
 }
+
+/// A relative path that climbs from any directory to the absolute path `target`.
+pub fn climbing_to(target: &Path) -> String {
+    format!("{}{}", "../".repeat(40), target.display().to_string().trim_start_matches('/'))
+}
+
+/// Rewrite every path (`"rel"`) recorded in the SCR metadata file `path` (a metadata record, or
+/// a redundancy file: payload, header record, header length) to `escape` (e.g. an absolute
+/// path, or [`climbing_to`] one), with a valid header and checksum: what someone who can write
+/// into the prefix can do. Panics if the file records no path.
+pub fn escape_paths(path: &Path, escape: &str) {
+    let b = std::fs::read(path).unwrap();
+    if b.starts_with(b"SCRMETA ") {
+        std::fs::write(path, escape_meta(&b, escape)).unwrap();
+    } else {
+        let n = b.len();
+        let len = u64::from_le_bytes(b[n - 8..].try_into().unwrap()) as usize;
+        let header = escape_meta(&b[n - 8 - len..n - 8], escape);
+        let mut out = b[..n - 8 - len].to_vec();
+        out.extend_from_slice(&header);
+        out.extend_from_slice(&(header.len() as u64).to_le_bytes());
+        std::fs::write(path, out).unwrap();
+    }
+}
+
+/// A metadata record (`SCRMETA 1 <kind> <len> <crc>` and a JSON body) with every `"rel"`
+/// replaced by `escape`, re-encoded with a correct length and checksum.
+pub fn escape_meta(bytes: &[u8], escape: &str) -> Vec<u8> {
+    fn walk(v: &mut serde_json::Value, escape: &str, n: &mut usize) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if k == "rel" && x.is_string() {
+                        *x = escape.into();
+                        *n += 1;
+                    } else {
+                        walk(x, escape, n);
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(|x| walk(x, escape, n)),
+            _ => {}
+        }
+    }
+    let nl = bytes.iter().position(|b| *b == b'\n').unwrap();
+    let kind = std::str::from_utf8(&bytes[..nl]).unwrap().split(' ').nth(2).unwrap().to_string();
+    let mut body: serde_json::Value = serde_json::from_slice(&bytes[nl + 1..]).unwrap();
+    let mut n = 0;
+    walk(&mut body, escape, &mut n);
+    assert!(n > 0, "no path recorded in this {kind} record");
+    let body = serde_json::to_vec_pretty(&body).unwrap();
+    let mut out = format!("SCRMETA 1 {kind} {} {:08x}\n", body.len(), crc32fast::hash(&body)).into_bytes();
+    out.extend_from_slice(&body);
+    out
+}

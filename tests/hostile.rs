@@ -1,0 +1,134 @@
+//! A hostile prefix harms nothing: someone who can write into the prefix (another user of a
+//! shared directory, a stray tool) plants crafted metadata or symbolic links, and the owner's
+//! next run, `scr_index` and `scr_halt` must neither read, write nor delete anything outside
+//! the prefix and the cache, nor signal a process that is not the job's. Each test puts a
+//! canary file outside the prefix and checks its bytes afterwards. Also: a file name of 250
+//! bytes (whose temporary names would exceed NAME_MAX) is flushed and fetched.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{Job, Run};
+
+const SIZE: &str = "100003";
+const CANARY: &[u8] = b"canary: must never be read, written or removed by SCR\n";
+
+fn canary(job: &Job, name: &str) -> PathBuf {
+    let p = job.root.join(name);
+    std::fs::write(&p, CANARY).unwrap();
+    p
+}
+
+fn intact(p: &Path) -> bool {
+    std::fs::read(p).ok().as_deref() == Some(CANARY)
+}
+
+fn scr_index(job: &Job, args: &[&str]) -> Run {
+    let out = job.command(env!("CARGO_BIN_EXE_scr_index")).args(args).stdin(Stdio::null()).output().unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Write `body` as an SCR metadata record of `kind` (valid header and checksum).
+fn write_meta(path: &Path, kind: &str, body: &serde_json::Value) {
+    let body = serde_json::to_vec_pretty(body).unwrap();
+    let mut out = format!("SCRMETA 1 {kind} {} {:08x}\n", body.len(), crc32fast::hash(&body)).into_bytes();
+    out.extend_from_slice(&body);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, out).unwrap();
+}
+
+#[test]
+fn prefix_size_pruning_never_deletes_a_file_a_crafted_rank2file_names_outside_the_prefix() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1").set("SCR_PREFIX_SIZE", "2");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let victim = canary(&job, "victim");
+    let r2f = job.prefix.join(".scr/scr.dataset.1/rank2file.scr");
+    common::escape_paths(&r2f, &common::climbing_to(&victim));
+    // the next checkpoint pushes ckpt.1 out of the prefix window
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "1"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    assert!(intact(&victim), "pruning deleted or changed a file outside the prefix\n{}", r.dump());
+    let all = r.all();
+    assert!(all.contains("unsafe path") && all.contains(&*r2f.display().to_string()), "{}", r.dump());
+    // the good datasets are untouched
+    let ls = std::process::Command::new("find").arg(&job.prefix).output().unwrap();
+    assert!(
+        job.prefix.join("ckpt.2/rank_0.ckpt").exists() && job.prefix.join("ckpt.3/rank_0.ckpt").exists(),
+        "{}\n{}",
+        String::from_utf8_lossy(&ls.stdout),
+        r.dump()
+    );
+}
+
+#[test]
+fn scr_index_build_refuses_paths_that_leave_the_prefix() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let victim = canary(&job, "victim");
+    let r2f = job.prefix.join(".scr/scr.dataset.1/rank2file.scr");
+    common::escape_paths(&r2f, &common::climbing_to(&victim));
+    let out = scr_index(&job, &["--build", "1"]);
+    assert_ne!(out.code, Some(0), "{}", out.dump());
+    assert!(out.all().contains("unsafe path") && out.all().contains("rank2file.scr"), "{}", out.dump());
+    assert!(intact(&victim));
+    // the restart goes on from the good checkpoint
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+}
+
+#[test]
+fn fetch_refuses_a_rank2file_that_names_files_outside_the_prefix_and_restarts_older() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    // the newest checkpoint's rank2file points rank files at a file outside the prefix whose
+    // bytes are rank 1's checkpoint (so size and CRC32 match: the old code read it in and
+    // wrote it through the same path from the cache)
+    let outside = job.root.join("outside.ckpt");
+    std::fs::copy(job.prefix.join("ckpt.2/rank_1.ckpt"), &outside).unwrap();
+    let before = std::fs::read(&outside).unwrap();
+    let r2f = job.prefix.join(".scr/scr.dataset.2/rank2file.scr");
+    common::escape_paths(&r2f, &outside.display().to_string());
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1"), "{}", r.dump());
+    assert!(r.all().contains("unsafe path") && r.all().contains(&*r2f.display().to_string()), "{}", r.dump());
+    assert_eq!(std::fs::read(&outside).unwrap(), before);
+}
+
+#[test]
+fn a_crafted_rename_log_moves_no_cached_file_outside_the_prefix() {
+    // transparent mode: a directory rename in the prefix is logged in .scr/renames.scr for
+    // ranks that learn of it at restart; a crafted entry must not rename cached files to a
+    // name outside the prefix (where the next flush would write them)
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "0");
+    let app = common::app("ckpt_posix.c", &[]).display().to_string();
+    let args = |extra: &[&str]| {
+        let mut v = vec!["--dir".to_string(), job.prefix.display().to_string()];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    let r = job.run_exe(4, std::slice::from_ref(&app), &args(&["--steps", "8", "--crash-at", "7"]));
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    let escaped = job.root.join("escaped");
+    let log = job.prefix.join(".scr/renames.scr");
+    write_meta(&log, "RENAMES", &serde_json::json!({ "renames": [[1000, "ckpt.6", common::climbing_to(&escaped)]] }));
+    let r = job.run_exe(4, &[app], &args(&["--steps", "10"]));
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(r.all().contains("unsafe path") && r.all().contains(&*log.display().to_string()), "{}", r.dump());
+    assert!(!escaped.exists(), "files were renamed to a name outside the prefix");
+}
