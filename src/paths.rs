@@ -172,6 +172,58 @@ impl Prefix {
     }
 }
 
+/// The longest file name (in bytes) Linux file systems accept.
+pub const NAME_MAX: usize = 255;
+
+/// The temporary name SCR gives `path` beside it while writing it: `.<name><suffix>`, or,
+/// when that would be longer than [`NAME_MAX`], `.<start of name>~<crc32 of name><suffix>`
+/// cut to fit, so every legal name has one (the same for every process: the name alone
+/// decides). Every temporary-name site uses this.
+pub fn temp_name(path: &Path, suffix: &str) -> PathBuf {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let name = path.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
+    let mut out = Vec::with_capacity(NAME_MAX);
+    out.push(b'.');
+    if 1 + name.len() + suffix.len() <= NAME_MAX {
+        out.extend_from_slice(name);
+    } else {
+        let tag = format!("~{:08x}", crc32fast::hash(name));
+        let mut keep = NAME_MAX.saturating_sub(1 + tag.len() + suffix.len()).min(name.len());
+        // cut on a character boundary where the name is UTF-8
+        while keep > 0 && keep < name.len() && (name[keep] & 0xc0) == 0x80 {
+            keep -= 1;
+        }
+        out.extend_from_slice(&name[..keep]);
+        out.extend_from_slice(tag.as_bytes());
+    }
+    out.extend_from_slice(suffix.as_bytes());
+    path.with_file_name(std::ffi::OsString::from_vec(out))
+}
+
+/// Create the temporary file `tmp` for writing, exclusively and without following a symbolic
+/// link (`O_CREAT|O_EXCL|O_NOFOLLOW`): whatever is found at the name (a stale temporary a
+/// killed run left, or a link someone planted to make SCR write elsewhere) is unlinked (a link
+/// itself, never its target) and the file created afresh; if something appears again in
+/// between, the create fails rather than writing through it.
+pub fn create_temp(tmp: &Path, mode: u32) -> io::Result<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(tmp)
+    };
+    match open() {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_file(tmp)?;
+            open()
+        }
+        r => r,
+    }
+}
+
 /// Move a file within the node: rename it, or, across file systems, copy it and remove the
 /// source (a source that cannot be removed then is left behind: the copy is what counts).
 pub fn move_file(from: &Path, to: &Path) -> io::Result<()> {
@@ -317,6 +369,39 @@ mod tests {
         assert!(r.unwrap_err().to_string().contains("unsafe path \"../../x\" (a `..` component)"));
         let r: RelPath = serde_json::from_str("\"c/r\"").unwrap();
         assert_eq!(&*r, Path::new("c/r"));
+    }
+
+    #[test]
+    fn temporary_names_fit_name_max() {
+        assert_eq!(temp_name(Path::new("/p/d/rank_0"), ".scrpart"), PathBuf::from("/p/d/.rank_0.scrpart"));
+        for len in [200usize, 246, 247, 250, 255] {
+            let long = "x".repeat(len);
+            let t = temp_name(&Path::new("/p").join(&long), ".scrshared");
+            let n = t.file_name().unwrap().len();
+            assert!(n <= NAME_MAX, "{len}: {n}");
+            assert!(t.to_str().unwrap().ends_with(".scrshared") && t.to_str().unwrap().starts_with("/p/."));
+            let other = temp_name(&Path::new("/p").join(format!("{}y", &long[1..])), ".scrshared");
+            assert_ne!(t, other, "{len}: names differing at the end get different temporaries");
+        }
+        // multi-byte characters are not cut in half
+        let t = temp_name(Path::new(&"é".repeat(125)), ".scrpart");
+        assert!(t.to_str().is_some() && t.as_os_str().len() <= NAME_MAX);
+    }
+
+    #[test]
+    fn temporaries_never_write_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("target");
+        fs::write(&target, b"keep").unwrap();
+        let tmp = dir.path().join(".f.scrpart");
+        std::os::unix::fs::symlink(&target, &tmp).unwrap();
+        use std::io::Write;
+        create_temp(&tmp, 0o600).unwrap().write_all(b"new").unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"keep");
+        assert!(fs::symlink_metadata(&tmp).unwrap().file_type().is_file());
+        // a stale temporary is replaced
+        create_temp(&tmp, 0o600).unwrap().write_all(b"n").unwrap();
+        assert_eq!(fs::read(&tmp).unwrap(), b"n");
     }
 
     #[test]

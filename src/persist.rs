@@ -8,7 +8,9 @@
 //!
 //! **Crash safety.** [`write_atomic`] writes a temporary file in the same directory, fsyncs it,
 //! renames it over the target and fsyncs the directory: a reader sees the old content or the
-//! new one, never a mix. [`read`] reports damage as [`MetaError::Damaged`] naming the file.
+//! new one, never a mix. The temporary is created `O_EXCL|O_NOFOLLOW`
+//! ([`crate::paths::create_temp`]); metadata and lock files are opened `O_NOFOLLOW`, so a
+//! symbolic link planted at one of SCR's names is refused, never followed. [`read`] reports damage as [`MetaError::Damaged`] naming the file.
 //!
 //! **Locking.** Files written by two parties (the halt file by `scr_halt` and the job, the
 //! index by the job and `scr_index`) are read-modified-written under [`Lock`], a POSIX record
@@ -90,13 +92,12 @@ pub fn write_atomic<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<
     // application's calls) may write at once.
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(
-        ".{}.tmp.{}.{seq}",
-        path.file_name().map(|s| s.to_string_lossy()).unwrap_or_default(),
-        std::process::id()
-    ));
+    let tmp = crate::paths::temp_name(
+        &dir.join(path.file_name().unwrap_or_default()),
+        &format!(".tmp.{}.{seq}", std::process::id()),
+    );
     let write = || -> io::Result<()> {
-        let mut f = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut f = crate::paths::create_temp(&tmp, 0o600)?;
         f.write_all(&bytes)?;
         f.sync_all()?;
         Ok(())
@@ -118,7 +119,8 @@ pub fn write_atomic<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<
 /// Read and check `path`; `Ok(None)` if it does not exist.
 pub fn read<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Option<T>, MetaError> {
     let mut bytes = Vec::new();
-    match File::open(path) {
+    // never through a link: SCR owns these names
+    match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path) {
         Ok(mut f) => {
             f.read_to_end(&mut bytes).map_err(io_err("read", path))?;
         }
@@ -144,6 +146,7 @@ impl Lock {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&lock_path)
             .map_err(io_err("open lock file", &lock_path))?;
         // SAFETY: a zeroed flock is a valid "whole file" request once the fields below are set;

@@ -110,6 +110,63 @@ fn fetch_refuses_a_rank2file_that_names_files_outside_the_prefix_and_restarts_ol
 }
 
 #[test]
+fn flush_never_writes_through_links_planted_at_temporary_names_or_the_log() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1").set("SCR_LOG_ENABLE", "1").set("SCR_LOG_TXT_ENABLE", "1");
+    let victim = canary(&job, "victim");
+    for step in 1..=2 {
+        let dir = job.prefix.join(format!("ckpt.{step}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        for r in 0..4 {
+            std::os::unix::fs::symlink(&victim, dir.join(format!(".rank_{r}.ckpt.scrpart"))).unwrap();
+        }
+    }
+    std::fs::create_dir_all(job.prefix.join(".scr")).unwrap();
+    let log_victim = canary(&job, "log_victim");
+    std::os::unix::fs::symlink(&log_victim, job.prefix.join(".scr/log")).unwrap();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(intact(&victim), "a flush wrote through a planted link\n{}", r.dump());
+    assert!(intact(&log_victim), "the event log was appended through a planted link\n{}", r.dump());
+    assert!(r.all().contains("is a symbolic link; refusing to append through it"), "{}", r.dump());
+    for step in 1..=2 {
+        for rank in 0..4 {
+            let p = job.prefix.join(format!("ckpt.{step}/rank_{rank}.ckpt"));
+            assert!(std::fs::symlink_metadata(&p).unwrap().file_type().is_file(), "{}", p.display());
+        }
+    }
+    // what was flushed is whole: a restart from the prefix checks every byte
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+}
+
+#[test]
+fn a_250_byte_file_name_is_flushed_and_fetched() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2", "--long-names"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let name = format!("rank_1_{}.ckpt", "x".repeat(250 - 7 - 5));
+    assert_eq!(name.len(), 250);
+    let flushed = job.prefix.join("ckpt.2").join(&name);
+    assert_eq!(std::fs::metadata(&flushed).map(|m| m.len()).ok(), Some(100003), "{}", r.dump());
+    let leftovers: Vec<_> = std::fs::read_dir(job.prefix.join("ckpt.2"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // the cache is lost: the restart fetches the long names from the prefix (test_api checks
+    // every byte it reads)
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0", "--long-names"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+}
+
+#[test]
 fn a_crafted_rename_log_moves_no_cached_file_outside_the_prefix() {
     // transparent mode: a directory rename in the prefix is logged in .scr/renames.scr for
     // ranks that learn of it at restart; a crafted entry must not rename cached files to a

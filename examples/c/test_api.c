@@ -8,12 +8,14 @@
  *            [--crash-after K] [--crash-after-count K] [--crash-rank R] [--crash-during K]
  *            [--pause-before K DIR] [--invalid-rank R] [--uneven] [--quiet]
  *            [--hang-rank R --hang-after K] [--compute-secs S] [--sleep-after-finalize S]
- *            [--crash-delay S]
+ *            [--crash-delay S] [--long-names]
  *
  * --crash-after K   every rank calls _exit(9) right after checkpoint K completes (a failure)
  * --crash-after-count K  the same after the K-th checkpoint this run wrote (every run fails)
  * --crash-rank R    only rank R crashes for --crash-after/--crash-after-count (the launcher
  *                   then ends the others)
+ * --long-names      each rank's file name is 250 bytes long (rank_<r>_xxx...x.ckpt), the most a
+ *                   temporary name with a suffix could not hold
  * --crash-delay S   the crash of --crash-after/--crash-after-count comes S seconds after the
  *                   checkpoint (the library's background work on it has time to finish)
  * --pause-before K DIR  in a run that did not restart, before step K rank 0 creates
@@ -112,9 +114,17 @@ static int watchdog_threads(void)
 static int nfiles(void) { return uneven ? rank % 3 : 1; }
 static size_t fsize(size_t size, int k) { return !uneven ? size : k == 1 ? 0 : size + 1237 * (size_t) rank + 17 * (size_t) k; }
 static int fseed(int k) { return uneven ? rank * 8 + k : rank; }
+static int long_names = 0;
 static void fname(char* out, size_t n, int step, int k)
 {
-  if (uneven) snprintf(out, n, "ckpt.%d/rank_%d_%d.ckpt", step, rank, k);
+  if (long_names) {
+    char pad[251];
+    int head = snprintf(pad, sizeof pad, "rank_%d_", rank);
+    memset(pad + head, 'x', 250 - 5 - (size_t) head);
+    memcpy(pad + 245, ".ckpt", 6);
+    snprintf(out, n, "ckpt.%d/%s", step, pad);
+  }
+  else if (uneven) snprintf(out, n, "ckpt.%d/rank_%d_%d.ckpt", step, rank, k);
   else snprintf(out, n, "ckpt.%d/rank_%d.ckpt", step, rank);
 }
 
@@ -222,6 +232,7 @@ int main(int argc, char** argv)
     else if (!strcmp(argv[i], "--sleep-after-finalize") && i + 1 < argc) sleep_after = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--quiet")) quiet = 1;
     else if (!strcmp(argv[i], "--uneven")) uneven = 1;
+    else if (!strcmp(argv[i], "--long-names")) long_names = 1;
     else if (!strcmp(argv[i], "--flags") && i + 1 < argc) {
       const char* f = argv[++i];
       flags = !strcmp(f, "output") ? SCR_FLAG_OUTPUT

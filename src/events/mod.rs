@@ -227,11 +227,18 @@ impl TextLog {
             let opened = std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
-                .custom_flags(libc::O_CLOEXEC)
+                .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
                 .mode(0o644)
                 .open(&self.path);
             match opened {
                 Ok(f) => Some(f),
+                Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                    self.warn(&format!(
+                        "the event log {} is a symbolic link; refusing to append through it (remove it)",
+                        self.path.display()
+                    ));
+                    None
+                }
                 Err(e) => {
                     self.warn(&format!("cannot open the event log {}: {e}", self.path.display()));
                     None

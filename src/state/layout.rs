@@ -106,13 +106,14 @@ impl Layout {
     }
 }
 
-/// The staging name of a shared file at `at`: `.<name>.scrshared` beside it.
+/// The staging name of a shared file at `at`: `.<name>.scrshared` beside it (shortened with
+/// a hash when too long, see [`crate::paths::temp_name`]).
 pub fn shared_staging_name(at: &Path) -> PathBuf {
-    let name = at.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    at.with_file_name(format!(".{name}{}", crate::paths::STAGING_SUFFIX))
+    crate::paths::temp_name(at, crate::paths::STAGING_SUFFIX)
 }
 
-/// The shared file whose staging name `staging` is ([`shared_staging_name`] reversed).
+/// The shared file whose staging name `staging` is ([`shared_staging_name`] reversed; for a
+/// shortened name, the shortened form, which names no file).
 pub fn shared_of_staging(staging: &Path) -> Option<PathBuf> {
     let name = staging.file_name()?.to_str()?;
     let real = name.strip_prefix('.')?.strip_suffix(crate::paths::STAGING_SUFFIX).filter(|n| !n.is_empty())?;

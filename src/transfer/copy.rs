@@ -1,9 +1,11 @@
-//! Verified file copies. A file is written to `.<name>.scrpart` beside its destination,
+//! Verified file copies. A file is written to `.<name>.scrpart` beside its destination
+//! ([`crate::paths::temp_name`]: shortened with a hash when the name is too long; created
+//! with `O_EXCL|O_NOFOLLOW`, so a link planted there is never written through),
 //! fsynced, checked against the expected size and CRC32, and only then renamed into place,
 //! so a reader never sees a partial or corrupt file under the real name, and an existing
 //! good file is replaced only by a verified one.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -13,8 +15,7 @@ use crate::error::{Error, IoContext, Result};
 
 /// The temporary name a file is published under.
 pub fn part_name(dst: &Path) -> PathBuf {
-    let name = dst.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    dst.with_file_name(format!(".{name}.scrpart"))
+    crate::paths::temp_name(dst, ".scrpart")
 }
 
 /// A bandwidth limit for background copies (`SCR_FLUSH_ASYNC_BW`): after each chunk the
@@ -108,7 +109,7 @@ pub fn copy_verified_paced(
 }
 
 fn copy_to(src: &Path, dst: &Path, buf_size: usize, pace: &mut Pace) -> Result<Copied> {
-    let mut out = OpenOptions::new().write(true).create(true).truncate(true).open(dst).ctx("create", dst)?;
+    let mut out = crate::paths::create_temp(dst, 0o666).ctx("create", dst)?;
     let c = stream(src, buf_size, |chunk| {
         out.write_all(chunk).ctx("write", dst)?;
         pace.after(chunk.len());

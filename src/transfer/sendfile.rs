@@ -124,5 +124,5 @@ fn create(dst: &Path, tmp: &Path, private: bool) -> Result<File> {
             std::fs::create_dir_all(parent).ctx("create directory", parent)?;
         }
     }
-    File::create(tmp).ctx("create", tmp)
+    crate::paths::create_temp(tmp, 0o666).ctx("create", tmp)
 }

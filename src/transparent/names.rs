@@ -168,9 +168,15 @@ fn out_of_cache(t: &mut Table, from: &Path, dest: &Path) -> Done {
 
 /// Copy `src` to `dest` under a temporary name, then rename it into place.
 fn publish_copy(src: &Path, dest: &Path) -> Result<(), i32> {
-    let name = dest.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dest.with_file_name(format!(".{name}.scr-{}", std::process::id()));
-    std::fs::copy(src, &tmp).and_then(|_| std::fs::rename(&tmp, dest)).map(drop).map_err(|e| {
+    let tmp = crate::paths::temp_name(dest, &format!(".scr-{}", std::process::id()));
+    let copy = || -> std::io::Result<()> {
+        let mut from = std::fs::File::open(src)?;
+        let mode = from.metadata().map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))?;
+        let mut to = crate::paths::create_temp(&tmp, mode & 0o7777)?;
+        std::io::copy(&mut from, &mut to)?;
+        std::fs::rename(&tmp, dest)
+    };
+    copy().map_err(|e| {
         let _ = std::fs::remove_file(&tmp);
         errno_of(&e)
     })
