@@ -167,6 +167,53 @@ fn a_250_byte_file_name_is_flushed_and_fetched() {
 }
 
 #[test]
+fn halt_immediate_signals_no_process_a_crafted_run_record_names() {
+    let job = Job::new();
+    let mut sleep = std::process::Command::new("sleep").arg("300").spawn().unwrap();
+    let pid = sleep.id();
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let start: u64 = stat[stat.rfind(')').unwrap() + 1..].split_whitespace().nth(19).unwrap().parse().unwrap();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    let run = job.prefix.join(".scr/run.scr");
+    let mut rec = serde_json::json!({
+        "host": host, "wrapper_pid": 1, "launcher_pid": pid, "launcher_start": start, "attempt": 1,
+        "started": "2026-01-01T00:00:00", "nodes": [host], "command": ["sleep", "300"],
+        "ended": null, "status": null,
+    });
+    let halt = |why: &str| {
+        let out = job.command(env!("CARGO_BIN_EXE_scr_halt")).arg("--immediate").stdin(Stdio::null()).output().unwrap();
+        let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            all.contains(&format!("refusing to signal process {pid} named by {}", run.display())) && all.contains(why),
+            "{why}: {all}"
+        );
+        assert_ne!(out.status.code(), Some(0), "{all}");
+    };
+    let alive = |sleep: &mut std::process::Child| {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert!(sleep.try_wait().unwrap().is_none(), "scr_halt --immediate signalled another process");
+    };
+    // a record as older scr_run wrote them, its start time right: no proof of the command line
+    write_meta(&run, "run", &rec);
+    halt("written by an older scr_run");
+    alive(&mut sleep);
+    // every field forged right, but the record is another user's (someone else wrote it)
+    rec["launcher_cmdline"] = serde_json::json!(["sleep", "300"]);
+    write_meta(&run, "run", &rec);
+    std::os::unix::fs::chown(&run, Some(65534), Some(65534)).unwrap();
+    halt("and the run record to uid 65534");
+    alive(&mut sleep);
+    // the user's own record, but the process runs another command line than the launcher's
+    std::fs::remove_file(&run).unwrap();
+    rec["launcher_cmdline"] = serde_json::json!(["mpirun", "-np", "4", "./app"]);
+    write_meta(&run, "run", &rec);
+    halt("the record says the launcher runs");
+    alive(&mut sleep);
+    sleep.kill().unwrap();
+    sleep.wait().unwrap();
+}
+
+#[test]
 fn a_crafted_rename_log_moves_no_cached_file_outside_the_prefix() {
     // transparent mode: a directory rename in the prefix is logged in .scr/renames.scr for
     // ranks that learn of it at restart; a crafted entry must not rename cached files to a

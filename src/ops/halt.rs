@@ -255,6 +255,14 @@ fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
             rec.host, rec.launcher_pid
         )));
     }
+    if let Err(why) = proven_launcher(&rec, &path) {
+        return Err(OpError::failed(format!(
+            "refusing to signal process {} named by {}: {why}; stop the run yourself (kill, or your resource \
+             manager) if it is yours -- the halt file already prevents a relaunch",
+            rec.launcher_pid,
+            path.display()
+        )));
+    }
     let mut notes = vec![format!(
         "stopping run {} (launcher process {}: {})",
         rec.attempt,
@@ -314,6 +322,52 @@ fn signal(pid: u32, sig: i32) -> OpResult<()> {
         }
     }
     Ok(())
+}
+
+/// Why process `rec.launcher_pid` is not proven to be the launcher the run record at `path`
+/// describes. The record lives in the prefix, which others may be able to write, so a process
+/// is signalled only if it belongs to the user who owns the record (and, unless the caller is
+/// root, to the caller), started at the recorded time and runs the recorded command line.
+fn proven_launcher(rec: &RunRecord, path: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let pid = rec.launcher_pid;
+    let Some(cmdline) = &rec.launcher_cmdline else {
+        return Err("the run record does not say which command line the launcher runs (it was written by an \
+                    older scr_run, or crafted)"
+            .into());
+    };
+    if rec.launcher_start == 0 {
+        return Err("the run record has no start time for the launcher".into());
+    }
+    let owner = std::fs::symlink_metadata(path).map_err(|e| format!("cannot inspect the run record: {e}"))?.uid();
+    let proc_uid =
+        std::fs::metadata(format!("/proc/{pid}")).map_err(|e| format!("cannot inspect process {pid}: {e}"))?.uid();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if proc_uid != owner {
+        return Err(format!(
+            "the process belongs to uid {proc_uid} and the run record to uid {owner} (someone else wrote it)"
+        ));
+    }
+    if me != 0 && proc_uid != me {
+        return Err(format!("the process belongs to uid {proc_uid}, not to this user (uid {me})"));
+    }
+    if !process_is(pid, rec.launcher_start) {
+        return Err("the process did not start when the recorded launcher did".into());
+    }
+    match process_cmdline(pid) {
+        Some(now) if &now == cmdline => Ok(()),
+        Some(now) => Err(format!("the process runs {:?}, the record says the launcher runs {:?}", now, cmdline)),
+        None => Err(format!("cannot read the command line of process {pid}")),
+    }
+}
+
+/// The command line of a process (`/proc/<pid>/cmdline`), if it can be read and is not empty.
+pub fn process_cmdline(pid: u32) -> Option<Vec<String>> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let args: Vec<String> =
+        raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+    (!args.is_empty()).then_some(args)
 }
 
 /// The start time of a process in clock ticks since boot (`/proc/<pid>/stat` field 22).
@@ -392,5 +446,7 @@ mod tests {
         let start = process_start(me).expect("this process has a start time");
         assert!(process_is(me, start));
         assert!(!process_is(me, start + 1));
+        let args = process_cmdline(me).expect("this process has a command line");
+        assert_eq!(args.len(), std::env::args().count());
     }
 }

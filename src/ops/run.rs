@@ -259,6 +259,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             ended: None,
             status: None,
             slurm_job,
+            launcher_cmdline: super::halt::process_cmdline(pid),
         };
         if let Err(e) = rec.save(&layout.run_file()) {
             say(format!("warning: {e} (scr_halt --immediate cannot find this run)"));

@@ -6,7 +6,9 @@
 //!
 //! Only `scr_run` writes it (atomically, through [`crate::persist`]); a crash leaves a record
 //! whose process no longer exists, which readers check (`launcher_start` guards against a
-//! reused process id).
+//! reused process id). The prefix may be writable by others, so before it signals anything
+//! `scr_halt` also checks that the process belongs to the record's owner and still runs the
+//! recorded command line (`launcher_cmdline`).
 
 use std::path::Path;
 
@@ -42,6 +44,12 @@ pub struct RunRecord {
     /// step is found by the launcher's host and process id, and cancelled, from any host.
     #[serde(default)]
     pub slurm_job: Option<String>,
+    /// The launcher's command line as the kernel shows it (`/proc/<pid>/cmdline`) once it
+    /// started: with its owner (the record's file owner) and `launcher_start`, what proves to
+    /// `scr_halt --immediate` that a process is this job's launcher. Older records lack it,
+    /// and `scr_halt` then signals nothing.
+    #[serde(default)]
+    pub launcher_cmdline: Option<Vec<String>>,
 }
 
 impl RunRecord {
