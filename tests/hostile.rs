@@ -236,3 +236,49 @@ fn a_crafted_rename_log_moves_no_cached_file_outside_the_prefix() {
     assert!(r.all().contains("unsafe path") && r.all().contains(&*log.display().to_string()), "{}", r.dump());
     assert!(!escaped.exists(), "files were renamed to a name outside the prefix");
 }
+
+#[test]
+fn a_crafted_shared_file_path_in_a_summary_is_refused_and_the_older_checkpoint_restarts() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("shared", &["--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let victim = canary(&job, "victim");
+    let summary = job.prefix.join(".scr/scr.dataset.2/summary.scr");
+    common::escape_paths(&summary, &common::climbing_to(&victim));
+    job.wipe_cache();
+    let r = job.run("shared", &["--steps", "0"]);
+    assert!(r.stdout.contains("RESTARTED ckpt.1 step=1 ") && r.code == Some(0), "{}", r.dump());
+    assert!(r.all().contains("unsafe path") && r.all().contains(&*summary.display().to_string()), "{}", r.dump());
+    assert!(intact(&victim));
+}
+
+#[test]
+fn scr_index_build_refuses_a_crafted_rank_filemap_of_a_scavenged_dataset() {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    job.set("SCR_COPY_TYPE", "XOR").set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2", "--crash-after", "2"]);
+    assert!(r.has("CRASH after ckpt.2"), "{}", r.dump());
+    let sim = format!("env PMI_RANK=0 SIM_NODE_MAP={{node}} {}", common::repo().join("scripts/sim-node.sh").display());
+    let out = job
+        .command(env!("CARGO_BIN_EXE_scr_scavenge"))
+        .args(["--nodes", "n0,n1,n2,n3", "--node-cmd", &sim])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let victim = canary(&job, "victim");
+    let fm = job.prefix.join(".scr/scr.dataset.2/1.scrfilemap");
+    common::escape_paths(&fm, &victim.display().to_string());
+    let out = scr_index(&job, &["--build", "2"]);
+    assert!(out.all().contains("unsafe path") && out.all().contains("1.scrfilemap"), "{}", out.dump());
+    // the crafted rank's part counts as lost: rebuilt from the others' redundancy data
+    assert!(out.code == Some(0) && out.stdout.contains("rebuilt the files of rank(s) [1]"), "{}", out.dump());
+    assert!(intact(&victim));
+    // a new allocation restarts from what the prefix holds, every byte checked
+    std::fs::remove_dir_all(job.root.join("nodes")).unwrap();
+    job.map(&["m0", "m1", "m2", "m3"]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    assert!(intact(&victim));
+}
