@@ -127,11 +127,14 @@ fn a_file_written_into_a_completed_checkpoint_joins_it() {
         }
         let r = run(&job, &args);
         assert!(r.has("CHECKPOINT 6") && !r.has("CHECKPOINT 8"), "stdio={stdio}: {}", r.dump());
-        // one dataset in cache (SCR_CACHE_SIZE=1): ckpt.6 with its rank files and meta
+        // one dataset of ckpt.6 in cache: its rank files and meta
         assert_eq!(job.cached_files("ckpt.6/rank_").len(), 4, "stdio={stdio}: {:?}", job.cached_files(""));
         assert_eq!(job.cached_files("ckpt.6/meta").len(), 1, "stdio={stdio}: {:?}", job.cached_files(""));
-        assert_eq!(dataset_dirs_with(&job, "ckpt").len(), 1, "stdio={stdio}: {:?}", job.cached_files(""));
-        assert!(job.cached_files("ckpt.4").is_empty(), "stdio={stdio}: older checkpoints leave the cache");
+        assert_eq!(dataset_dirs_with(&job, "ckpt.6").len(), 1, "stdio={stdio}: {:?}", job.cached_files(""));
+        // SCR_CACHE_SIZE=1 in transparent mode: the two newest checkpoints stay, older ones leave
+        assert_eq!(dataset_dirs_with(&job, "ckpt").len(), 2, "stdio={stdio}: {:?}", job.cached_files(""));
+        assert_eq!(job.cached_files("ckpt.4/meta").len(), 1, "stdio={stdio}: {:?}", job.cached_files(""));
+        assert!(job.cached_files("ckpt.2").is_empty(), "stdio={stdio}: older checkpoints leave the cache");
         assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new(), "stdio={stdio}");
         let mut args = vec!["--steps", "10", "--meta-after"];
         if stdio {
@@ -180,7 +183,7 @@ fn a_directory_renamed_into_place_then_given_one_more_file_keeps_all_of_them() {
     // --uneven: ranks 1 and 2 wrote 1 and 2 files, ranks 0 and 3 none
     assert_eq!(job.cached_files("ckpt.6/rank_").len(), 3, "{:?}", job.cached_files(""));
     assert!(job.cached_files("ckpt.6.tmp").is_empty(), "{:?}", job.cached_files(".tmp"));
-    assert_eq!(dataset_dirs_with(&job, "ckpt").len(), 1, "{:?}", job.cached_files(""));
+    assert_eq!(dataset_dirs_with(&job, "ckpt.6").len(), 1, "{:?}", job.cached_files(""));
     let r = run(&job, &[&["--steps", "10"][..], &args].concat());
     assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
 }
@@ -191,9 +194,10 @@ fn xor_rebuilds_a_checkpoint_that_was_given_one_more_file_after_a_lost_node() {
     job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_COPY_TYPE", "XOR");
     let r = run(&job, &["--steps", "10", "--crash-at", "8", "--size", "100000", "--meta-after"]);
     assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
-    // rank 0's node holds meta; the new version's redundancy covers it
+    // rank 0's node holds meta; the new version's redundancy covers it (one XOR file per
+    // cached checkpoint: ckpt.4 and ckpt.6, the two newest; the earlier version of ckpt.6 left)
     assert_eq!(job.node_files("n0", "ckpt.6/meta").len(), 1, "{:?}", job.node_files("n0", ""));
-    assert_eq!(job.node_files("n0", ".xor").len(), 1, "{:?}", job.node_files("n0", ""));
+    assert_eq!(job.node_files("n0", ".xor").len(), 2, "{:?}", job.node_files("n0", ""));
     job.lose_node("n0");
     job.map(&["n4", "n1", "n2", "n3"]);
     let r = run(&job, &["--steps", "10", "--size", "100000", "--meta-after"]);
@@ -209,6 +213,29 @@ fn a_failed_checkpoint_never_costs_the_newest_complete_one() {
     assert!(r.stderr.contains("invalid on every rank"), "{}", r.dump());
     assert!(job.cached_files("ckpt.4").is_empty(), "{:?}", job.cached_files("ckpt.4"));
     assert_eq!(job.cached_files("ckpt.2/rank_").len(), 4, "{:?}", job.cached_files(""));
+}
+
+#[test]
+fn the_checkpoint_the_pointer_names_survives_a_kill_before_the_pointer_moves() {
+    // Default SCR_CACHE_SIZE, SCR_FLUSH=0: checkpoint 6 completes at its barrier, then rank 0
+    // dies before it moves `latest` from 4 to 6. A plain file system would still hold ckpt.4,
+    // so the restart must serve it through its prefix paths.
+    let job = transparent();
+    let r = run(&job, &["--steps", "8", "--die-before-pointer", "6"]);
+    assert!(r.has("CHECKPOINT 4") && !r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert!(r.stderr.contains("DIE before the pointer of checkpoint 6"), "{}", r.dump());
+    assert_eq!(std::fs::read_to_string(job.prefix.join("latest")).unwrap().trim(), "4");
+    assert_eq!(job.cached_files("ckpt.6/rank_").len(), 4, "{:?}", job.cached_files(""));
+    // the same again in the relaunch, where checkpoint 6 is a new version of the cached one
+    let r = run(&job, &["--steps", "8", "--die-before-pointer", "6"]);
+    assert!(r.has("RESTARTED 4 verified") && !r.has("CHECKPOINT 6"), "{}", r.dump());
+    let r = run(&job, &["--steps", "8"]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+    // the older one leaves at the sync point of the next dataset: the two newest stay
+    assert!(job.cached_files("ckpt.4/rank_").is_empty(), "{:?}", job.cached_files(""));
+    assert_eq!(job.cached_files("ckpt.6/rank_").len(), 4, "{:?}", job.cached_files(""));
+    assert_eq!(job.cached_files("ckpt.8/rank_").len(), 4, "{:?}", job.cached_files(""));
+    assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new());
 }
 
 #[test]
@@ -310,7 +337,8 @@ fn xor_restart_after_a_lost_node_rebuilds_the_files() {
     job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "0").set("SCR_COPY_TYPE", "XOR");
     let r = run(&job, &["--steps", "8", "--crash-at", "7", "--size", "100000"]);
     assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
-    assert_eq!(job.node_files("n2", ".xor").len(), 1, "{:?}", job.node_files("n2", ""));
+    // the two newest checkpoints stay in transparent mode (ckpt.4 and ckpt.6)
+    assert_eq!(job.node_files("n2", ".xor").len(), 2, "{:?}", job.node_files("n2", ""));
     assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new());
     job.lose_node("n2");
     job.map(&["n0", "n1", "n4", "n3"]);

@@ -81,6 +81,66 @@ fn killed_during_a_checkpoint_keeps_the_previous_one() {
     assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
 }
 
+/// With the default SCR_CACHE_SIZE=1, a checkpoint that fails (a rank reports valid=0, or
+/// a rank is killed while writing it) never costs the previous one, whatever the scheme: the
+/// previous checkpoint leaves the cache only once the new one is complete.
+fn failed_checkpoint_keeps_the_previous_one_in_cache(scheme: &str) {
+    let mk = || {
+        let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+        job.set("SCR_COPY_TYPE", scheme).set("SCR_FLUSH", "0").unset("SCR_CACHE_SIZE");
+        job
+    };
+    // valid=0 on one rank for checkpoint 3, then a clean finalize
+    let job = mk();
+    let r = job.run("test_api", &["--steps", "3", "--invalid-rank", "1", "--invalid-step", "3", "--size", "300000"]);
+    assert!(r.has("CHECKPOINT ckpt.2 ok=1") && r.has("CHECKPOINT ckpt.3 ok=0"), "{scheme}: {}", r.dump());
+    assert!(r.has("DONE steps=1..3"), "{scheme}: {}", r.dump());
+    assert!(r.stderr.contains("ckpt.2 (dataset 2) stays the newest checkpoint in cache"), "{scheme}: {}", r.dump());
+    let r = job.run("test_api", &["--steps", "0", "--size", "300000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{scheme}: {}", r.dump());
+    assert!(!job.prefix.join("ckpt.2").exists(), "{scheme}: loaded from cache");
+
+    // rank 0 killed half-way through writing checkpoint 3
+    let job = mk();
+    let r = job.run("test_api", &["--steps", "3", "--crash-during", "3", "--size", "300000"]);
+    assert!(r.has("CHECKPOINT ckpt.2 ok=1"), "{scheme}: {}", r.dump());
+    assert!(r.stdout.contains("CRASH rank 0 during step 3"), "{scheme}: {}", r.dump());
+    let r = job.run("test_api", &["--steps", "0", "--size", "300000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{scheme}: {}", r.dump());
+    // once the next one is complete, the store holds one checkpoint again
+    let r = job.run("test_api", &["--steps", "1", "--size", "300000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2") && r.has("CHECKPOINT ckpt.3 ok=1"), "{scheme}: {}", r.dump());
+    let on_nodes = |needle: &str| -> Vec<std::path::PathBuf> {
+        ["n0", "n1", "n2", "n3"]
+            .iter()
+            .flat_map(|n| job.node_files(n, needle))
+            .filter(|p| !p.display().to_string().contains("/.deleting/"))
+            .collect()
+    };
+    assert!(on_nodes("ckpt.2/rank_").is_empty(), "{scheme}: {:?}", on_nodes(""));
+    assert_eq!(on_nodes("ckpt.3/rank_").len(), 4, "{scheme}: {:?}", on_nodes(""));
+}
+
+#[test]
+fn cache_size_1_failed_checkpoint_keeps_the_previous_single() {
+    failed_checkpoint_keeps_the_previous_one_in_cache("SINGLE");
+}
+
+#[test]
+fn cache_size_1_failed_checkpoint_keeps_the_previous_partner() {
+    failed_checkpoint_keeps_the_previous_one_in_cache("PARTNER");
+}
+
+#[test]
+fn cache_size_1_failed_checkpoint_keeps_the_previous_xor() {
+    failed_checkpoint_keeps_the_previous_one_in_cache("XOR");
+}
+
+#[test]
+fn cache_size_1_failed_checkpoint_keeps_the_previous_rs() {
+    failed_checkpoint_keeps_the_previous_one_in_cache("RS");
+}
+
 #[test]
 fn bypass_mode_writes_and_restarts_in_the_prefix() {
     let mut job = Job::new();

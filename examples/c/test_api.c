@@ -6,7 +6,7 @@
  *
  *   test_api [--size BYTES] [--steps N] [--flags ckpt|output|both]
  *            [--crash-after K] [--crash-after-count K] [--crash-rank R] [--crash-during K]
- *            [--pause-before K DIR] [--invalid-rank R] [--uneven] [--quiet]
+ *            [--pause-before K DIR] [--invalid-rank R] [--invalid-step K] [--uneven] [--quiet]
  *            [--hang-rank R --hang-after K] [--compute-secs S] [--sleep-after-finalize S]
  *            [--crash-delay S] [--long-names]
  *
@@ -23,6 +23,7 @@
  *                   "crash", every rank calls _exit(9) (a test changes things meanwhile)
  * --crash-during K  rank 0 dies half-way through writing checkpoint K
  * --invalid-rank R  rank R reports valid=0 for every checkpoint
+ * --invalid-step K  with --invalid-rank R: rank R reports valid=0 for checkpoint K only
  * --uneven          rank r writes r % 3 files (rank_<r>_<k>.ckpt; the second one empty) of
  *                   sizes that differ per rank
  * --hang-rank R --hang-after K  in a run that did not restart, rank R hangs (sleeps in
@@ -211,6 +212,7 @@ int main(int argc, char** argv)
   int steps = 3, crash_after = -1, crash_during = -1, invalid_rank = -1;
   int crash_count = -1, crash_rank = -1, pause_before = -1, taken = 0;
   int hang_rank = -1, hang_after = -1, compute_secs = 0, sleep_after = -1, crash_delay = 0;
+  int invalid_step = -1;
   const char* gate = NULL;
   int flags = SCR_FLAG_CHECKPOINT;
   for (int i = 1; i < argc; i++) {
@@ -226,6 +228,7 @@ int main(int argc, char** argv)
       gate = argv[++i];
     }
     else if (!strcmp(argv[i], "--invalid-rank") && i + 1 < argc) invalid_rank = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--invalid-step") && i + 1 < argc) invalid_step = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--hang-rank") && i + 1 < argc) hang_rank = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--hang-after") && i + 1 < argc) hang_after = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--compute-secs") && i + 1 < argc) compute_secs = atoi(argv[++i]);
@@ -291,7 +294,7 @@ int main(int argc, char** argv)
       valid = SCR_Route_file(path, routed) == SCR_SUCCESS;
       valid = valid && write_ckpt(routed, fseed(k), step, fsize(size, k), step == crash_during && rank == 0);
     }
-    if (rank == invalid_rank) valid = 0;
+    if (rank == invalid_rank && (invalid_step < 0 || step == invalid_step)) valid = 0;
     int rc = SCR_Complete_output(valid);
     if (rank == 0) printf("CHECKPOINT %s ok=%d\n", ckname, rc == SCR_SUCCESS);
     fflush(stdout);

@@ -4,7 +4,7 @@
  *
  *   ckpt_posix --dir DIR [--steps N] [--every K] [--size BYTES] [--layout L] [--stdio]
  *              [--uneven] [--meta] [--meta-after] [--crash-at STEP] [--fail-write STEP]
- *              [--no-finalize] [--hang-at STEP] [--die-in-ckpt STEP]
+ *              [--no-finalize] [--hang-at STEP] [--die-in-ckpt STEP] [--die-before-pointer STEP]
  *
  * Layouts: dir      ckpt.<s>/rank_<r>.dat (rank 0 creates the directory)
  *          flat     ckpt_<s>_<r>.dat
@@ -18,6 +18,8 @@
  * while the others wait for it in that step's allreduce.
  * --die-in-ckpt STEP: the last rank exits after writing its file of checkpoint STEP, before
  * the barrier that would complete it (the others wait there until the launcher ends them).
+ * --die-before-pointer STEP: rank 0 exits after the barrier that completes checkpoint STEP,
+ * before it moves the pointer file (which still names the previous checkpoint).
  * Prints (rank 0): RESTARTED <s> | NO_RESTART, CHECKPOINT <s>, DONE; every rank checks. */
 #include <errno.h>
 #include <fcntl.h>
@@ -34,7 +36,7 @@ static const char *dir = ".";
 static const char *layout = "dir";
 static int use_stdio = 0, uneven = 0, meta = 0, meta_after = 0;
 static long size = 1 << 16;
-static int rank, nranks, die_in_ckpt = -1;
+static int rank, nranks, die_in_ckpt = -1, die_before_pointer = -1;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -178,6 +180,10 @@ static void checkpoint(int step, int fail_write) {
     fclose(f);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  if (step == die_before_pointer && rank == 0) {
+    fprintf(stderr, "rank %d: DIE before the pointer of checkpoint %d\n", rank, step);
+    _exit(9);
+  }
   if (rank == 0) {
     if (!strcmp(layout, "tmpdir")) {
       snprintf(tmp, sizeof tmp, "%s/ckpt.%d.tmp", dir, step);
@@ -222,6 +228,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-finalize")) no_finalize = 1;
     else if (!strcmp(argv[i], "--hang-at")) hang_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--die-in-ckpt")) die_in_ckpt = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--die-before-pointer")) die_before_pointer = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

@@ -65,8 +65,11 @@ impl Runtime {
         let reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
         self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
-            // marked now, saved with the new record below, moved away once every rank saved
-            for victim in self.evictions(&reddesc.store.clone(), None) {
+            // Marked now, saved with the new record below, moved away once every rank saved.
+            // The new dataset is not counted: while it is written the store may hold one more
+            // than its COUNT, so the newest complete checkpoint stays until the new one is
+            // complete (see `evict_for_complete`).
+            for victim in self.evictions(&reddesc.store.clone(), None, 0) {
                 self.doom(victim);
             }
         }
@@ -107,26 +110,38 @@ impl Runtime {
         Ok(())
     }
 
-    /// The oldest cached datasets of `store` to delete so that a new one fits within its
-    /// COUNT (rank 0 decides, so every rank gets the same list); a victim still being flushed
-    /// in the background is waited for first. The caller deletes them.
-    pub(super) fn evictions(&mut self, store: &Path, keep: Option<u64>) -> Vec<u64> {
-        let count = self.descs.store(store).map(|s| s.count).unwrap_or(self.settings.cache_size).max(1);
+    /// How many datasets `store` holds (its COUNT, `SCR_CACHE_SIZE` by default, at least 1).
+    pub(super) fn store_count(&self, store: &Path) -> usize {
+        self.descs.store(store).map(|s| s.count).unwrap_or(self.settings.cache_size).max(1)
+    }
+
+    /// The oldest cached datasets of `store` to delete so that its datasets other than `keep`,
+    /// plus `room` more, fit within its COUNT (rank 0 decides, so every rank gets the same
+    /// list); pinned datasets count but are never chosen, nor output datasets not yet in the
+    /// prefix; the earlier version of the dataset being written does not count; a victim still being flushed in the background is waited for first. The caller
+    /// deletes them.
+    pub(super) fn evictions(&mut self, store: &Path, keep: Option<u64>, room: usize) -> Vec<u64> {
+        let count = self.store_count(store);
         let victims = if self.rank0() {
             let cached: Vec<&DatasetRecord> = self
                 .filemap
                 .datasets
                 .values()
                 .filter(|r| r.reddesc.store == store && !r.reddesc.bypass && Some(r.desc.id) != keep)
+                // the earlier version of the dataset being written: the new one replaces it
+                .filter(|r| Some(r.desc.id) != self.version_of)
                 // another number of processes wrote it: never evicted, it is not this run's
                 .filter(|r| self.fits(r.desc.ranks))
-                .filter(|r| !self.pinned.contains(&r.desc.id))
                 .collect();
             let mut victims = Vec::new();
-            let mut excess = (cached.len() + 1).saturating_sub(count);
+            // a pinned dataset counts, but stays
+            let mut excess = (cached.len() + room).saturating_sub(count);
             for r in cached {
                 if excess == 0 {
                     break;
+                }
+                if self.pinned.contains(&r.desc.id) {
+                    continue;
                 }
                 if r.desc.output && !self.flushed(r.desc.id) && !self.in_flight(r.desc.id) {
                     scr_warn!(
@@ -269,7 +284,14 @@ impl Runtime {
         if !self.world.all_true(local_err.is_none()) {
             let summary = self.ctx().summarize_failures(&format!("dataset {id} ({name})"), local_err);
             if self.rank0() {
-                scr_error!("{summary}; the dataset is invalid on every rank and is discarded");
+                let kept = self.kept_note(id);
+                let space = if summary.contains("No space left") {
+                    "; the store ran out of space: while a checkpoint is written it holds one dataset more than \
+                     its COUNT (SCR_CACHE_SIZE), so the previous one is never deleted first"
+                } else {
+                    ""
+                };
+                scr_error!("{summary}; the dataset is invalid on every rank and is discarded{kept}{space}");
             }
             self.drop_cached(id);
             return Ok(false);
@@ -376,6 +398,10 @@ impl Runtime {
             }
         }
 
+        // Only now that it is complete do older datasets leave: a failed or killed checkpoint
+        // never costs the newest complete one.
+        self.evict_for_complete(id);
+
         if is_ckpt && self.version_of.is_none() {
             self.checkpoint_taken();
         }
@@ -391,6 +417,33 @@ impl Runtime {
             self.start_checksum(id);
         }
         result
+    }
+
+    /// What a failed dataset `id` leaves: "; <name> (dataset <n>) stays the newest checkpoint
+    /// in cache", or nothing when no complete checkpoint is cached.
+    fn kept_note(&self, id: u64) -> String {
+        let kept = self.filemap.datasets.values().rev().find(|r| r.desc.id != id && r.complete && r.desc.checkpoint);
+        kept.map_or(String::new(), |r| {
+            format!("; {} (dataset {}) stays the newest checkpoint in cache", r.desc.name, r.desc.id)
+        })
+    }
+
+    /// Dataset `id` is complete and still cached (collective): the oldest other datasets of
+    /// its store leave so that it holds no more than its COUNT, `id` included. In transparent
+    /// mode at least the two newest checkpoints stay: the application may still name the
+    /// previous one (its pointer file, outside the patterns, moves after the sync point that
+    /// completed this one); the previous one leaves at the next dataset's sync point.
+    fn evict_for_complete(&mut self, id: u64) {
+        let Some(store) = self.filemap.datasets.get(&id).filter(|r| !r.reddesc.bypass).map(|r| r.reddesc.store.clone())
+        else {
+            return;
+        };
+        let room = match self.mode {
+            super::Mode::Api => 1,
+            super::Mode::Transparent => usize::from(self.store_count(&store) > 1),
+        };
+        let victims = self.evictions(&store, Some(id), room);
+        self.drop_many(&victims);
     }
 
     /// After a successful checkpoint: count down `scr_halt --checkpoints`, check the halt

@@ -159,7 +159,7 @@ impl Runtime {
         let mut rd = self.descs.select(ckpt, true, false).clone();
         let bypass = self.settings.fetch_bypass || self.settings.global_restart || rd.bypass;
         if !bypass {
-            let victims = self.evictions(&rd.store.clone(), None);
+            let victims = self.evictions(&rd.store.clone(), None, 1);
             self.drop_many(&victims);
         }
         rd.bypass = bypass;

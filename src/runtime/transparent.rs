@@ -85,7 +85,8 @@ pub enum Adopted {
 /// replaced or removed, plus the new ones; its redundancy is applied again, it is flushed if
 /// it is due or the earlier version was flushed, and the earlier version leaves the cache
 /// once the new one is complete. The newest checkpoint stays in cache until the new dataset
-/// is complete.
+/// is complete, and the one before it until the next dataset's sync point (the application
+/// may still name it).
 pub fn adopt_output(a: &Adopt) -> Result<Adopted> {
     with_rt("SCR_Complete_output (transparent)", |rt| rt.adopt_output(a))
 }
@@ -313,14 +314,11 @@ impl Runtime {
         let r = self.adopt_phase(a, flags, &carried);
         self.pinned.clear();
         self.version_of = None;
-        let Some(id) = r? else { return Ok(Adopted::Invalid) };
+        if r?.is_none() {
+            return Ok(Adopted::Invalid);
+        }
         if let Some(old) = earlier {
             self.drop_cached(old);
-        }
-        // now that it is complete, the cache holds no more datasets than configured
-        if let Some(store) = self.filemap.datasets.get(&id).map(|r| r.reddesc.store.clone()) {
-            let victims = self.evictions(&store, Some(id));
-            self.drop_many(&victims);
         }
         Ok(Adopted::Complete { checkpoint: flags & FLAG_CHECKPOINT != 0 })
     }
