@@ -551,6 +551,42 @@ fn scr_index_lists_and_manages_complete_incomplete_failed_and_damaged_datasets()
     assert!(again.code == Some(0) && !again.stderr.contains("rebuilt"), "rebuilt once:\n{}", again.dump());
 }
 
+#[test]
+fn scr_index_build_leaves_the_current_mark_and_one_entry_is_current() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1").set("SCR_CACHE_SIZE", "1");
+    let r = job.run("test_api", &["--steps", "3", "--size", "100000"]);
+    assert!(r.has("DONE steps=1..3"), "{}", r.dump());
+    assert_eq!(cmd(&job, "scr_index", &["--current", "ckpt.2"]).code, Some(0));
+    // rebuilding the newer ckpt.3 leaves the user's mark on ckpt.2, and says so
+    let out = cmd(&job, "scr_index", &["--build", "3"]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    assert!(out.stdout.contains("the current mark stays on ckpt.2"), "{}", out.dump());
+    let json: serde_json::Value = serde_json::from_str(&cmd(&job, "scr_index", &["--json"]).stdout).unwrap();
+    assert_eq!(json["current"], "ckpt.2", "{json}");
+    job.wipe_cache();
+    let r = job.run("test_api", &["--steps", "1", "--size", "100000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2") && r.has("CHECKPOINT ckpt.3 ok=1"), "{}", r.dump());
+    // two entries are called ckpt.3 (datasets 3 and 4): only the one a restart uses is current
+    let json: serde_json::Value = serde_json::from_str(&cmd(&job, "scr_index", &["--json"]).stdout).unwrap();
+    let current: Vec<(u64, &str)> = json["datasets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["current"] == true)
+        .map(|d| (d["id"].as_u64().unwrap(), d["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(current, vec![(4, "ckpt.3")], "{json}");
+    let table = cmd(&job, "scr_index", &[]).stdout;
+    assert_eq!(table.lines().filter(|l| l.contains(" * ")).count(), 1, "{table}");
+    // the build of the older ckpt.3 leaves the mark alone too
+    let out = cmd(&job, "scr_index", &["--build", "3"]);
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    let json: serde_json::Value = serde_json::from_str(&cmd(&job, "scr_index", &["--json"]).stdout).unwrap();
+    assert_eq!(json["datasets"][0]["current"], true, "{json}");
+    assert_eq!(json["datasets"][1]["current"], false, "{json}");
+}
+
 fn cluster(scheme: &str) -> Job {
     let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
     job.set("SCR_COPY_TYPE", scheme).set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");

@@ -75,7 +75,9 @@ OPTIONS
         Index dataset ID from what a scavenge copied into PREFIX/.scr/scr.dataset.ID: read each
         rank's <rank>.scrfilemap, find missing files, rebuild them when the redundancy data
         allows (XOR, RS, PARTNER; the rebuilt data is checked against the CRC32s recorded when
-        it was written), write the summary and add the entry, complete or incomplete.
+        it was written), write the summary and add the entry, complete or incomplete. The
+        current mark is left where it is (a restart starts from the current checkpoint or
+        older ones): use --current to restart from the built dataset.
     -h, --help
         Print this text.
 
@@ -158,11 +160,24 @@ fn body(argv: Vec<String>) -> OpResult<i32> {
         let id = index::add(&layout, name)?;
         println!("added {name} (dataset {id}) to the index");
     } else if let Some(id) = build_id {
-        let report = build::build(&layout, id, 1 << 20)?;
+        let report = build::build(&layout, id, 1 << 20, build::Current::Keep)?;
         if json {
             println!("{}", serde_json::to_string_pretty(&report).expect("serialises"));
         } else {
             println!("{}", report.describe());
+            // a newer checkpoint than the current one is skipped by the next restart: say so
+            let listing = index::list(&layout)?;
+            let current = listing.datasets.iter().find(|r| r.current);
+            let built = listing.datasets.iter().find(|r| r.id == id && r.valid && r.checkpoint);
+            if let (Some(c), Some(b)) = (current, built) {
+                if c.id < b.id {
+                    println!(
+                        "the current mark stays on {} (dataset {}): the next restart skips {}; run scr_index \
+                         --current {} to restart from it",
+                        c.name, c.id, b.name, b.name
+                    );
+                }
+            }
         }
         return Ok(if report.complete { 0 } else { 1 });
     } else {

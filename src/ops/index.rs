@@ -47,6 +47,13 @@ pub struct Listing {
 /// Read the index (a missing one lists nothing; a damaged one is an error).
 pub fn list(layout: &Layout) -> OpResult<Listing> {
     let ix = Index::load(&layout.index())?;
+    // the entry a restart starts from: several entries may carry the current name (a
+    // checkpoint written again after a restart from an older one); only the newest usable
+    // one is current
+    let current = ix.current.as_deref().and_then(|c| {
+        ix.datasets.values().rev().find(|e| e.desc.name == c && e.complete && !e.failed && e.desc.checkpoint)
+    });
+    let current = current.map(|e| e.desc.id);
     let datasets = ix
         .datasets
         .values()
@@ -59,7 +66,7 @@ pub fn list(layout: &Layout) -> OpResult<Listing> {
             failed: e.failed,
             flushing: e.flushing,
             flushed: e.flushed.clone(),
-            current: ix.current.as_deref() == Some(e.desc.name.as_str()),
+            current: current == Some(e.desc.id),
             checkpoint: e.desc.checkpoint,
             output: e.desc.output,
             ranks: e.desc.ranks,

@@ -171,7 +171,7 @@ pub fn scavenge(layout: &Layout, opts: &Options) -> OpResult<Outcome> {
         out.nodes.push(r);
     }
     for id in ids {
-        match build::build(layout, id, opts.piece) {
+        match build::build(layout, id, opts.piece, build::Current::Promote) {
             Ok(rep) => out.builds.push(rep),
             Err(e) => out.build_errors.push((id, e.to_string())),
         }

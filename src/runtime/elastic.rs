@@ -89,7 +89,9 @@ impl Runtime {
         let report = self.world.gather(0, &mine)?.map(|all| {
             let (parts, bytes) = all.iter().flatten().fold((0, 0), |(p, b), c| (p + c.0, b + c.1));
             let notes: Vec<String> = all.into_iter().flatten().flat_map(|c| c.2).collect();
-            let built = crate::transfer::build::build(&self.layout, id, self.settings.mpi_buf_size.max(4096));
+            let piece = self.settings.mpi_buf_size.max(4096);
+            let built =
+                crate::transfer::build::build(&self.layout, id, piece, crate::transfer::build::Current::Promote);
             self.report_publish(id, parts, bytes, notes, built, t0)
         });
         let ok = self.world.bcast(0, &report.unwrap_or(false))?;

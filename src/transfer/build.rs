@@ -90,10 +90,20 @@ pub fn scanned_name(layout: &Layout, id: u64) -> Option<String> {
     fms.values().next().map(|f| f.desc.name.clone())
 }
 
-/// Build dataset `id`; `piece` is the rebuild's buffer size. `Err` when nothing could be
-/// examined (no such directory, a damaged index); an incomplete dataset is an `Ok` report
-/// with `complete: false`.
-pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
+/// Whether a build moves the index's current marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Current {
+    /// A scavenge's build: a complete checkpoint newer than the marked one becomes current
+    /// (as SCR's scavenge does), so the next run restarts from what the job wrote last.
+    Promote,
+    /// `scr_index --build`: the marker stays where the user (or the library) left it.
+    Keep,
+}
+
+/// Build dataset `id`; `piece` is the rebuild's buffer size; `current` says whether the
+/// current marker may move to it. `Err` when nothing could be examined (no such directory, a
+/// damaged index); an incomplete dataset is an `Ok` report with `complete: false`.
+pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result<Report> {
     let dir = layout.prefix_dataset_dir(id);
     if !dir.is_dir() {
         return Err(Error::Other(format!(
@@ -109,7 +119,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
     let mut notes = damaged.clone();
     let Some(desc) = fms.values().find(|f| f.desc.id == id).map(|f| f.desc.clone()) else {
         if damaged.is_empty() && layout.summary(id).exists() {
-            return build_flushed(layout, id);
+            return build_flushed(layout, id, current);
         }
         return Err(Error::Other(format!(
             "{} holds no usable rank filemap (*.scrfilemap) and no summary: nothing to index{}",
@@ -253,14 +263,16 @@ pub fn build(layout: &Layout, id: u64, piece: usize) -> Result<Report> {
                 fetches,
             },
         );
-        ix.promote_current(id);
+        if current == Current::Promote {
+            ix.promote_current(id);
+        }
     })?;
     Ok(Report { id, name: desc.name, ranks: n, complete, rebuilt, missing, notes })
 }
 
 /// A dataset flushed by the library (summary and rank-to-file map, no rank filemaps): check
 /// that its files are all there and index it.
-fn build_flushed(layout: &Layout, id: u64) -> Result<Report> {
+fn build_flushed(layout: &Layout, id: u64, current: Current) -> Result<Report> {
     let summary = Summary::load(&layout.summary(id))?.expect("checked by the caller");
     let r2f = Rank2File::load(&layout.rank2file(id))?.ok_or_else(|| {
         Error::Other(format!("{} is missing: the flush of dataset {id} never finished", layout.rank2file(id).display()))
@@ -277,7 +289,9 @@ fn build_flushed(layout: &Layout, id: u64) -> Result<Report> {
             e.failed = old.failed;
         }
         ix.datasets.insert(id, e);
-        ix.promote_current(id);
+        if current == Current::Promote {
+            ix.promote_current(id);
+        }
     })?;
     Ok(Report {
         id,
@@ -496,7 +510,7 @@ mod tests {
         scavenged(&l, 2, 1, b"one!");
         let part = l.prefix.path.join("ckpt.1/.rank_1.scrpart");
         std::fs::write(&part, b"half").unwrap();
-        let r = build(&l, 1, 4096).unwrap();
+        let r = build(&l, 1, 4096, Current::Promote).unwrap();
         assert!(r.complete && r.rebuilt.is_empty() && r.missing.is_empty(), "{r:?}");
         let r2f = Rank2File::load(&l.rank2file(1)).unwrap().unwrap();
         assert_eq!(r2f.files[&1][0].crc, Some(crc32fast::hash(b"one!")));
@@ -518,7 +532,7 @@ mod tests {
         let n = bytes.len();
         bytes[n - 5] ^= 0x02;
         std::fs::write(&fm2, &bytes).unwrap();
-        let r = build(&l, 1, 4096).unwrap();
+        let r = build(&l, 1, 4096, Current::Promote).unwrap();
         assert!(!r.complete, "{r:?}");
         assert_eq!(r.missing.len(), 2, "{r:?}");
         assert!(r.missing[0].starts_with("rank 1:") && r.missing[0].contains("2 bytes, 4 were written"), "{r:?}");
@@ -534,7 +548,7 @@ mod tests {
         let (_d, l) = setup();
         scavenged(&l, 1, 0, b"zero");
         std::fs::write(l.index(), b"not an index").unwrap();
-        build(&l, 1, 4096).unwrap();
+        build(&l, 1, 4096, Current::Promote).unwrap();
         assert!(l.summary(1).exists() && l.rank2file(1).exists());
         assert!(Index::load(&l.index()).unwrap().datasets.contains_key(&1));
         let kept = std::fs::read_dir(l.scr_dir()).unwrap().flatten().any(|e| {
@@ -542,7 +556,7 @@ mod tests {
                 && std::fs::read(e.path()).unwrap() == b"not an index"
         });
         assert!(kept, "the damaged index is kept aside");
-        let e = build(&l, 7, 4096).unwrap_err().to_string();
+        let e = build(&l, 7, 4096, Current::Promote).unwrap_err().to_string();
         assert!(e.contains("scr.dataset.7: no such dataset directory"), "{e}");
     }
 }
