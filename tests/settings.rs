@@ -43,6 +43,38 @@ fn scr_current_picks_the_checkpoint() {
 }
 
 #[test]
+fn scr_current_naming_no_checkpoint_stops_scr_init_and_names_the_ones_there_are() {
+    // a first run: nothing to restart from, a warning and a fresh start
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2").set("SCR_CURRENT", "ckpt.9");
+    let r = job.run("test_api", &["--steps", "3"]);
+    assert!(r.has("NO_RESTART") && r.has("DONE steps=1..3"), "{}", r.dump());
+    assert!(r.stderr.contains("SCR_CURRENT=ckpt.9: there is no checkpoint yet"), "{}", r.dump());
+    // ckpt.2 and ckpt.3 in cache: a name that is neither stops SCR_Init instead of starting
+    // over next to them
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("SCR_INIT_FAILED") && !r.has("NO_RESTART"), "{}", r.dump());
+    for needle in [
+        "SCR_CURRENT=ckpt.9 names no checkpoint a restart can use",
+        "the checkpoints are: ckpt.3 (dataset 3, cache), ckpt.2 (dataset 2, cache)",
+        "unset it",
+    ] {
+        assert!(r.stderr.contains(needle), "{needle}: {}", r.dump());
+    }
+    assert_eq!(job.cached_files("ckpt.3/rank_").len(), 4, "nothing is deleted");
+    // in the prefix only
+    let mut job = flushed_two(&[]);
+    job.set("SCR_CURRENT", "ckpt.9");
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("SCR_INIT_FAILED"), "{}", r.dump());
+    let needle = "the checkpoints are: ckpt.2 (dataset 2, prefix), ckpt.1 (dataset 1, prefix)";
+    assert!(r.stderr.contains(needle), "{}", r.dump());
+    job.set("SCR_CURRENT", "ckpt.1");
+    let r = job.run("test_api", &["--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1"), "{}", r.dump());
+}
+
+#[test]
 fn flush_widths_of_one_still_move_everything() {
     let mut job = flushed_two(&[("SCR_FLUSH_WIDTH", "1")]);
     job.set("SCR_FETCH_WIDTH", "1");

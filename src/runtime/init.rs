@@ -286,6 +286,7 @@ impl Runtime {
 
         self.wanted = self.settings.current.clone();
         if let Some(name) = self.wanted.clone() {
+            self.check_current_name(&name)?;
             if self.rank0() {
                 let r = Index::update(&self.layout.index(), |ix| {
                     if ix.by_name(&name).is_some() {

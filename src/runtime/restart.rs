@@ -68,6 +68,73 @@ impl Runtime {
         }
     }
 
+    /// `SCR_CURRENT=name` at `SCR_Init` (collective): a name no usable checkpoint carries (in
+    /// any rank's cache, or in the prefix's index when fetching is on) is an error naming the
+    /// checkpoints there are, rather than a silent start from scratch next to them; with no
+    /// checkpoint at all (a first run) it is a warning and the run starts from the beginning.
+    pub(super) fn check_current_name(&mut self, name: &str) -> Result<()> {
+        let usable = |r: &DatasetRecord| r.complete && r.desc.checkpoint;
+        let here = self.filemap.datasets.values().any(|r| r.desc.name == name && usable(r));
+        let cached = self.world.max_i64(here as i64) == 1;
+        let verdict: Option<(bool, String)> = if self.rank0() && !cached {
+            let mut there: Vec<(u64, String, &str)> = self
+                .filemap
+                .datasets
+                .values()
+                .filter(|r| usable(r))
+                .map(|r| (r.desc.id, r.desc.name.clone(), "cache"))
+                .collect();
+            let ix = if self.settings.fetch { self.load_index() } else { Index::default() };
+            let in_prefix = ix.restart_candidates(&[]).into_iter().any(|id| ix.datasets[&id].desc.name == name);
+            for id in ix.restart_candidates(&[]) {
+                if !there.iter().any(|(i, _, _)| *i == id) {
+                    there.push((id, ix.datasets[&id].desc.name.clone(), "prefix"));
+                }
+            }
+            there.sort_by_key(|t| std::cmp::Reverse(t.0));
+            let unusable = match ix.by_name(name) {
+                Some(e) if e.failed => {
+                    format!(" ({name}, dataset {}, is marked failed: a restart from it failed)", e.desc.id)
+                }
+                Some(e) if !e.complete => format!(" ({name}, dataset {}, is incomplete in the prefix)", e.desc.id),
+                Some(e) if !e.desc.checkpoint => format!(" ({name}, dataset {}, is an output dataset)", e.desc.id),
+                _ => String::new(),
+            };
+            if in_prefix {
+                None
+            } else if there.is_empty() {
+                Some((
+                    false,
+                    format!(
+                        "SCR_CURRENT={name}: there is no checkpoint yet{unusable}; the run starts from the beginning"
+                    ),
+                ))
+            } else {
+                let list: Vec<String> = there.iter().map(|(id, n, at)| format!("{n} (dataset {id}, {at})")).collect();
+                Some((
+                    true,
+                    format!(
+                        "SCR_CURRENT={name} names no checkpoint a restart can use{unusable}; the checkpoints are: {}; \
+                         set SCR_CURRENT to one of them, or unset it to restart from the newest",
+                        list.join(", ")
+                    ),
+                ))
+            }
+        } else {
+            None
+        };
+        match self.world.bcast(0, &verdict)? {
+            Some((true, msg)) => Err(Error::usage("SCR_Init", msg)),
+            Some((false, msg)) => {
+                if self.rank0() {
+                    scr_warn!("{msg}");
+                }
+                Ok(())
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Rank 0: the next candidate, newest first.
     fn next_candidate(&self) -> Option<Candidate> {
         let wanted = |name: &str| self.wanted.as_ref().is_none_or(|w| w == name);
