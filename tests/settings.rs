@@ -171,6 +171,39 @@ fn a_mistyped_scr_conf_file_fails_scr_init_naming_the_path() {
 }
 
 #[test]
+fn an_unset_variable_in_a_config_file_expands_to_nothing_with_a_warning() {
+    // the user guide's SCR_CNTL_BASE=/dev/shm/$SLURM_JOBID outside Slurm
+    let mut job = Job::new();
+    let (cache, conf) = (job.cache.display().to_string(), job.prefix.join(".scrconf"));
+    std::fs::write(
+        &conf,
+        format!(
+            "# bases per job\nSCR_CACHE_BASE={cache}/$H1_UNSET_JOBID\nSCR_CNTL_BASE = {cache}/${{H1_UNSET_JOBID}}\n"
+        ),
+    )
+    .unwrap();
+    job.unset("SCR_CACHE_BASE").unset("SCR_CNTL_BASE").unset("H1_UNSET_JOBID").set("SCR_FLUSH", "0");
+    let r = job.run("test_api", &["--steps", "2", "--size", "1000"]);
+    assert!(r.has("DONE steps=1..2"), "{}", r.dump());
+    for line in [2, 3] {
+        let want = format!("{}:{line}: ", conf.display());
+        let warned: Vec<&str> = r.stderr.lines().filter(|l| l.contains(&want)).collect();
+        assert_eq!(warned.len(), 1, "{want}: {}", r.dump());
+        assert!(warned[0].contains("environment variable $H1_UNSET_JOBID is not set"), "{}", r.dump());
+    }
+    assert!(r.stderr.contains(&format!("SCR_CACHE_BASE={cache}/")), "{}", r.dump());
+    assert_eq!(job.cached_files("ckpt.2/rank_").len(), 4, "the cache is the expanded base");
+    let r = job.run("test_api", &["--steps", "0", "--size", "1000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    // a value that is nothing but an unset variable is an error naming file, line and variable
+    std::fs::write(&conf, "SCR_CACHE_BASE=$H1_UNSET_JOBID\n").unwrap();
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("SCR_INIT_FAILED"), "{}", r.dump());
+    let want = format!("{}:1: SCR_CACHE_BASE=$H1_UNSET_JOBID is empty", conf.display());
+    assert!(r.stderr.contains(&want), "{want}: {}", r.dump());
+}
+
+#[test]
 fn a_huge_value_is_quoted_short_with_its_length() {
     let job = Job::new();
     let value = "7".repeat(2 << 20);

@@ -88,8 +88,14 @@ pub fn tokenize(line: &str) -> Result<Vec<Token>, String> {
     Ok(tokens)
 }
 
-/// Replace `$VAR` and `${VAR}` with the environment's value (`\$` is a literal `$`).
-pub fn interpolate(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+/// Replace `$VAR` and `${VAR}` with the environment's value (`\$` is a literal `$`). An unset
+/// variable expands to nothing, as in a shell, with a warning naming it (the user guide's own
+/// `SCR_CNTL_BASE=/dev/shm/$SLURM_JOBID` must not break every run outside Slurm).
+pub fn interpolate(
+    value: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    warnings: &mut Vec<String>,
+) -> Result<String, String> {
     let mut out = String::new();
     let mut chars = value.chars().peekable();
     while let Some(c) = chars.next() {
@@ -121,7 +127,7 @@ pub fn interpolate(value: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<
                 }
                 match env(&name) {
                     Some(v) => out.push_str(&v),
-                    None => return Err(format!("environment variable ${name} is not set")),
+                    None => warnings.push(format!("environment variable ${name} is not set: it expands to nothing")),
                 }
             }
             c => out.push(c),
@@ -157,8 +163,13 @@ pub fn parse_tokens(
         let Some(v) = t.value else {
             return Err(format!("{} has no value (expected {}=VALUE)", t.key, t.key));
         };
-        let v = interpolate(&v, env).map_err(|e| format!("{}: {e}", t.key))?;
-        pairs.push((t.key, v));
+        let mut unset = Vec::new();
+        let expanded = interpolate(&v, env, &mut unset).map_err(|e| format!("{}: {e}", t.key))?;
+        if expanded.is_empty() && !unset.is_empty() {
+            return Err(format!("{}={v} is empty: {}", t.key, unset.join("; ")));
+        }
+        warnings.extend(unset.into_iter().map(|w| format!("{}={v}: {w}, so {}={expanded}", t.key, t.key)));
+        pairs.push((t.key, expanded));
     }
     let (first, first_val) = pairs[0].clone();
     if let Some(subkeys) = params::multi(&first) {
@@ -254,8 +265,18 @@ mod tests {
     fn interpolation() {
         let l = parse("SCR_CACHE_BASE=/dev/shm/$JOB/${JOB}x\\$HOME").unwrap().unwrap();
         assert_eq!(l, Line::Simple(vec![("SCR_CACHE_BASE".into(), "/dev/shm/42/42x$HOME".into())]));
-        let e = parse("SCR_CACHE_BASE=/dev/shm/$NOPE").unwrap_err();
-        assert!(e.contains("$NOPE"), "{e}");
+        let mut w = Vec::new();
+        let l = parse_line("SCR_CACHE_BASE=/dev/shm/$NOPE", &env, &mut w).unwrap().unwrap();
+        assert_eq!(l, Line::Simple(vec![("SCR_CACHE_BASE".into(), "/dev/shm/".into())]));
+        assert_eq!(
+            w,
+            vec![
+                "SCR_CACHE_BASE=/dev/shm/$NOPE: environment variable $NOPE is not set: it expands to nothing, so \
+                  SCR_CACHE_BASE=/dev/shm/"
+            ]
+        );
+        let e = parse("SCR_CACHE_BASE=$NOPE").unwrap_err();
+        assert!(e.contains("SCR_CACHE_BASE=$NOPE is empty") && e.contains("$NOPE is not set"), "{e}");
     }
 
     #[test]
