@@ -1,5 +1,9 @@
 //! Persistent state: where things live ([`layout`]) and the metadata files that record them.
 //! Every file here is written through [`crate::persist`] (atomic, self-checking).
+//! Every path a record holds is relative to the directory it belongs to and is read through
+//! [`crate::paths::RelPath`] (fields marked `crate::paths::rel_field`): a record naming an
+//! absolute path or one with a `..` component does not load, as if damaged, because the
+//! prefix may hold files someone else wrote.
 //!
 //! | file | where | written by | content |
 //! |---|---|---|---|
