@@ -198,7 +198,7 @@ fn malformed_config_lines_and_values_name_file_and_line() {
     assert!(r.stderr.contains(&format!("{}:3: unknown key COUNTT", conf.display())), "{}", r.dump());
     assert!(
         r.stderr.contains(&format!(
-            "{}:4: SCR_CACHE_BASE: environment variable $NOT_SET_ANYWHERE is not set",
+            "{}:4: SCR_CACHE_BASE=$NOT_SET_ANYWHERE is empty: environment variable $NOT_SET_ANYWHERE is not set",
             conf.display()
         )),
         "{}",
