@@ -204,6 +204,49 @@ fn an_unset_variable_in_a_config_file_expands_to_nothing_with_a_warning() {
 }
 
 #[test]
+fn ckpt_descriptors_in_a_config_file_take_effect_or_are_named_when_overridden() {
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let mut job = Job::cluster(&nodes);
+    let conf = job.prefix.join(".scrconf");
+    std::fs::write(
+        &conf,
+        "SCR_CACHE_SIZE=2\nSCR_FLUSH=0\n# every checkpoint SINGLE, every 2nd XOR\nCKPT=0 INTERVAL=1 TYPE=SINGLE\n\
+         CKPT=1 INTERVAL=2 TYPE=XOR SET_SIZE=4\n",
+    )
+    .unwrap();
+    // SCR_COPY_TYPE set nowhere: the descriptors apply
+    job.unset("SCR_COPY_TYPE");
+    let r = job.run("test_api", &["--steps", "2", "--size", "100000"]);
+    assert!(r.has("DONE steps=1..2") && !r.stderr.contains("CKPT=0"), "{}", r.dump());
+    for n in nodes {
+        let xor = job.node_files(n, ".xor");
+        assert_eq!(xor.len(), 1, "{n}: only ckpt.2 is XOR: {xor:?}");
+        assert!(xor[0].display().to_string().contains("/scr.dataset.2/"), "{xor:?}");
+        assert_eq!(job.node_files(n, "ckpt.1/rank_").len(), 1, "{n}: ckpt.1 cached (SINGLE)");
+    }
+    // ckpt.2 survives a lost node through its XOR descriptor
+    job.lose_node("n1");
+    job.map(&["n0", "n4", "n2", "n3"]);
+    let r = job.run("test_api", &["--steps", "0", "--size", "100000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2") && r.stderr.contains("rebuilt"), "{}", r.dump());
+
+    // SCR_COPY_TYPE set to a scheme: it stands, and one warning names the entries
+    let mut job = Job::cluster(&nodes);
+    let conf2 = job.prefix.join(".scrconf");
+    std::fs::copy(&conf, &conf2).unwrap();
+    job.set("SCR_COPY_TYPE", "SINGLE");
+    let r = job.run("test_api", &["--steps", "2", "--size", "100000"]);
+    assert!(r.has("DONE steps=1..2"), "{}", r.dump());
+    let want = format!(
+        "CKPT=0 (user config {c}:4), CKPT=1 (user config {c}:5) ignored: SCR_COPY_TYPE=SINGLE (environment) applies \
+         to every checkpoint; set SCR_COPY_TYPE=FILE",
+        c = conf2.display()
+    );
+    assert_eq!(r.stderr.matches(&want).count(), 1, "{want}\n{}", r.dump());
+    assert!(nodes.iter().all(|n| job.node_files(n, ".xor").is_empty()));
+}
+
+#[test]
 fn a_huge_value_is_quoted_short_with_its_length() {
     let job = Job::new();
     let value = "7".repeat(2 << 20);

@@ -114,6 +114,33 @@ fn text(r: &Resolved, key: &str) -> Option<String> {
     r.get(key).map(str::to_string)
 }
 
+/// `SCR_COPY_TYPE`. SCR 3 uses `CKPT=` descriptors only with `SCR_COPY_TYPE=FILE` and ignores
+/// them without a word otherwise. Here, when `SCR_COPY_TYPE` is set nowhere, `CKPT=` entries
+/// take effect (as `FILE`: the user wrote them to be used); when it is set to a scheme, that
+/// choice stands and one warning names the entries (file:line) and what to set.
+fn copy_type(r: &Resolved, warnings: &mut Vec<String>) -> String {
+    let value = text(r, "SCR_COPY_TYPE").unwrap_or_else(|| "XOR".into()).to_ascii_uppercase();
+    let ckpts = r.entries("CKPT");
+    if value == "FILE" || ckpts.is_empty() {
+        return value;
+    }
+    let explicit = r.simple.get("SCR_COPY_TYPE").filter(|v| v.origin != Origin::Default);
+    match explicit {
+        None => "FILE".into(),
+        Some(v) => {
+            let entries: Vec<String> = ckpts.iter().map(|e| format!("CKPT={} ({})", e.value, e.origin)).collect();
+            warnings.push(format!(
+                "{} ignored: SCR_COPY_TYPE={} ({}) applies to every checkpoint; set SCR_COPY_TYPE=FILE to use the CKPT \
+                 descriptors",
+                entries.join(", "),
+                v.value,
+                v.origin
+            ));
+            value
+        }
+    }
+}
+
 /// `SCR_CRC_ON_COPY`: when the CRC32 of a cached file is computed, and whether a restart from
 /// cache checks it. Whatever the setting, PARTNER/XOR/RS record each file's CRC32 while they
 /// encode (no extra pass) and a flush records it while it copies.
@@ -248,7 +275,7 @@ impl Settings {
             halt_exit: boolean(r, "SCR_HALT_EXIT")?,
             halt_seconds: num(r, "SCR_HALT_SECONDS")?,
             group: text(r, "SCR_GROUP").unwrap_or_else(|| "NODE".into()),
-            copy_type: text(r, "SCR_COPY_TYPE").unwrap_or_else(|| "XOR".into()).to_ascii_uppercase(),
+            copy_type: copy_type(r, &mut warnings),
             cache_base,
             cache_size,
             cache_bypass,
