@@ -473,7 +473,7 @@ fn default_name(glob: &Glob, pattern: &str, rel: &str, caps: &[String]) -> Vec<P
     let dirs = glob.comps[..last].iter().take_while(|c| matches!(c, Comp::Seg(_))).count();
     let upto = if let Some(w) = glob.comps[..dirs].iter().rposition(Comp::wild) {
         Some(w + 1)
-    } else if dirs == last && glob.comps[last].wild() {
+    } else if dirs == last && matches!(glob.comps[last], Comp::Seg(_)) && glob.comps[last].wild() {
         Some(last + 1)
     } else {
         None
@@ -752,6 +752,16 @@ mod tests {
         assert_eq!((r.name.as_str(), r.captures().count()), ("state", 0));
         let (glob, at) = set.describe(1);
         assert_eq!((glob, at), ("restart.*.*", "test"));
+    }
+
+    #[test]
+    fn a_literal_directory_then_a_tree_names_the_directory() {
+        // `out/**` (Quantum ESPRESSO's outdir), `final/**`: one dataset named by the directory
+        let set = PatternSet::compile(&[spec("out/**", Kind::Checkpoint, None, &[])]).unwrap();
+        for rel in ["out/si.save/charge-density.dat", "out/si.wfc1"] {
+            let r = set.route(rel, 1).unwrap();
+            assert_eq!((r.name.as_str(), r.named(|_, _| true)), ("out", "out".to_string()), "{rel}");
+        }
     }
 
     #[test]
