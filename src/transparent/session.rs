@@ -244,14 +244,20 @@ pub fn start(base: BaseFn) -> Result<(), String> {
     Ok(())
 }
 
-/// `MPI_Finalize`, before the real one: the last sync point, then `SCR_Finalize`. No MPI
-/// call of the library follows.
+/// `MPI_Finalize`, before the real one: the last sync point (files closed since the last
+/// barrier or allreduce become datasets, flushed per the configuration), then `SCR_Finalize`
+/// (its own flush rules). No MPI call of the library follows.
 pub fn finish() {
-    let _inside = Inside::enter();
-    if crate::runtime::mode() != Some(crate::runtime::Mode::Transparent) || FINISHED.load(Ordering::SeqCst) {
-        return;
-    }
-    if SESSION.get().is_some() && !crate::runtime::application_controls_output() {
+    let sync = {
+        let _inside = Inside::enter();
+        if crate::runtime::mode() != Some(crate::runtime::Mode::Transparent) || FINISHED.load(Ordering::SeqCst) {
+            return;
+        }
+        SESSION.get().is_some() && !crate::runtime::application_controls_output()
+    };
+    // outside the guard: the sync point acts for the application (it enters the guard
+    // itself), so files closed since the last barrier become datasets here
+    if sync {
         super::sync::point(true);
     }
     stop();

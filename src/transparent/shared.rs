@@ -147,6 +147,11 @@ impl SharedFiles {
         self.files.iter().filter(|(_, e)| e.writers == 0).map(|(id, e)| (*id, e.clone())).collect()
     }
 
+    /// The shared files a descriptor of this rank still writes.
+    pub(super) fn open_files(&self) -> impl Iterator<Item = &Entry> {
+        self.files.values().filter(|e| e.writers > 0)
+    }
+
     pub(super) fn forget(&mut self, id: u32) {
         self.files.remove(&id);
     }

@@ -8,22 +8,26 @@
 //! At every sync point the ranks combine four numbers in one small allreduce on SCR's own
 //! communicator: pending files open for writing, pending files closed, files of cached
 //! datasets removed, namespace changes not yet shared. Changes (directory renames and
-//! removals) are then exchanged and applied by every rank to its own files. Datasets complete
-//! at the first sync point where no rank has a pending file open and some rank has closed
-//! ones or removed a cached file (so an application that writes its checkpoint, passes a
-//! barrier and then updates a "latest" pointer finds the checkpoint complete whenever it
-//! finds the pointer). Completing means, on every rank: group the pending files by dataset
-//! name (from the pattern; the ranks first agree which captures of default names are a
-//! rank's part, [`super::naming`]), agree on the list of names, and form each dataset with
-//! [`crate::runtime::adopt_output`], oldest first. A name is one checkpoint: files written
-//! under the name of a cached dataset (a `meta` file written after the barrier, a file
-//! added to a directory renamed into place) make a new version of it that holds the earlier
-//! files too; removed files leave it. A failed write or close anywhere makes that dataset
-//! invalid everywhere. Files several ranks write ([`super::shared`]) count as pending files
-//! here and join their dataset as its shared files.
+//! removals) are then exchanged and applied by every rank to its own files. At a sync point
+//! where some rank has closed files or removed a cached file, the ranks group their pending
+//! files by dataset name (from the pattern; the ranks first agree which captures of default
+//! names are a rank's part, [`super::naming`]) and agree on the names; a dataset completes there
+//! unless some rank still has a file of that name open for writing (so an application that
+//! writes its checkpoint, passes a barrier and then updates a "latest" pointer finds the
+//! checkpoint complete whenever it finds the pointer, and a file kept open all run holds back
+//! its own dataset only). At the sync point in `MPI_Finalize` every closed file completes.
+//! Each dataset is formed with [`crate::runtime::adopt_output`], oldest first. A name is one
+//! checkpoint: files written under the name of a cached dataset (a `meta` file written after
+//! the barrier, a file added to a directory renamed into place, a restart file rewritten in
+//! place) make a new version of it that holds the earlier files too; removed files leave it.
+//! A failed write or close anywhere makes that dataset invalid everywhere. Files several
+//! ranks write ([`super::shared`]) count as pending files here and join their dataset as its
+//! shared files. A file open for writing across more than [`HELD_OPEN_SYNCS`] sync points is
+//! reported once, by rank 0, with the pattern that takes it and how to exclude it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 use super::naming::Part;
@@ -75,8 +79,9 @@ pub fn point(last: bool) -> bool {
     if agreed[3] > 0 {
         share_changes(s, &st.comm, &mut t);
     }
-    if (agreed[1] > 0 || agreed[2] > 0) && (agreed[0] == 0 || last) {
-        st.halt_check = complete(s, &st.comm, &mut t, false);
+    if agreed[1] > 0 || agreed[2] > 0 {
+        // (datasets with a file open for writing somewhere wait, except at the last point)
+        st.halt_check = complete(s, &st.comm, &mut t, false, !last);
     }
     super::view::publish(s, &t);
     false
@@ -153,22 +158,51 @@ pub(super) fn recover(s: &Session) {
         }
     }
     if st.comm.max_u64s(&[added])[0] > 0 {
-        complete(s, &st.comm, &mut t, true);
+        complete(s, &st.comm, &mut t, true, false);
     }
     // (completing forgot every file it looked at: what is left on disk joined nothing)
     let _ = crate::paths::remove_tree_if_exists(&s.pending);
 }
 
+/// A file open for writing across more than this many sync points is reported, once per
+/// run: it is in no checkpoint while it is open, and the dataset of its name waits for it.
+pub const HELD_OPEN_SYNCS: u64 = 100;
+
+/// The report of [`HELD_OPEN_SYNCS`] was printed (by rank 0; every rank knows).
+static HELD_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// What one rank says when datasets complete.
+#[derive(Default, serde::Serialize, serde::Deserialize)]
+struct Offer {
+    /// Its part of each dataset of its closed files.
+    ready: Vec<Part>,
+    /// Names of the datasets it has a file of open for writing.
+    open: Vec<String>,
+    /// Its file open for writing across the most sync points beyond [`HELD_OPEN_SYNCS`]:
+    /// (path relative to the prefix, sync points, dataset name).
+    held: Option<(String, u64, String)>,
+}
+
 /// Complete the pending datasets (`versions_only`: only new versions of cached datasets may
-/// form); whether a checkpoint completed.
-fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> bool {
+/// form; `wait_open`: a dataset with a file open for writing on some rank waits for the next
+/// sync point); whether a checkpoint completed.
+fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_open: bool) -> bool {
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut homeless = Vec::new();
     let route = |rel: &std::path::Path| rel.to_str().and_then(|r| s.patterns.route(r, s.rank));
     let pending: Vec<_> = t.closed_pending().into_iter().map(|(id, p)| (id, route(&p.rel), p.clone())).collect();
     let shared: Vec<_> = t.shared.closed_files().into_iter().map(|(id, e)| (id, route(&e.rel), e)).collect();
-    // names agreed by the ranks: what differs between their files is a rank's part
-    let varies = super::naming::agree(comm, pending.iter().filter_map(|f| f.1.as_ref()));
+    // files still open for writing: (path, sync epoch of their open, route, earlier dataset)
+    let open: Vec<_> = t
+        .open_pending()
+        .into_iter()
+        .map(|p| (p.rel.clone(), p.epoch, route(&p.rel), p.dataset))
+        .chain(t.shared.open_files().map(|e| (e.rel.clone(), e.epoch, route(&e.rel), None)))
+        .collect();
+    // names agreed by the ranks: what differs between their files (open ones too, so a file
+    // still open is named as its checkpoint will be) is a rank's part
+    let routes = pending.iter().filter_map(|f| f.1.as_ref()).chain(open.iter().filter_map(|f| f.2.as_ref()));
+    let varies = super::naming::agree(comm, routes);
     let named = |r: &Route| r.named(|p, run| varies.contains(&(p, run)));
     for (id, route, p) in pending {
         let (name, flags, pattern) = match (route, &p.dataset) {
@@ -208,7 +242,7 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
             t.forget(id);
         }
     }
-    let summary: Vec<Part> = groups
+    let ready: Vec<Part> = groups
         .iter()
         .map(|(n, g)| {
             let paths = g.files.iter().map(|f| &f.1).chain(g.shared.iter().map(|f| &f.1));
@@ -223,8 +257,21 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
             }
         })
         .collect();
+    let mut offer = Offer { ready, ..Default::default() };
+    for (rel, epoch, route, dataset) in open {
+        let Some(name) = route.as_ref().map(&named).or(dataset) else { continue };
+        let syncs = t.epoch.saturating_sub(epoch);
+        if syncs > HELD_OPEN_SYNCS && offer.held.as_ref().is_none_or(|h| h.1 < syncs) {
+            offer.held = Some((rel.to_string_lossy().into_owned(), syncs, name.clone()));
+        }
+        if wait_open {
+            offer.open.push(name);
+        }
+    }
+    offer.open.sort();
+    offer.open.dedup();
     let mut names: BTreeMap<String, (i32, u64)> = BTreeMap::new();
-    let lists = match comm.allgather(&summary) {
+    let offers = match comm.allgather(&offer) {
         Ok(l) => l,
         Err(e) => {
             // agreed by every rank: the files stay pending until the next sync point
@@ -232,6 +279,10 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
             return false;
         }
     };
+    let waiting: BTreeSet<&String> = offers.iter().flat_map(|o| &o.open).collect();
+    // what waits is left as it is (its files and removals stay) and is checked when it completes
+    let lists: Vec<Vec<Part>> =
+        offers.iter().map(|o| o.ready.iter().filter(|p| !waiting.contains(&p.name)).cloned().collect()).collect();
     super::naming::check(&s.patterns, &lists, s.rank == 0);
     for list in lists {
         for p in list {
@@ -240,6 +291,7 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
             e.1 = e.1.min(p.epoch);
         }
     }
+    report_held(s, &offers);
     let mut order: Vec<(u64, String, i32)> = names.into_iter().map(|(n, (fl, ep))| (ep, n, fl)).collect();
     order.sort();
     let mut checkpointed = false;
@@ -277,9 +329,65 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool) -> boo
     checkpointed
 }
 
+/// Once per run, by rank 0: a file has stayed open for writing across more than
+/// [`HELD_OPEN_SYNCS`] sync points (a scratch file an application keeps open all run); name
+/// it, the pattern that takes it and how to exclude it.
+fn report_held(s: &Session, offers: &[Offer]) {
+    let mut held = offers.iter().enumerate().filter_map(|(r, o)| o.held.as_ref().map(|h| (r, h)));
+    let Some((rank, (rel, syncs, name))) = held.next() else { return };
+    if HELD_REPORTED.swap(true, Ordering::Relaxed) || s.rank != 0 {
+        return;
+    }
+    let more = held.count();
+    let others = if more > 0 { format!(", and a file on {more} more rank(s)") } else { String::new() };
+    let by = match s.patterns.route(rel, rank as u32) {
+        Some(r) => {
+            let (pattern, at) = s.patterns.describe(r.pattern);
+            format!(" (pattern {pattern} from {at} takes it)")
+        }
+        None => String::new(),
+    };
+    let glob = exclusion_glob(rel);
+    scr_warn!(
+        "transparent mode: {rel} (rank {rank}{others}) has been open for writing across {syncs} sync points (MPI_Barrier/MPI_Allreduce on MPI_COMM_WORLD): a file open for writing is in no checkpoint, and dataset {name} completes only after it is closed (other datasets complete without it). If it is not needed to restart, exclude it: add !{glob} to SCR_PRELOAD_PATTERNS, or PRELOAD={glob} TYPE=EXCLUDE to the configuration file{by}. (reported once)"
+    );
+}
+
+/// A pattern for a file and its siblings of other ranks and steps: the digits of its name
+/// become `*` (`out/si.wfc12` gives `out/si.wfc*`).
+fn exclusion_glob(rel: &str) -> String {
+    let (dir, leaf) = rel.rsplit_once('/').map_or(("", rel), |(d, l)| (d, l));
+    let mut out = String::new();
+    for c in leaf.chars() {
+        if !c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('*') {
+            out.push('*');
+        }
+    }
+    if dir.is_empty() {
+        out
+    } else {
+        format!("{dir}/{out}")
+    }
+}
+
 /// Rebuild the table's committed files from the runtime (after datasets completed or
 /// changed, and at start).
 pub(super) fn refresh_committed(t: &mut Table) {
     let files = crate::runtime::cached_files().unwrap_or_default();
     t.set_committed(files.into_iter().map(|f| (f.rel, Committed { cache: f.path, dataset: f.dataset, name: f.name })));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exclusion_glob;
+
+    #[test]
+    fn the_exclusion_suggested_for_a_held_file_takes_its_siblings() {
+        assert_eq!(exclusion_glob("out/si.wfc12"), "out/si.wfc*");
+        assert_eq!(exclusion_glob("hold/wfc_3.dat"), "hold/wfc_*.dat");
+        assert_eq!(exclusion_glob("a1/log"), "a1/log");
+        assert_eq!(exclusion_glob("run7.log"), "run*.log");
+    }
 }

@@ -347,6 +347,11 @@ impl Table {
         v
     }
 
+    /// Pending files open for writing and named.
+    pub fn open_pending(&self) -> Vec<Pending> {
+        self.pending.values().filter(|p| p.writers > 0 && !p.deleted).cloned().collect()
+    }
+
     pub fn counts(&self) -> Counts {
         let live = self.pending.values().filter(|p| !p.deleted);
         let open = live.clone().filter(|p| p.writers > 0).count() as u64;
