@@ -117,6 +117,7 @@ impl Runtime {
             watchdog: None,
             pinned: Vec::new(),
             version_of: None,
+            version_counts: false,
             checksums: Default::default(),
             deleter: Default::default(),
             encoders: Default::default(),

@@ -145,8 +145,11 @@ pub struct Runtime {
     /// sees their files while a new dataset forms).
     pinned: Vec<u64>,
     /// Transparent mode: the cached checkpoint the current output phase makes a new version
-    /// of (same name and checkpoint number; flushed again if it was flushed).
+    /// of (same name; see `version_counts` for its number and flush).
     version_of: Option<u64>,
+    /// That version rewrites files of the earlier one (on some rank): it counts as a
+    /// checkpoint of its own (a new checkpoint number; flushed when due).
+    version_counts: bool,
     /// Background CRC32 of SINGLE datasets ([`checksums`]).
     checksums: checksums::Checksummer,
     /// Background removal of deleted datasets ([`deletions`]).

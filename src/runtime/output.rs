@@ -51,10 +51,16 @@ impl Runtime {
         self.progress(&[]);
         self.restart = None;
         self.dataset_id += 1;
-        // A new version of a checkpoint keeps its number (and so its descriptor).
-        let ckpt = match self.version_of.and_then(|v| self.filemap.datasets.get(&v)).and_then(|r| r.desc.ckpt) {
-            Some(c) => c,
-            None => {
+        // A new version of a checkpoint that only adds files keeps its number (and so its
+        // descriptor); one that rewrites files is a checkpoint of its own (a new number, for
+        // the flush interval and the halt count) on the earlier version's store, where its
+        // carried files are hard-linked.
+        let earlier = self.version_of.and_then(|v| self.filemap.datasets.get(&v));
+        let earlier_ckpt = earlier.and_then(|r| r.desc.ckpt);
+        let earlier_store = earlier.map(|r| r.reddesc.store.clone());
+        let ckpt = match earlier_ckpt {
+            Some(c) if !self.version_counts => c,
+            _ => {
                 if is_ckpt {
                     self.ckpt_id += 1;
                 }
@@ -62,7 +68,12 @@ impl Runtime {
             }
         };
         let id = self.dataset_id;
-        let reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
+        let mut reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
+        if let (Some(c), Some(store)) = (earlier_ckpt, earlier_store) {
+            if reddesc.store != store {
+                reddesc = self.descs.select(c.max(1), is_ckpt, is_output).clone();
+            }
+        }
         self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
             // Marked now, saved with the new record below, moved away once every rank saved.
@@ -376,8 +387,10 @@ impl Runtime {
 
         let ckpt = self.filemap.datasets.get(&id).and_then(|r| r.desc.ckpt);
         let periodic = self.settings.flush > 0 && ckpt.is_some_and(|c| c.is_multiple_of(self.settings.flush));
-        // a new version of a checkpoint in the prefix goes there too
-        let periodic = periodic || self.version_of.is_some_and(|v| self.flushed(v) || self.in_flight(v));
+        // a version that only adds files to a checkpoint in the prefix goes there too (its
+        // prefix copy would lack them); one that rewrites files is flushed when it is due
+        let periodic =
+            periodic || (!self.version_counts && self.version_of.is_some_and(|v| self.flushed(v) || self.in_flight(v)));
         let mut result = Ok(true);
         let background = (is_output || periodic) && self.flushes_async(id);
         if !background && (is_output || periodic || bypass) {
@@ -402,7 +415,7 @@ impl Runtime {
         // never costs the newest complete one.
         self.evict_for_complete(id);
 
-        if is_ckpt && self.version_of.is_none() {
+        if is_ckpt && (self.version_of.is_none() || self.version_counts) {
             self.checkpoint_taken();
         }
         self.progress(&[]);

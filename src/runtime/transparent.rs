@@ -82,11 +82,14 @@ pub enum Adopted {
 /// Form a dataset of files already written to the pending area (collective). A dataset name
 /// is one checkpoint: when a complete dataset of `name` is cached, the result is a new
 /// version of it holding its files (hard-linked within the cache, never copied) that were not
-/// replaced or removed, plus the new ones; its redundancy is applied again, it is flushed if
-/// it is due or the earlier version was flushed, and the earlier version leaves the cache
-/// once the new one is complete. The newest checkpoint stays in cache until the new dataset
-/// is complete, and the one before it until the next dataset's sync point (the application
-/// may still name it).
+/// replaced or removed, plus the new ones; its redundancy is applied again, and the earlier
+/// version leaves the cache once the new one is complete. A version that rewrites a file of
+/// the earlier one (on any rank) is a checkpoint of its own: a new checkpoint number, flushed
+/// when that number is due (`SCR_FLUSH`). One that only adds or removes files completes the
+/// same checkpoint: it keeps the number and is flushed if the earlier version was (its
+/// prefix copy would lack the new files). The newest checkpoint stays in cache until the new
+/// dataset is complete, and the one before it until the next dataset's sync point (the
+/// application may still name it).
 pub fn adopt_output(a: &Adopt) -> Result<Adopted> {
     with_rt("SCR_Complete_output (transparent)", |rt| rt.adopt_output(a))
 }
@@ -309,11 +312,21 @@ impl Runtime {
         }
         let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
         let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
+        // a version that rewrites a file of the earlier one (an application rewriting its
+        // restart files in place, LAMMPS' toggle files) is a checkpoint of its own; one that
+        // only adds or removes files (a `meta` written after the barrier) completes the same one
+        let rewrites = earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| {
+            r.files.iter().filter(|f| new.contains(f.rel.as_path())).count() as u64
+                + r.desc.shared.iter().filter(|s| a.shared.contains(&s.rel)).count() as u64
+        });
+        let counts = earlier.is_some() && self.world.sum_u64(rewrites) > 0;
         self.pinned = earlier.into_iter().chain(newest).collect();
         self.version_of = earlier;
+        self.version_counts = counts;
         let r = self.adopt_phase(a, flags, &carried);
         self.pinned.clear();
         self.version_of = None;
+        self.version_counts = false;
         if r?.is_none() {
             return Ok(Adopted::Invalid);
         }
