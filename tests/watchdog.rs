@@ -16,7 +16,7 @@ use std::process::Stdio;
 
 const SIZE: &str = "4096";
 /// The start of every watchdog message.
-const FIRED: &str = "watchdog: no SCR_Start_output for";
+const FIRED: &str = "watchdog: no ";
 
 fn new_job() -> Job {
     let mut job = Job::new();
@@ -146,6 +146,13 @@ fn transparent_mode_kills_a_hung_unmodified_application() {
     assert!(r.has("CHECKPOINT 4") && r.stderr.contains("rank 3: HANG at step 6"), "{}", r.dump());
     assert_killed_by_watchdog(&r, "SCR_WATCHDOG_TIMEOUT");
     assert!(r.stderr.contains("since the start of dataset 2 (limit 3 s"), "kicked by the preload\n{}", r.dump());
+    // the message names what the user sees, not the call the preload made
+    assert!(
+        r.stderr.contains("watchdog: no dataset completed at a sync point for")
+            && !r.stderr.contains("SCR_Start_output"),
+        "{}",
+        r.dump()
+    );
     let r = job.run_exe(4, &exe, &args(&[]));
     assert_eq!(r.code, Some(0), "{}", r.dump());
     assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());

@@ -145,8 +145,9 @@ impl Runtime {
             if self.rank0() {
                 let msg = format!(
                     "SCR_ENCODE_ASYNC=1 needs MPI initialised with MPI_THREAD_MULTIPLE, and this run has {level}: \
-                     redundancy is encoded inside SCR_Complete_output. Initialise MPI with MPI_Init_thread(..., \
-                     MPI_THREAD_MULTIPLE, ...) (with Open MPI, OMPI_MPI_THREAD_LEVEL=3 does it for MPI_Init)"
+                     redundancy is encoded inside {}. Initialise MPI with MPI_Init_thread(..., \
+                     MPI_THREAD_MULTIPLE, ...) (with Open MPI, OMPI_MPI_THREAD_LEVEL=3 does it for MPI_Init)",
+                    self.encoding_step()
                 );
                 if asked == Some(true) {
                     scr_warn!("{msg}");
@@ -165,7 +166,8 @@ impl Runtime {
             }
             if self.rank0() {
                 scr_warn!(
-                    "redundancy is encoded inside SCR_Complete_output: a process could not start its encoding thread"
+                    "redundancy is encoded inside {}: a process could not start its encoding thread",
+                    self.encoding_step()
                 );
             }
             self.encoders.worker.finish();

@@ -116,7 +116,7 @@ impl Runtime {
             let what = format!("background flush of dataset {id}");
             let summary = self.ctx().summarize_failures(&what, local_err);
             if self.rank0() {
-                crate::scr_error!("{summary}; the dataset stays in cache and SCR retries at SCR_Finalize");
+                crate::scr_error!("{summary}; the dataset stays in cache and SCR retries at {}", self.finalize_name());
                 crate::transfer::flush::unmark_flushing(&self.layout, id);
                 let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone()).unwrap_or_default();
                 self.events.flush_fail(id, &name, &summary, "async");

@@ -39,7 +39,7 @@ impl Runtime {
         log::set_level(settings.debug);
         let descs = world
             .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))?
-            .ok_or_else(|| Error::Collective("SCR_Init: rank 0 sent no descriptors".into()))?
+            .ok_or_else(|| Error::Collective("starting SCR: rank 0 sent no descriptors".into()))?
             .map_err(|e| Error::Collective(e.to_string()))?;
         if world.rank() == 0 {
             for w in &settings.warnings {
@@ -131,7 +131,7 @@ impl Runtime {
         rt.setup_encoder()?;
         rt.restore()?;
         if rt.rank0() {
-            scr_debug!(1, "SCR_Init done in {:.3} s on {}", t0.elapsed().as_secs_f64(), rt.host);
+            scr_debug!(1, "{} done in {:.3} s on {}", rt.call_name("SCR_Init"), t0.elapsed().as_secs_f64(), rt.host);
         }
         rt.log_run_start(nnodes as i32);
         rt.policy.compute_started();
@@ -169,7 +169,7 @@ impl Runtime {
             }
             Ok(())
         })();
-        self.agree("SCR_Init: creating SCR directories", local)?;
+        self.agree(&format!("{}: creating SCR directories", self.call_name("SCR_Init")), local)?;
         self.node.barrier();
         Ok(())
     }

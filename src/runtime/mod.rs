@@ -375,6 +375,40 @@ impl Runtime {
         Err(Error::Collective(self.ctx().summarize_failures(what, msg)))
     }
 
+    /// How messages name the step of API call `call`: the call in API mode; in transparent
+    /// mode, where the preload makes the call and the application never did, what it does.
+    pub(super) fn call_name(&self, call: &'static str) -> &'static str {
+        if self.mode != Mode::Transparent {
+            return call;
+        }
+        match call {
+            "SCR_Init" => "starting SCR in MPI_Init",
+            "SCR_Start_output" => "starting a dataset",
+            "SCR_Route_file" => "placing a file in cache",
+            "SCR_Route_shared_file" => "recording a shared file",
+            "SCR_Complete_output" => "completing a dataset",
+            other => other,
+        }
+    }
+
+    /// Where a dataset's redundancy is encoded when not in the background, as the user knows it.
+    pub(super) fn encoding_step(&self) -> &'static str {
+        if self.mode == Mode::Transparent {
+            "the sync point that completes the dataset (the application's MPI_Barrier or MPI_Allreduce)"
+        } else {
+            "SCR_Complete_output"
+        }
+    }
+
+    /// Where flushes SCR still owes are retried, as the user knows it.
+    pub(super) fn finalize_name(&self) -> &'static str {
+        if self.mode == Mode::Transparent {
+            "the end of the run (MPI_Finalize)"
+        } else {
+            "SCR_Finalize"
+        }
+    }
+
     /// Name a phase for "expected" messages.
     fn phase_error(&self, call: &'static str, wanted: &str) -> Error {
         let now = match &self.phase {

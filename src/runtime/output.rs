@@ -18,20 +18,21 @@ use crate::{scr_debug, scr_error, scr_warn};
 impl Runtime {
     pub(super) fn start_output(&mut self, name: Option<&str>, flags: i32) -> Result<()> {
         const CALL: &str = "SCR_Start_output";
+        let call = self.call_name(CALL);
         if self.phase != Phase::Idle {
-            return Err(self.phase_error(CALL, "between output and restart phases"));
+            return Err(self.phase_error(call, "between output and restart phases"));
         }
         let mut local: Result<()> = Ok(());
         if flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0 || flags == 0 {
             local = Err(Error::usage(
-                CALL,
+                call,
                 format!("flags={flags}: pass SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT or both (SCR_FLAG_CHECKPOINT|SCR_FLAG_OUTPUT)"),
             ));
         }
         if let Some(n) = name {
             if n.is_empty() || n.len() >= crate::MAX_FILENAME {
                 local = Err(Error::usage(
-                    CALL,
+                    call,
                     format!("the dataset name must have 1 to {} bytes", crate::MAX_FILENAME - 1),
                 ));
             }
@@ -40,11 +41,11 @@ impl Runtime {
         let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) as i64 & i64::MAX;
         if local.is_ok() && self.world.min_i64(key) != self.world.max_i64(key) {
             local = Err(Error::usage(
-                CALL,
+                call,
                 format!("ranks passed different names or flags (this rank: {name:?}, {flags})"),
             ));
         }
-        self.agree(CALL, local)?;
+        self.agree(call, local)?;
 
         let is_ckpt = flags & FLAG_CHECKPOINT != 0;
         let is_output = flags & FLAG_OUTPUT != 0;
@@ -114,7 +115,7 @@ impl Runtime {
             super::crash_point(self.world.rank(), "marked");
         }
         let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
-        let agreed = self.agree(CALL, local);
+        let agreed = self.agree(call, local);
         self.bury();
         agreed?;
         self.phase = Phase::Output { id, start: Instant::now() };
@@ -220,12 +221,13 @@ impl Runtime {
 
     pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {
         const CALL: &str = "SCR_Route_file";
+        let call = self.call_name(CALL);
         let id = match &self.phase {
             Phase::Idle => return Ok(PathBuf::from(name)),
             Phase::Restart => return self.route_restart(name),
             Phase::Output { id, .. } => *id,
         };
-        let rel = self.dataset_rel(CALL, name)?;
+        let rel = self.dataset_rel(call, name)?;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         if rec.desc.shared.iter().any(|s| s.rel == rel) {
             // declared shared by this rank (SCR_Route_shared_file): the same place again
@@ -234,7 +236,7 @@ impl Runtime {
         let target = if rec.reddesc.bypass { self.layout.prefix.join(&rel) } else { rec.dir.join(&rel) };
         if target.as_os_str().len() >= crate::MAX_FILENAME {
             return Err(Error::usage(
-                CALL,
+                call,
                 format!("{} is longer than SCR_MAX_FILENAME ({})", target.display(), crate::MAX_FILENAME),
             ));
         }
@@ -255,8 +257,9 @@ impl Runtime {
 
     pub(super) fn complete_output(&mut self, valid: bool) -> Result<bool> {
         const CALL: &str = "SCR_Complete_output";
+        let call = self.call_name(CALL);
         let Phase::Output { id, start } = self.phase.clone() else {
-            return Err(self.phase_error(CALL, "after SCR_Start_output"));
+            return Err(self.phase_error(call, "after SCR_Start_output"));
         };
         self.phase = Phase::Idle;
         let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
@@ -402,7 +405,7 @@ impl Runtime {
                 }
                 Err(e) => {
                     if self.rank0() {
-                        scr_error!("{e}; the dataset stays in cache and SCR will retry at SCR_Finalize");
+                        scr_error!("{e}; the dataset stays in cache and SCR will retry at {}", self.finalize_name());
                     }
                     if is_output {
                         result = Err(e);

@@ -21,7 +21,10 @@ impl Runtime {
                 continue;
             }
             let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
-            let value = self.agree(&format!("SCR_Init: failure group {} of CKPT={}", d.group, d.index), value)?;
+            let value = self.agree(
+                &format!("{}: failure group {} of CKPT={}", self.call_name("SCR_Init"), d.group, d.index),
+                value,
+            )?;
             let (groups, ngroups) = self.world.group_ids(&value)?;
             let sets = form_sets(&groups, d.set_size);
             let me = self.world.rank() as usize;

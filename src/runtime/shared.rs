@@ -79,21 +79,28 @@ fn hash(rel: &Path) -> u64 {
 
 impl Runtime {
     pub(super) fn route_shared(&mut self, name: &str) -> Result<PathBuf> {
+        let call = self.call_name(ROUTE_SHARED);
         let Phase::Output { id, .. } = self.phase else {
-            return Err(self.phase_error(ROUTE_SHARED, "in an output phase (after SCR_Start_output)"));
+            return Err(self.phase_error(call, "in an output phase (after SCR_Start_output)"));
         };
-        let rel = self.dataset_rel(ROUTE_SHARED, name)?;
+        let rel = self.dataset_rel(call, name)?;
         let me = self.world.rank() as u32;
+        let transparent = self.mode == super::Mode::Transparent;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let staging = shared_target(&self.layout, rec, &rel);
         if rec.file(&rel).is_some() {
-            return Err(Error::usage(
-                ROUTE_SHARED,
+            let msg = if transparent {
+                format!(
+                    "{name} was written by this rank both as a file of its own and as a shared file (MPI_File_open on \
+                     several processes, or SCR_PRELOAD_SHARED): write it one way only"
+                )
+            } else {
                 format!(
                     "{name} was routed with SCR_Route_file by this rank in this output phase: route a shared file \
                      with SCR_Route_shared_file only"
-                ),
-            ));
+                )
+            };
+            return Err(Error::usage(call, msg));
         }
         if let Some(parent) = staging.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;

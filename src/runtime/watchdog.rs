@@ -89,6 +89,9 @@ pub struct Firing {
     pub elapsed_secs: u64,
     /// What started the interval ("SCR_Init", "the start of dataset 3").
     pub since: String,
+    /// What did not happen in time ("SCR_Start_output"; in transparent mode, where the
+    /// application makes no SCR call, a dataset completing at a sync point).
+    pub waiting: &'static str,
 }
 
 /// How long the message and the event-log line may take before the kill goes ahead regardless.
@@ -101,6 +104,8 @@ struct State {
     start: Instant,
     /// What started it.
     since: String,
+    /// See [`Firing::waiting`].
+    waiting: &'static str,
     /// The current interval's output phase wrote to the prefix.
     wrote: bool,
     /// The limit applied to the current interval.
@@ -144,6 +149,7 @@ impl Watchdog {
                 limits,
                 start: Instant::now(),
                 since: "SCR_Init".into(),
+                waiting: "SCR_Start_output",
                 wrote: restart_in_prefix,
                 armed,
                 stop: false,
@@ -260,6 +266,12 @@ impl super::Runtime {
         let in_prefix = self.restart.as_ref().is_some_and(|r| r.in_prefix);
         let log = self.any_rank_log();
         self.watchdog = Watchdog::start(limits, in_prefix, self.rank0(), log);
+        if let (Some(dog), super::Mode::Transparent) = (&self.watchdog, self.mode) {
+            // the preload made SCR_Init and makes SCR_Start_output: say what the user sees
+            let mut s = dog.shared.state.lock().unwrap_or_else(|e| e.into_inner());
+            s.since = "MPI_Init".into();
+            s.waiting = "dataset completed at a sync point";
+        }
     }
 
     /// `SCR_Start_output` began dataset `id` (`bypass`: its files go to the prefix).
@@ -303,8 +315,12 @@ fn watch(shared: &Shared) {
                 s = shared.wake.wait_timeout(s, d - now).unwrap_or_else(|e| e.into_inner()).0;
             }
             Some(_) => {
-                let firing =
-                    Firing { limit: s.armed, elapsed_secs: s.start.elapsed().as_secs(), since: s.since.clone() };
+                let firing = Firing {
+                    limit: s.armed,
+                    elapsed_secs: s.start.elapsed().as_secs(),
+                    since: s.since.clone(),
+                    waiting: s.waiting,
+                };
                 drop(s);
                 fire(firing, shared.events.clone());
             }
@@ -315,9 +331,9 @@ fn watch(shared: &Shared) {
 /// The message line of a firing watchdog (after the usual `SCR ERROR: rank R on HOST: `).
 pub fn message(f: &Firing) -> String {
     format!(
-        "watchdog: no SCR_Start_output for {} s since {} (limit {} s, {}): the process looks hung and is \
+        "watchdog: no {} for {} s since {} (limit {} s, {}): the process looks hung and is \
          killed (SIGKILL) so the run can be relaunched from its last checkpoint",
-        f.elapsed_secs, f.since, f.limit.secs, f.limit.key
+        f.waiting, f.elapsed_secs, f.since, f.limit.secs, f.limit.key
     )
 }
 
@@ -429,8 +445,18 @@ mod tests {
 
     #[test]
     fn the_message_names_the_key_the_limit_and_the_time() {
-        let f = Firing { limit: Limit { secs: 3, key: KEY }, elapsed_secs: 4, since: "the start of dataset 2".into() };
+        let mut f = Firing {
+            limit: Limit { secs: 3, key: KEY },
+            elapsed_secs: 4,
+            since: "the start of dataset 2".into(),
+            waiting: "SCR_Start_output",
+        };
         let m = message(&f);
-        assert!(m.contains("for 4 s since the start of dataset 2 (limit 3 s, SCR_WATCHDOG_TIMEOUT)"), "{m}");
+        assert!(
+            m.contains("no SCR_Start_output for 4 s since the start of dataset 2 (limit 3 s, SCR_WATCHDOG_TIMEOUT)"),
+            "{m}"
+        );
+        f.waiting = "dataset completed at a sync point";
+        assert!(message(&f).starts_with("watchdog: no dataset completed at a sync point for 4 s"), "{}", message(&f));
     }
 }

@@ -272,7 +272,7 @@ pub fn stop() {
     }
     super::sync::teardown();
     if let Err(e) = crate::runtime::finalize() {
-        scr_error!("transparent mode: SCR_Finalize: {e}");
+        scr_error!("transparent mode: ending SCR in MPI_Finalize: {e}");
     }
 }
 
