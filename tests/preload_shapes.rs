@@ -1,0 +1,155 @@
+//! Transparent mode with the output shapes of real applications (issue 22), each an
+//! unmodified C program (`examples/preload/shapes.c`) under the preload with 4 ranks:
+//! files closed after the last collective (OpenFOAM's last time directory), restart files
+//! rewritten in place under the same name (LAMMPS' toggle files, Quantum ESPRESSO's `out/`),
+//! and a file kept open for writing all run (Quantum ESPRESSO `disk_io='high'`).
+
+mod common;
+
+use common::{app, Job, Run};
+
+fn run(job: &Job, args: &[&str]) -> Run {
+    let mut all = vec!["--dir".to_string(), job.prefix.display().to_string()];
+    all.extend(args.iter().map(|s| s.to_string()));
+    job.run_exe(4, &[app("shapes.c", &[]).display().to_string()], &all)
+}
+
+fn transparent(patterns: &str, flush: &str) -> Job {
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", patterns).set("SCR_FLUSH", flush);
+    job
+}
+
+/// Files under the prefix whose relative path starts with `start`, sorted.
+fn in_prefix(job: &Job, start: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    common::walk(&job.prefix, &mut |p| {
+        let rel = p.strip_prefix(&job.prefix).unwrap().display().to_string();
+        if rel.starts_with(start) {
+            out.push(rel);
+        }
+    });
+    out.sort();
+    out
+}
+
+/// The index's complete datasets named `name`: their checkpoint numbers, oldest first.
+fn indexed(job: &Job, name: &str) -> Vec<u64> {
+    let ix = job.index();
+    ix["datasets"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|d| d["desc"]["name"] == name && d["complete"] == true)
+        .map(|d| d["desc"]["ckpt"].as_u64().unwrap())
+        .collect()
+}
+
+/// The messages of a transparent run name no SCR call: the application made none.
+fn assert_no_api_names(r: &Run) {
+    for call in ["SCR_Init", "SCR_Start_output", "SCR_Route_file", "SCR_Complete_output", "SCR_Finalize"] {
+        assert!(!r.stderr.contains(call), "{call}: {}", r.dump());
+    }
+}
+
+/// The 4-byte step a data file starts with.
+fn step_of(path: &std::path::Path) -> i32 {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    i32::from_ne_bytes(b[..4].try_into().unwrap())
+}
+
+#[test]
+fn files_closed_after_the_last_collective_become_a_dataset_in_mpi_finalize() {
+    // SCR_FLUSH=0: a dataset in cache, nothing in the prefix; the next run reads it there
+    let job = transparent("final/**", "0");
+    let r = run(&job, &["--shape", "final", "--steps", "3"]);
+    assert!(r.has("NO_RESTART") && r.has("DONE"), "{}", r.dump());
+    assert_eq!(job.cached_files("final/rank_").len(), 4, "{:?}\n{}", job.cached_files(""), r.dump());
+    assert!(job.cached_files("scr.pending/0/final").is_empty(), "{:?}", job.cached_files(""));
+    assert_eq!(in_prefix(&job, "final/"), Vec::<String>::new(), "{}", r.dump());
+    let r = run(&job, &["--shape", "final", "--steps", "5"]);
+    assert!(r.has("RESTARTED final 3 verified") && r.has("DONE"), "{}", r.dump());
+    // the files written again in that run's MPI_Finalize are the next version
+    let r = run(&job, &["--shape", "final", "--steps", "2"]);
+    assert!(r.has("RESTARTED final 5 verified"), "{}", r.dump());
+
+    // SCR_FLUSH=1: flushed and indexed; a lost cache restarts from the prefix
+    let job = transparent("final/**", "1");
+    let r = run(&job, &["--shape", "final", "--steps", "3"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    assert_eq!(indexed(&job, "final").len(), 1, "{}\n{}", job.index(), r.dump());
+    let files = in_prefix(&job, "final/");
+    assert_eq!(files.len(), 4, "{files:?}");
+    for f in &files {
+        assert_eq!(step_of(&job.prefix.join(f)), 3, "{f}");
+    }
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "final", "--steps", "4"]);
+    assert!(r.has("RESTARTED final 3 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
+fn restart_files_rewritten_under_one_name_are_flushed_every_scr_flush_versions() {
+    // rank files toggle/rank_<r>.a (odd steps) and .b (even steps) rewritten in place, one
+    // dataset "toggle". Step 2 only adds the .b files (the same checkpoint); from step 3 on
+    // each version rewrites files and is a checkpoint of its own: checkpoints 2 (step 3) and
+    // 4 (step 5) are flushed with SCR_FLUSH=2, checkpoint 3 (step 4) is not.
+    let job = transparent("toggle/**", "2");
+    let r = run(&job, &["--shape", "toggle", "--steps", "8", "--crash-at", "6"]);
+    assert!(r.has("CHECKPOINT 5") && !r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert_eq!(indexed(&job, "toggle"), vec![2, 4], "{}\n{}", job.index(), r.dump());
+    let files = in_prefix(&job, "toggle/");
+    assert_eq!(files.len(), 8, "{files:?}");
+    for f in &files {
+        let want = if f.ends_with(".a") { 5 } else { 4 };
+        assert_eq!(step_of(&job.prefix.join(f)), want, "{f}: the newest flushed version's bytes");
+    }
+    // the cache holds the newest version (step 5) only
+    let cached = job.cached_files("toggle/rank_");
+    assert_eq!(cached.len(), 8, "{cached:?}");
+    // the cache is lost: the run restarts from the prefix, at step 5
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "toggle", "--steps", "7"]);
+    assert!(r.has("RESTARTED 5 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
+fn restart_files_rewritten_under_one_name_flush_in_the_background_when_due() {
+    // SCR_FLUSH_ASYNC=1: a due version goes to the prefix in the background, one not due
+    // is not flushed at all (no synchronous flush because an earlier version was flushed)
+    let mut job = transparent("toggle/**", "2");
+    job.set("SCR_FLUSH_ASYNC", "1").set("SCR_DEBUG", "1");
+    let r = run(&job, &["--shape", "toggle", "--steps", "5"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    assert_no_api_names(&r);
+    // datasets 3 and 5 (steps 3 and 5) in the background; dataset 4 (step 4) not at all
+    let all = r.all();
+    assert_eq!(all.matches("background flush started").count(), 2, "{}", r.dump());
+    for id in [3, 5] {
+        assert!(all.contains(&format!("dataset {id}: background flush started")), "{id}: {}", r.dump());
+    }
+    assert!(!all.contains("flushed dataset 4 "), "step 4 is not due: {}", r.dump());
+    assert_eq!(indexed(&job, "toggle"), vec![2, 4], "{}", job.index());
+    let r = run(&job, &["--shape", "toggle", "--steps", "6"]);
+    assert!(r.has("RESTARTED 5 verified"), "{}", r.dump());
+}
+
+#[test]
+fn a_file_open_for_writing_all_run_blocks_only_its_own_dataset_and_is_reported_once() {
+    // every rank keeps hold/wfc_<r>.dat open and writes ckpt.<step>/rank_<r>.dat each step,
+    // 32 sync points per step: the checkpoints complete anyway, and once the file has been
+    // open across more than 100 sync points rank 0 says so, once
+    let job = transparent("ckpt.*/**,hold/**", "0");
+    let r = run(&job, &["--shape", "hold", "--steps", "7", "--syncs", "30", "--crash-at", "6"]);
+    assert!(r.has("CHECKPOINT 5"), "{}", r.dump());
+    assert_eq!(job.cached_files("ckpt.5/rank_").len(), 4, "{:?}\n{}", job.cached_files(""), r.dump());
+    assert!(job.cached_files("scr.pending/0/ckpt").is_empty(), "{:?}", job.cached_files(""));
+    let warned = r.stderr.matches("has been open for writing across").count();
+    assert_eq!(warned, 1, "{}", r.dump());
+    let line = r.stderr.lines().find(|l| l.contains("has been open for writing across")).unwrap();
+    for part in ["hold/wfc_", "!hold/wfc_*.dat", "hold/**", "SCR_PRELOAD_PATTERNS", "3 more rank(s)"] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
+    let r = run(&job, &["--shape", "hold", "--steps", "7", "--syncs", "30"]);
+    assert!(r.has("RESTARTED 5 verified") && r.has("DONE"), "{}", r.dump());
+}
