@@ -157,3 +157,14 @@ fn a_file_open_for_writing_all_run_blocks_only_its_own_dataset_and_is_reported_o
     let r = run(&job, &["--shape", "hold", "--steps", "8", "--syncs", "30"]);
     assert!(r.has("RESTARTED 7 verified") && r.has("DONE"), "{}\n{:?}", r.dump(), job.cached_files(""));
 }
+
+#[test]
+fn a_halt_condition_at_start_names_mpi_init_not_scr_init() {
+    // the preload runs SCR_Init inside MPI_Init: the message says so in the user's terms
+    let job = transparent("final/**", "0");
+    std::fs::create_dir_all(job.prefix.join(".scr")).unwrap();
+    scr::state::halt::Halt::update(&job.prefix.join(".scr/halt.scr"), |h| h.checkpoints_left = Some(0)).unwrap();
+    let r = run(&job, &["--shape", "final", "--steps", "2"]);
+    assert!(r.stderr.contains("halt condition at MPI_Init"), "{}", r.dump());
+    assert_no_api_names(&r);
+}

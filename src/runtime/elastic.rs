@@ -198,8 +198,13 @@ impl Runtime {
                 "INFO",
                 format_args!(
                     "SCR_RESTART_ELASTIC: restarting from {name}, written by {ranks} processes, with {size}: its {} \
-                     file(s) are read from the prefix (SCR_Restart_info and SCR_Restart_file list them)",
-                    entries.len()
+                     file(s) are read from the prefix ({})",
+                    entries.len(),
+                    if self.mode == super::Mode::Transparent {
+                        "at their own paths"
+                    } else {
+                        "SCR_Restart_info and SCR_Restart_file list them"
+                    }
                 ),
             );
             scr_debug!(1, "checked the sizes of the files of dataset {id} in the prefix");

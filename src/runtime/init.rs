@@ -277,7 +277,8 @@ impl Runtime {
         }
         if let Some(reason) = self.halt_reason() {
             if self.rank0() {
-                crate::log::emit("INFO", format_args!("halt condition at SCR_Init: {reason}"));
+                let at = if self.mode == super::Mode::Transparent { "MPI_Init" } else { "SCR_Init" };
+                crate::log::emit("INFO", format_args!("halt condition at {at}: {reason}"));
             }
             if self.settings.halt_exit {
                 self.exit_requested = Some(reason);
