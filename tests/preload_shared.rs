@@ -216,7 +216,9 @@ fn header_file(step: i64) -> Vec<u8> {
 
 fn header_then_mpi_io(create: bool) {
     let mut job = Job::new();
-    job.preload().set("SCR_PRELOAD_PATTERNS", "restart.*.mpiio").set("SCR_FLUSH", "0");
+    // each step is a dataset of its own (restart.6.mpiio, restart.8.mpiio): two stay cached, so
+    // both steps' files are there to check after the second run
+    job.preload().set("SCR_PRELOAD_PATTERNS", "restart.*.mpiio").set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
     let create = if create { &["--create"][..] } else { &[] };
     let r = header_run(&job, &[&["--steps", "6", "--crash-at", "5"][..], create].concat());
     assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
