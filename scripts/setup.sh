@@ -3,9 +3,11 @@
 # (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler,
 # pkg-config, CMake, the compilers and libraries of the transparent-mode examples and the
 # bindings (gfortran, python3-mpi4py), and Slurm (munge, slurmctld, slurmd, slurm-client) for
-# tests/slurm.rs, which starts a private cluster. As root it installs what is missing;
-# otherwise it says exactly what to install (without root the Slurm tests are skipped: they
-# need root anyway, so their packages are not required then).
+# tests/slurm.rs, which starts a private cluster, and the real applications of
+# tests/realapps.rs (lammps, openfoam, openfoam-examples, quantum-espresso,
+# quantum-espresso-data). As root it installs what is missing; otherwise it says exactly what
+# to install (without root the Slurm and real-application tests are skipped, so their packages
+# are not required then).
 set -euo pipefail
 
 need=()
@@ -38,25 +40,41 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is missing; install a Rust toolchain (1.88 or newer), e.g. from rustup.rs" >&2
   exit 1
 fi
+# real applications for tests/realapps.rs (LAMMPS, OpenFOAM with its tutorials, Quantum
+# ESPRESSO with the pseudopotentials of quantum-espresso-data): about 205 MB of packages, half
+# a minute to install; without root the tests are skipped, naming these packages
+apps=()
+command -v lmp >/dev/null 2>&1 || apps+=(lammps)
+command -v icoFoam >/dev/null 2>&1 || apps+=(openfoam)
+[ -d /usr/share/doc/openfoam-examples/examples/incompressible/icoFoam/cavity ] || apps+=(openfoam-examples)
+command -v pw.x >/dev/null 2>&1 || apps+=(quantum-espresso)
+[ -f /usr/share/espresso/pseudo/Si.pz-vbc.UPF ] || apps+=(quantum-espresso-data)
+if [ ${#apps[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
+  echo "setup: ${apps[*]} missing: tests/realapps.rs will be skipped; as root: apt-get install --no-install-recommends ${apps[*]}" >&2
+  apps=()
+fi
 if [ ${#slurm[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
   echo "setup: Slurm is missing (${slurm[*]}): tests/slurm.rs will be skipped; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
   slurm=()
 fi
-if [ ${#need[@]} -eq 0 ] && [ ${#slurm[@]} -eq 0 ]; then
+if [ ${#need[@]} -eq 0 ] && [ ${#slurm[@]} -eq 0 ] && [ ${#apps[@]} -eq 0 ]; then
   exit 0
 fi
 # shellcheck disable=SC2207
 need=($(printf '%s\n' "${need[@]}" | sort -u))
-if [ "$(id -u)" -ne 0 ]; then
+if [ ${#need[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
   echo "setup: missing packages: ${need[*]}" >&2
   echo "setup: install them with: sudo apt-get install -y ${need[*]}" >&2
   exit 1
 fi
-echo "setup: installing ${need[*]} ${slurm[*]}"
+echo "setup: installing ${need[*]} ${slurm[*]} ${apps[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 if [ ${#need[@]} -gt 0 ]; then
   apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if [ ${#apps[@]} -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends "${apps[@]}" >/dev/null
 fi
 if [ ${#slurm[@]} -gt 0 ]; then
   # The tests start daemons of their own: the packages' services must not start (a policy
