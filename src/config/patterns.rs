@@ -752,6 +752,11 @@ mod tests {
         assert_eq!((r.name.as_str(), r.captures().count()), ("state", 0));
         let (glob, at) = set.describe(1);
         assert_eq!((glob, at), ("restart.*.*", "test"));
+        // a trailing ** is no flat file name: its literal directories name the dataset
+        // (Quantum ESPRESSO's outdir, `out/**`, panicked here)
+        let set = PatternSet::compile(&[spec("out/**", Kind::Checkpoint, None, &[])]).unwrap();
+        assert_eq!(set.route("out/si.save/wfc1.dat", 0).unwrap().name, "out");
+        assert_eq!(set.route("out/si.wfc3", 3).unwrap().name, "out");
     }
 
     #[test]
