@@ -183,6 +183,41 @@ fn lammps_restart_files_per_rank_restart_from_cache() {
 }
 
 #[test]
+fn lammps_killed_with_sigkill_restarts_from_cache() {
+    if !have(&["lmp"], "lammps") {
+        return;
+    }
+    // a long run, killed (SIGKILL to mpirun and every rank) once step 100's restart files
+    // are in a cached dataset: the restart is whichever step last completed
+    let job = lammps_job();
+    lammps_inputs(&job, "lj.*.%", "lj.*.%");
+    std::fs::write(job.prefix.join("in.melt"), MELT.replace("RESTART", "lj.*.%").replace("run 200", "run 100000"))
+        .unwrap();
+    let mut run = job.spawn_exe(&args(&["lmp"]), &args(&["-in", "in.melt", "-log", "none"]));
+    run.wait_until("step 100 in a cached dataset", || {
+        job.find("/lj.100.base").iter().any(|p| p.to_string_lossy().contains("/scr.dataset."))
+    });
+    let out = run.kill();
+    let r = lmp(&job, "in.cont");
+    assert_eq!(r.code, Some(0), "{}\n--- the killed run\n{out}", r.dump());
+    let got = thermo(&r);
+    let step: u32 = got.first().and_then(|l| l.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+    assert!(step >= 100 && step.is_multiple_of(50), "restarted at step {step}\n{}", r.dump());
+    // the same continuation without the preload, from the bytes SCR restarted from
+    let base = Job::new();
+    lammps_inputs(&base, "lj.*.%", "lj.*.%");
+    let mut files: Vec<String> = (0..NP).map(|r| format!("lj.{step}.{r}")).collect();
+    files.push(format!("lj.{step}.base"));
+    for f in &files {
+        let bytes = held(&job, f).unwrap_or_else(|| panic!("SCR holds no {f}: {:?}", job.find(f)));
+        std::fs::write(base.prefix.join(f), bytes).unwrap();
+    }
+    let want = lmp(&base, "in.cont");
+    assert_eq!(want.code, Some(0), "{}", want.dump());
+    assert_eq!(got, thermo(&want), "the continuation from step {step} differs under the preload\n{}", r.dump());
+}
+
+#[test]
 fn lammps_restart_toggling_two_files_restarts_from_cache() {
     // restart 50 lj.a lj.b: 50 -> a, 100 -> b, 150 -> a, 200 -> b
     lammps_case(lammps_job(), "lj.a lj.b", "lj.b", &["lj.b".into()], |_| {});
