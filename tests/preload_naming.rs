@@ -163,3 +163,52 @@ fn a_job_script_sees_what_the_next_run_restarts_from() {
     let r = run(&job, &["--shape", "foam", "--steps", "12"]);
     assert!(r.has("RESTARTED 10 verified") && r.has("DONE"), "{}", r.dump());
 }
+
+/// The entries of a prefix directory, as a process without the preload sees them, sorted.
+fn entries(dir: &std::path::Path) -> Vec<String> {
+    let mut out: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    out.sort();
+    out
+}
+
+#[test]
+fn directories_made_for_a_checkpoint_leave_with_it() {
+    // evicted checkpoints (SCR_CACHE_SIZE=1, no flush): no empty time directory stays, but one
+    // holding a file no pattern takes (rank 0's notes.txt) does, with that file
+    let job = setup("processor*/[0-9]*/**, !processor*/*/notes.txt");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7", "--note"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    for rank in 1..4 {
+        // what is left is a checkpoint still in cache (0.6, and 0.4 while its eviction waits)
+        let left = entries(&job.prefix.join(format!("processor{rank}")));
+        assert!(left.contains(&"0.6".to_string()) && !left.contains(&"0.2".to_string()), "{left:?}: {}", r.dump());
+        for time in &left {
+            let cached = job.cached_files(&format!("processor{rank}/{time}/p"));
+            assert_eq!(cached.len(), 1, "{time} is an empty shell: {:?}", job.cached_files(""));
+        }
+    }
+    assert_eq!(entries(&job.prefix.join("processor0")), ["0.2", "0.4", "0.6"]);
+    assert_eq!(entries(&job.prefix.join("processor0/0.2")), ["notes.txt"]);
+    // the cache is lost and nothing was flushed: the run starts over instead of picking the
+    // empty 0.6 and failing, and keeps the directories the application made at its start
+    let job = setup("processor*/[0-9]*/**");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "foam", "--steps", "1"]);
+    assert!(r.has("NO_RESTART") && r.has("DONE"), "{}", r.dump());
+    assert_eq!(entries(&job.prefix), [".scr", "processor0", "processor1", "processor2", "processor3"]);
+    for rank in 0..4 {
+        assert!(entries(&job.prefix.join(format!("processor{rank}"))).is_empty(), "{}", r.dump());
+    }
+    // a flushed checkpoint keeps its directories (the prefix copy is in them)
+    let mut job = setup("processor*/[0-9]*/**");
+    job.set("SCR_FLUSH", "3");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "foam", "--steps", "8"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+}

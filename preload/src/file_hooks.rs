@@ -259,6 +259,8 @@ perform_hook! {
     unlinkat(d: c_int, p: P, fl: c_int) paths(p) => |_, p, _, r| names::unlinkat(d, p, fl, r);
     remove(p: P) paths(p) => |_, p, _, r| names::remove(p, r);
     rmdir(p: P) paths(p) => |at, p, _, r| names::rmdir(at, p, r);
+    mkdir(p: P, m: mode_t) paths(p) => |at, p, _, r| names::mkdir(at, p, r);
+    mkdirat(d: c_int, p: P, m: mode_t) paths(p) => |_, p, _, r| names::mkdir(d, p, r);
 }
 
 /// Calls on a path's metadata: the same call on the cached bytes when SCR holds the path

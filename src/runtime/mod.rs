@@ -34,8 +34,8 @@ mod worker;
 
 pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{
-    adopt_output, before_rename_dir, cached_files, rename_dir, restart_auto, transparent_setup, Adopt, Adopted,
-    CachedFile, TransparentSetup,
+    adopt_output, before_rename_dir, cached_files, dataset_places, rename_dir, restart_auto, transparent_setup, Adopt,
+    Adopted, CachedFile, TransparentSetup,
 };
 
 use std::path::PathBuf;

@@ -145,6 +145,24 @@ pub fn cached_files() -> Result<Vec<CachedFile>> {
     })
 }
 
+/// Where a dataset of each name exists: (complete in this rank's cache, complete in the
+/// prefix's index); both `true` when that cannot be told.
+pub fn dataset_places(names: &[String]) -> Vec<(bool, bool)> {
+    with_rt("transparent mode", |rt| {
+        let ix = rt.load_index();
+        Ok(names
+            .iter()
+            .map(|n| {
+                (
+                    rt.filemap.datasets.values().any(|r| r.complete && &r.desc.name == n),
+                    ix.datasets.values().any(|e| e.complete && &e.desc.name == n),
+                )
+            })
+            .collect())
+    })
+    .unwrap_or_else(|_| vec![(true, true); names.len()])
+}
+
 /// Directory renames in the prefix that moved files of cached datasets, kept in
 /// `<prefix>/.scr/renames.scr`: (newest dataset id at the time, old, new), relative to the
 /// prefix. A rank that dies before it hears of a rename applies it at restart.

@@ -13,6 +13,7 @@
 //! | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
 //! | [`fds`] | which descriptors write pending files |
 //! | [`shared`] | files several ranks write (MPI-IO, `SCR_PRELOAD_SHARED`): written once in the prefix |
+//! | [`shells`] | directories made for checkpoint files, removed when empty once their checkpoint is gone |
 //! | [`listing`] | merged directory listings and `nftw` walks |
 //! | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes |
 //! | [`session`] | start (in `MPI_Init`), stop (in `MPI_Finalize`), process exit, the routing gate |
@@ -33,6 +34,7 @@ pub mod prefix;
 pub mod rules;
 pub mod session;
 pub mod shared;
+pub(crate) mod shells;
 pub mod sync;
 pub mod table;
 pub mod view;

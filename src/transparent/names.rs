@@ -78,6 +78,7 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
             match &to {
                 Some(to) => {
                     move_pending(s, &mut t, &from, to);
+                    super::shells::renamed(&from, to);
                     if let Err(e) = crate::runtime::rename_dir(&from, to, true) {
                         scr_error!("transparent mode: recording the rename of {}: {e}", from.display());
                     }
@@ -264,6 +265,20 @@ pub fn rmdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     } else {
         let epoch = t.epoch;
         t.record(Change::RemovedDir { dir: rel, epoch });
+    }
+    Ok(r)
+}
+
+/// `mkdir`/`mkdirat`: made in the prefix; a directory this process made there is
+/// remembered, so that one made for checkpoint files leaves with them ([`super::shells`]).
+pub fn mkdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
+    let Some(s) = routing() else { return real_done(real) };
+    let rel = resolve_file(s, dirfd, path);
+    let r = real_done(real)?;
+    if let (false, Some(rel)) = (s.child, rel) {
+        let _inside = Inside::enter();
+        let epoch = table_now().epoch;
+        super::shells::made(rel, epoch);
     }
     Ok(r)
 }

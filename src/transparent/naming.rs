@@ -72,6 +72,8 @@ pub(super) struct Part {
     pub fresh: u64,
     /// One of its files, for messages.
     pub sample: String,
+    /// The directories of this rank's files.
+    pub dirs: Vec<String>,
 }
 
 #[derive(Default)]

@@ -162,6 +162,12 @@ pub(super) fn recover(s: &Session) {
     }
     // (completing forgot every file it looked at: what is left on disk joined nothing)
     let _ = crate::paths::remove_tree_if_exists(&s.pending);
+    if s.rank == 0 {
+        // a checkpoint gone with a lost cache leaves no empty directory behind
+        super::shells::sweep(s, &t);
+    }
+    // no rank lists the prefix before they are gone
+    st.comm.max_u64s(&[0]);
 }
 
 /// A file open for writing across more than this many sync points is reported, once per
@@ -181,6 +187,8 @@ struct Offer {
     /// Its file open for writing across the most sync points beyond [`HELD_OPEN_SYNCS`]:
     /// (path relative to the prefix, sync points, dataset name).
     held: Option<(String, u64, String)>,
+    /// The directories it made since the last completion ([`super::shells`]).
+    made: Vec<(String, u64)>,
 }
 
 /// Complete the pending datasets (`versions_only`: only new versions of cached datasets may
@@ -246,8 +254,13 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
         .iter()
         .map(|(n, g)| {
             let paths = g.files.iter().map(|f| &f.1).chain(g.shared.iter().map(|f| &f.1));
+            let mut dirs: Vec<String> =
+                paths.clone().filter_map(|p| p.parent()).map(|d| d.to_string_lossy().into_owned()).collect();
+            dirs.sort();
+            dirs.dedup();
             let paths: Vec<String> = paths.map(|p| p.to_string_lossy().into_owned()).collect();
             Part {
+                dirs,
                 name: n.clone(),
                 flags: g.flags,
                 epoch: g.epoch,
@@ -257,7 +270,7 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
             }
         })
         .collect();
-    let mut offer = Offer { ready, ..Default::default() };
+    let mut offer = Offer { ready, made: super::shells::take_made(), ..Default::default() };
     for (rel, epoch, route, dataset) in open {
         let Some(name) = route.as_ref().map(&named).or(dataset) else { continue };
         let syncs = t.epoch.saturating_sub(epoch);
@@ -283,18 +296,35 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
     // what waits is left as it is (its files and removals stay) and is checked when it completes
     let lists: Vec<Vec<Part>> =
         offers.iter().map(|o| o.ready.iter().filter(|p| !waiting.contains(&p.name)).cloned().collect()).collect();
+    let made: Vec<(String, u64)> = offers.iter().flat_map(|o| o.made.iter().cloned()).collect();
     super::naming::check(&s.patterns, &lists, s.rank == 0);
+    let mut dirs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for list in lists {
         for p in list {
-            let e = names.entry(p.name).or_insert((0, u64::MAX));
+            let e = names.entry(p.name.clone()).or_insert((0, u64::MAX));
             e.0 |= p.flags;
             e.1 = e.1.min(p.epoch);
+            dirs.entry(p.name).or_default().extend(p.dirs);
         }
     }
     report_held(s, &offers);
     let mut order: Vec<(u64, String, i32)> = names.into_iter().map(|(n, (fl, ep))| (ep, n, fl)).collect();
     order.sort();
+    // the directories made for them (every rank's), with the directories of their files
+    let by_age: Vec<(String, u64, Vec<String>)> =
+        order.iter().map(|(ep, n, _)| (n.clone(), *ep, dirs.remove(n).unwrap_or_default())).collect();
+    let shells = super::shells::assign(&by_age, &made);
+    if !waiting.is_empty() {
+        // a dataset that waits may still be given the directories made for it
+        let mine = offers.get(s.rank as usize).map_or(&[][..], |o| &o.made[..]);
+        for (d, e) in mine.iter().filter(|(d, _)| !shells.iter().flatten().any(|x| x == d)) {
+            super::shells::made(PathBuf::from(d), *e);
+        }
+    }
+    let made: Vec<(String, Vec<String>, Vec<String>)> =
+        by_age.into_iter().zip(shells).map(|((n, _, d), shells)| (n, shells, d)).collect();
     let mut checkpointed = false;
+    let mut removed_by_app = Vec::new();
     for (_, name, flags) in order {
         let g = groups.remove(&name).unwrap_or_default();
         let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
@@ -321,11 +351,15 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
         }
         match r {
             Ok(Adopted::Complete { checkpoint }) => checkpointed |= checkpoint,
-            Ok(Adopted::Invalid) | Ok(Adopted::Removed) => {}
+            Ok(Adopted::Removed) => removed_by_app.push(name.clone()),
+            Ok(Adopted::Invalid) => {}
             Err(e) => scr_error!("transparent mode: dataset {name}: {e}"),
         }
     }
     refresh_committed(t);
+    if s.rank == 0 {
+        super::shells::record(s, t, made, &removed_by_app);
+    }
     checkpointed
 }
 
