@@ -166,9 +166,57 @@ impl Prefix {
         rel.strip_prefix(&self.canonical).ok().map(Path::to_path_buf).filter(|r| !r.as_os_str().is_empty())
     }
 
-    /// The absolute path of a name relative to the prefix.
+    /// The absolute path of a name relative to the prefix, as spelled: for routing the
+    /// application's own names. SCR's own reads, writes and deletes of checkpoint data and
+    /// metadata in the prefix go through [`Prefix::below`].
     pub fn join(&self, rel: &Path) -> PathBuf {
         self.path.join(rel)
+    }
+
+    /// The absolute path of `rel` (relative to the prefix), checked by [`below`]: no
+    /// component below the prefix is a symbolic link.
+    pub fn below(&self, rel: &Path) -> Result<PathBuf> {
+        below(&self.path, rel)
+    }
+}
+
+/// The first of `base/<c1>`, `base/<c1>/<c2>`, ... (one per component of `rel`, the last
+/// included) that is a symbolic link, found with `lstat`; `None` if none is (a component that
+/// does not exist ends the walk: nothing below it can be a link yet).
+pub fn link_below(base: &Path, rel: &Path) -> Option<PathBuf> {
+    let mut p = base.to_path_buf();
+    for c in rel.components() {
+        p.push(c);
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.file_type().is_symlink() => return Some(p),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// The one checked way SCR reaches a path below the prefix (or another directory it owns)
+/// for its own writes, reads as checkpoint data, renames and deletes: `base/rel` if no
+/// component below `base` is a symbolic link, else an [`Error::Integrity`] naming the path
+/// and the link. Someone who can write into the prefix could otherwise replace a dataset's
+/// directory (`ckpt.5`, `.scr`) by a link to another directory and make a flush write there,
+/// a fetch read from there or a prune delete there. `base` itself may be a link (users point
+/// the prefix at a file system that way). The walk uses `lstat`, so a link swapped in between
+/// the check and the use is not caught; the O_NOFOLLOW temporaries still catch a link at
+/// the final name.
+pub fn below(base: &Path, rel: &Path) -> Result<PathBuf> {
+    let path = base.join(rel);
+    match link_below(base, rel) {
+        None => Ok(path),
+        Some(link) => Err(Error::Integrity {
+            why: if link == path {
+                format!("is a symbolic link below {}; SCR does not follow it", base.display())
+            } else {
+                format!("{} is a symbolic link below {}; SCR does not follow it", link.display(), base.display())
+            },
+            path,
+        }),
     }
 }
 
@@ -433,6 +481,33 @@ mod tests {
         assert_eq!(prefix.relative(&link.join("f")), Some(PathBuf::from("f")));
         let prefix = Prefix::new(&real);
         assert_eq!(prefix.relative(&link.join("f")), Some(PathBuf::from("f")));
+    }
+
+    #[test]
+    fn links_below_the_prefix_are_refused_the_prefix_itself_may_be_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (real, outside) = (dir.path().join("real"), dir.path().join("outside"));
+        fs::create_dir_all(real.join("ckpt.1")).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        let prefix = dir.path().join("prefix");
+        std::os::unix::fs::symlink(&real, &prefix).unwrap();
+        assert_eq!(below(&prefix, Path::new("ckpt.1/r0")).unwrap(), prefix.join("ckpt.1/r0"));
+        assert_eq!(below(&prefix, Path::new("new/dir/r0")).unwrap(), prefix.join("new/dir/r0"));
+        std::os::unix::fs::symlink(&outside, real.join("ckpt.2")).unwrap();
+        let e = below(&prefix, Path::new("ckpt.2/r0")).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!(
+                "{}: {} is a symbolic link",
+                prefix.join("ckpt.2/r0").display(),
+                prefix.join("ckpt.2").display()
+            )),
+            "{e}"
+        );
+        std::os::unix::fs::symlink(outside.join("f"), real.join("ckpt.1/r1")).unwrap();
+        let e = below(&prefix, Path::new("ckpt.1/r1")).unwrap_err().to_string();
+        let want = format!("ckpt.1/r1: is a symbolic link below {}; SCR does not follow it", prefix.display());
+        assert!(e.ends_with(&want), "{e}");
+        assert_eq!(link_below(&prefix, Path::new("ckpt.2/a/b")), Some(prefix.join("ckpt.2")));
     }
 
     #[test]

@@ -282,3 +282,128 @@ fn scr_index_build_refuses_a_crafted_rank_filemap_of_a_scavenged_dataset() {
     assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
     assert!(intact(&victim));
 }
+
+/// Move the prefix's `name` directory to `<root>/<outside>` (creating an empty one if there
+/// is none), put a canary there and leave a symbolic link to it in its place, as someone who
+/// can write into the prefix could; returns the outside directory and a listing of its bytes.
+fn link_out(job: &Job, name: &str, outside: &str) -> (PathBuf, Vec<(PathBuf, Vec<u8>)>) {
+    let dir = job.prefix.join(name);
+    let out = job.root.join(outside);
+    if dir.exists() {
+        std::fs::rename(&dir, &out).unwrap();
+    } else {
+        std::fs::create_dir_all(&out).unwrap();
+    }
+    std::fs::write(out.join("canary"), CANARY).unwrap();
+    std::os::unix::fs::symlink(&out, &dir).unwrap();
+    let bytes = snapshot(&out);
+    (out, bytes)
+}
+
+/// Every file below `dir` with its bytes, sorted.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut all = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.file_type().unwrap().is_dir() {
+                todo.push(e.path());
+            } else {
+                all.push((e.path(), std::fs::read(e.path()).unwrap()));
+            }
+        }
+    }
+    all.sort();
+    all
+}
+
+#[test]
+fn prefix_size_pruning_and_flush_never_work_through_a_dataset_directory_link() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1").set("SCR_PREFIX_SIZE", "2");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    // ckpt.1's directory now lives outside (its files and a canary), a link in its place; the
+    // next flush's directory ckpt.3 is planted the same way
+    let (out1, before1) = link_out(&job, "ckpt.1", "outside1");
+    let (out3, before3) = link_out(&job, "ckpt.3", "outside3");
+    // ckpt.3 and ckpt.4: the flush of ckpt.3 refuses, SCR_PREFIX_SIZE=2 would then prune ckpt.1
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    assert_eq!(snapshot(&out1), before1, "pruning deleted through the link\n{}", r.dump());
+    assert_eq!(snapshot(&out3), before3, "a flush wrote through the link\n{}", r.dump());
+    let all = r.all();
+    let link3 = job.prefix.join("ckpt.3");
+    assert!(all.contains(&format!("{} is a symbolic link below", link3.display())), "{}", r.dump());
+    let link1 = job.prefix.join("ckpt.1");
+    assert!(all.contains(&format!("{} is a symbolic link below", link1.display())), "{}", r.dump());
+    assert!(std::fs::symlink_metadata(&link1).unwrap().file_type().is_symlink());
+    // the run goes on from the checkpoint flushed whole
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.4 step=4"), "{}", r.dump());
+    assert_eq!(snapshot(&out1), before1);
+}
+
+#[test]
+fn a_restart_never_fetches_through_a_dataset_directory_link_and_restarts_older() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    // the files are ckpt.2's own (size and CRC32 match: the old code read them in)
+    let (out, before) = link_out(&job, "ckpt.2", "outside");
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1"), "{}", r.dump());
+    let link = job.prefix.join("ckpt.2");
+    assert!(r.all().contains(&format!("{} is a symbolic link below", link.display())), "{}", r.dump());
+    assert_eq!(snapshot(&out), before);
+}
+
+#[test]
+fn scr_index_build_never_indexes_a_dataset_through_a_directory_link() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let (out, before) = link_out(&job, "ckpt.2", "outside");
+    let built = scr_index(&job, &["--build", "2"]);
+    let link = job.prefix.join("ckpt.2");
+    assert!(built.all().contains(&format!("{} is a symbolic link below", link.display())), "{}", built.dump());
+    assert_eq!(job.index()["datasets"]["2"]["complete"], false, "{}", built.dump());
+    // the dataset's metadata directory replaced by a link: nothing is built from it
+    let (meta_out, meta_before) = link_out(&job, ".scr/scr.dataset.1", "outside_meta");
+    let built = scr_index(&job, &["--build", "1"]);
+    assert_ne!(built.code, Some(0), "{}", built.dump());
+    let link = job.prefix.join(".scr/scr.dataset.1");
+    assert!(built.all().contains(&format!("{}: is a symbolic link below", link.display())), "{}", built.dump());
+    assert_eq!(snapshot(&out), before);
+    assert_eq!(snapshot(&meta_out), meta_before);
+}
+
+#[test]
+fn scavenge_never_writes_through_a_dataset_directory_link() {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2", "--crash-after", "2"]);
+    assert!(r.has("CRASH after ckpt.2"), "{}", r.dump());
+    let (out, before) = link_out(&job, "ckpt.2", "outside");
+    let node_cmd =
+        format!("env PMI_RANK=0 SIM_NODE_MAP={{node}} {}", common::repo().join("scripts/sim-node.sh").display());
+    let sc = job
+        .command(env!("CARGO_BIN_EXE_scr_scavenge"))
+        .args(["--nodes", "n0,n1,n2,n3", "--node-cmd", &node_cmd])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let all = format!("{}{}", String::from_utf8_lossy(&sc.stdout), String::from_utf8_lossy(&sc.stderr));
+    assert_eq!(snapshot(&out), before, "scavenge wrote through the link\n{all}");
+    let link = job.prefix.join("ckpt.2");
+    assert!(all.contains(&format!("{} is a symbolic link below", link.display())), "{all}");
+    assert_ne!(job.index()["datasets"]["2"]["complete"], true, "{all}");
+    // the run goes on from the cache
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+    assert_eq!(snapshot(&out), before);
+}

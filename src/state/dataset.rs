@@ -54,9 +54,13 @@ impl DatasetDesc {
     pub fn missing_shared(&self, prefix: &std::path::Path) -> Vec<String> {
         let mut out = Vec::new();
         for f in &self.shared {
-            let p = prefix.join(&f.rel);
-            if let Some(why) = crate::paths::size_problem(&p, f.size) {
-                out.push(format!("shared file {}: {why}", p.display()));
+            match crate::paths::below(prefix, &f.rel) {
+                Err(e) => out.push(format!("shared file {e}")),
+                Ok(p) => {
+                    if let Some(why) = crate::paths::size_problem(&p, f.size) {
+                        out.push(format!("shared file {}: {why}", p.display()));
+                    }
+                }
             }
         }
         out

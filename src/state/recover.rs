@@ -107,7 +107,10 @@ pub fn rebuild(scr_dir: &Path) -> Rebuilt {
 fn missing_file(prefix: &Path, r2f: &Rank2File) -> Option<String> {
     for (rank, files) in &r2f.files {
         for f in files {
-            let p = prefix.join(&f.rel);
+            let p = match crate::paths::below(prefix, &f.rel) {
+                Ok(p) => p,
+                Err(e) => return Some(format!("{e} (rank {rank})")),
+            };
             if let Some(why) = crate::paths::size_problem(&p, f.size) {
                 return Some(format!("{} of rank {rank}: {why}", p.display()));
             }

@@ -105,6 +105,7 @@ pub enum Current {
 /// damaged index); an incomplete dataset is an `Ok` report with `complete: false`.
 pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result<Report> {
     let dir = layout.prefix_dataset_dir(id);
+    layout.prefix.below(dir.strip_prefix(&layout.prefix.path).unwrap_or(&dir))?;
     if !dir.is_dir() {
         return Err(Error::Other(format!(
             "{}: no such dataset directory (dataset ids are the numbers of the scr.dataset.<id> directories in {})",
@@ -232,7 +233,9 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
     let complete = missing.is_empty();
     for f in found.values() {
         for e in f.fm.iter().flat_map(|fm| &fm.files) {
-            let _ = crate::paths::remove_file_if_exists(&crate::transfer::copy::part_name(&layout.prefix.join(&e.rel)));
+            if let Ok(p) = layout.prefix.below(&e.rel) {
+                let _ = crate::paths::remove_file_if_exists(&crate::transfer::copy::part_name(&p));
+            }
         }
     }
     if complete {
@@ -309,9 +312,13 @@ pub fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
     let mut out = Vec::new();
     for (rank, files) in &r2f.files {
         for f in files {
-            let p = layout.prefix.join(&f.rel);
-            if let Some(why) = crate::paths::size_problem(&p, f.size) {
-                out.push(format!("rank {rank}: {}: {why}", p.display()));
+            match layout.prefix.below(&f.rel) {
+                Err(e) => out.push(format!("rank {rank}: {e}")),
+                Ok(p) => {
+                    if let Some(why) = crate::paths::size_problem(&p, f.size) {
+                        out.push(format!("rank {rank}: {}: {why}", p.display()));
+                    }
+                }
             }
         }
     }
@@ -350,11 +357,17 @@ fn read_rank_files(dir: &Path) -> Result<(BTreeMap<u32, RankFile>, Vec<String>)>
 fn check_data(layout: &Layout, fm: &RankFile) -> Option<String> {
     let mut problems = Vec::new();
     for e in &fm.files {
-        let p = layout.prefix.join(&e.rel);
         if !e.complete {
             problems.push(format!("{} was not copied", e.rel.display()));
             continue;
         }
+        let p = match layout.prefix.below(&e.rel) {
+            Ok(p) => p,
+            Err(err) => {
+                problems.push(err.to_string());
+                continue;
+            }
+        };
         match std::fs::metadata(&p) {
             Err(err) => problems.push(format!("{}: {err}", p.display())),
             Ok(m) if m.len() != e.size => {
@@ -414,14 +427,23 @@ fn rebuild_set(
         red.file = dir.join(redfile::file_name(&red));
         red
     };
+    // no part is read or rebuilt through a symbolic link below the prefix
+    let parts = |x: usize| -> Result<Vec<Part>, String> {
+        all[x]
+            .iter()
+            .map(|e| Ok(Part { path: layout.prefix.below(&e.rel).map_err(|e| e.to_string())?, size: e.size }))
+            .collect()
+    };
+    let parts = (0..n).map(parts).collect::<Result<Vec<_>, String>>()?;
     // A lost rank is unmistakably lost from here on, even if this build stops half-way.
     for &x in lost {
         crate::paths::remove_file_if_exists(&layout.rank_filemap(id, set.ranks[x] as u32))
             .map_err(|e| e.to_string())?;
     }
     let members: Vec<Member> = (0..n)
-        .map(|x| Member {
-            parts: all[x].iter().map(|e| Part { path: layout.prefix.join(&e.rel), size: e.size }).collect(),
+        .zip(parts)
+        .map(|(x, parts)| Member {
+            parts,
             red_file: if lost.contains(&x) {
                 lost_red(x).file
             } else {

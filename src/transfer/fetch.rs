@@ -48,7 +48,7 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
     let local = ctx.in_waves(ctx.settings.fetch_width, || {
         mine.iter()
             .map(|f| {
-                let src = ctx.layout.prefix.join(&f.rel);
+                let src = ctx.layout.prefix.below(&f.rel)?;
                 if bypass {
                     let md = std::fs::metadata(&src).map_err(|e| Error::io("stat", &src, e))?;
                     if md.len() != f.size {

@@ -11,7 +11,7 @@
 //! Also here: the `SCR_PREFIX_SIZE` sliding window and deleting a dataset from the prefix.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::copy::{copy_verified_paced, Pace};
@@ -114,7 +114,7 @@ pub(super) fn copy_files(
 ) -> Result<Vec<PrefixFile>> {
     let mut out = Vec::with_capacity(rec.files.len());
     for f in &rec.files {
-        let dst = layout.prefix.join(&f.rel);
+        let dst = layout.prefix.below(&f.rel)?;
         if f.path == dst {
             let size = std::fs::metadata(&dst).map_err(|e| Error::io("stat", &dst, e))?.len();
             if size != f.size {
@@ -250,12 +250,17 @@ pub fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path) -> Res
 /// Rank 0: delete a dataset's files from the prefix (as listed in its `rank2file.scr`, and its
 /// shared files as its `summary.scr` lists them), the
 /// directories that became empty, its `.scr/scr.dataset.<id>` directory and its index entry.
+/// A dataset any of whose paths goes through a symbolic link below the prefix is left whole
+/// (an error naming the link): deleting through it would delete outside the prefix.
 pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
+    let meta = Path::new(crate::paths::SCR_DIR).join(format!("scr.dataset.{id}"));
+    layout.prefix.below(&meta)?;
     let shared = Summary::load(&layout.summary(id)).ok().flatten().map(|s| s.desc.shared).unwrap_or_default();
     if let Some(r2f) = Rank2File::load(&layout.rank2file(id))? {
         let shared = shared.iter().map(|f| &f.rel);
-        for rel in r2f.files.values().flatten().map(|f| &f.rel).chain(shared) {
-            let p = layout.prefix.join(rel);
+        let rels: Vec<&PathBuf> = r2f.files.values().flatten().map(|f| &f.rel).chain(shared).collect();
+        let paths = rels.iter().map(|rel| layout.prefix.below(rel)).collect::<Result<Vec<PathBuf>>>()?;
+        for p in paths {
             crate::paths::remove_file_if_exists(&p)?;
             if let Some(parent) = p.parent() {
                 crate::paths::prune_empty_dirs(parent, &layout.prefix.path);

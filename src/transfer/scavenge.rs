@@ -130,11 +130,12 @@ fn copy_rank(
 ) -> Result<(usize, u64, Option<String>), String> {
     let id = rec.desc.id;
     let dsdir = layout.prefix_dataset_dir(id);
+    layout.prefix.below(dsdir.strip_prefix(&layout.prefix.path).unwrap_or(&dsdir)).map_err(|e| e.to_string())?;
     std::fs::create_dir_all(&dsdir).map_err(|e| format!("create {}: {e}", dsdir.display()))?;
     let mut files = Vec::with_capacity(rec.files.len());
     let mut bytes = 0;
     for f in &rec.files {
-        let dst = layout.prefix.join(&f.rel);
+        let dst = layout.prefix.below(&f.rel).map_err(|e| e.to_string())?;
         let c = if f.path == dst {
             // A bypass file is in the prefix already.
             let c = file_crc(&dst, buf).map_err(|e| e.to_string())?;
