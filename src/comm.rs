@@ -278,6 +278,13 @@ impl Comm {
         out
     }
 
+    /// Bitwise or of `v` over all ranks (no allocation: the sync points' agreement).
+    pub fn or_bits(&self, v: u32) -> u32 {
+        let mut out = 0u32;
+        self.inner.all_reduce_into(&v, &mut out, SystemOperation::bitwise_or());
+        out
+    }
+
     /// Element-wise maximum of `v` over all ranks (one reduction for several values).
     pub fn max_u64s(&self, v: &[u64]) -> Vec<u64> {
         let mut out = vec![0u64; v.len()];

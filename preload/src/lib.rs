@@ -14,7 +14,7 @@
 //! |---|---|
 //! | [`file_hooks`] | open family, stdio, close and dup family, writes, renames, links, removals, metadata, `realpath`, `statfs` |
 //! | [`dir_hooks`] | directory streams, `scandir`, `nftw` |
-//! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives, `MPI_File_open` |
+//! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives, `MPI_File_open` ([`piggyback`]: the agreement carried by a small allreduce) |
 
 pub use scr::capi;
 
@@ -22,6 +22,7 @@ mod detour;
 mod dir_hooks;
 mod file_hooks;
 mod mpi_hooks;
+mod piggyback;
 mod real;
 
 extern "C" fn constructor() {

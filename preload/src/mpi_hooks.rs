@@ -3,7 +3,9 @@
 //! its `MPI_` and `PMPI_` name (Open MPI's Fortran bindings call `PMPI_*` directly) and
 //! calling the next `PMPI_*` implementation, never our own. After the real `PMPI_Init*`
 //! succeeded, transparent mode starts; `MPI_Finalize` finishes it before the real one; a
-//! world-spanning barrier or allreduce is a sync point.
+//! world-spanning barrier or allreduce is a sync point: the barrier is replaced by the
+//! sync point's agreement, a small allreduce with a predefined operation and type carries
+//! it ([`crate::piggyback`]), any other allreduce is followed by it.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -12,7 +14,9 @@ use scr::reentry::Inside;
 use scr::transparent;
 
 use crate::detour::fence;
+use crate::piggyback::{Allreduce, Plan};
 use crate::real::next_or;
+use transparent::sync::{Flags, Point, Via};
 
 const MPI_SUCCESS: c_int = 0;
 const MPI_ERR_OTHER: c_int = 16;
@@ -34,19 +38,49 @@ fn halt_exit() -> ! {
     std::process::exit(0);
 }
 
-/// After a successful collective on `comm`: a sync point if `comm` spans the world.
-fn collective_done(comm: MPI_Comm) {
+/// Whether a collective on `comm` is a sync point: transparent mode routes and `comm`
+/// spans the world (the same answer on every rank).
+fn spans_world(comm: MPI_Comm) -> bool {
     if transparent::routing().is_none() {
-        return;
+        return false;
     }
-    // SAFETY: reading the handle constant; MPI_Comm_compare is local and `comm` was just
-    // used successfully by the application.
+    // SAFETY: reading the handle constant; MPI_Comm_compare is local and `comm` is the
+    // application's (an invalid handle only makes it fail).
     let world = unsafe { mpi::ffi::RSMPI_COMM_WORLD };
-    let spans = comm == world || {
+    comm == world || {
         let mut r: c_int = 0;
         unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT }
-    };
-    if spans && fence("MPI sync point", std::ptr::null(), || transparent::sync::point(false), || false) {
+    }
+}
+
+/// A sync point whose agreement `agree` runs (see [`transparent::sync::point_with`]):
+/// `Some(rc)` when it ran (the application's collective is done, `rc` its result), `None`
+/// when this is not a sync point here and the caller runs the real collective.
+fn sync_with(via: Via, agree: impl FnOnce(&scr::comm::Comm, Flags) -> Result<Flags, c_int>) -> Option<c_int> {
+    let mut ran = None;
+    let p = fence(
+        "MPI sync point",
+        std::ptr::null(),
+        || {
+            transparent::sync::point_with(false, via, |comm, mine| {
+                let r = agree(comm, mine);
+                ran = Some(r.err().unwrap_or(MPI_SUCCESS));
+                r.ok()
+            })
+        },
+        || Point::Off,
+    );
+    match p {
+        Point::Halt => halt_exit(),
+        // (a panic after the agreement ran: the collective is done all the same)
+        _ => ran,
+    }
+}
+
+/// After a successful collective on `comm`: a sync point if `comm` spans the world, with the
+/// agreement as a separate allreduce.
+fn collective_done(comm: MPI_Comm) {
+    if spans_world(comm) && fence("MPI sync point", std::ptr::null(), || transparent::sync::point(false), || false) {
         halt_exit();
     }
 }
@@ -102,22 +136,41 @@ unsafe fn finalize() -> c_int {
     real_finalize()
 }
 
-/// The sync-point collectives: the real one, then a sync point if it spans the world.
-macro_rules! collective {
-    ($($imp:ident = $name:ident($($a:ident: $t:ty),*) on $c:ident;)*) => {$(
-        unsafe fn $imp($($a: $t),*) -> c_int {
-            let f = next_or!($name: fn($($t),*) -> c_int, MPI_ERR_OTHER);
-            let rc = f($($a),*);
-            if rc == MPI_SUCCESS {
-                collective_done($c);
-            }
-            rc
+/// `MPI_Barrier`: on a world-spanning communicator the agreement replaces it (an
+/// allreduce over every rank synchronises them as a barrier does).
+unsafe fn barrier(comm: MPI_Comm) -> c_int {
+    let f = next_or!(PMPI_Barrier: fn(MPI_Comm) -> c_int, MPI_ERR_OTHER);
+    if spans_world(comm) {
+        if let Some(rc) = sync_with(Via::Barrier, |c, mine| Ok(transparent::sync::agree(c, mine))) {
+            return rc;
         }
-    )*};
+    }
+    f(comm)
 }
-collective! {
-    barrier = PMPI_Barrier(comm: MPI_Comm) on comm;
-    allreduce = PMPI_Allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) on comm;
+
+/// `MPI_Allreduce`: on a world-spanning communicator, a small one with a predefined
+/// operation and type carries the agreement ([`crate::piggyback`]); any other is followed
+/// by the separate agreement.
+unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
+    let f = next_or!(
+        PMPI_Allreduce: fn(*const c_void, *mut c_void, c_int, MPI_Datatype, MPI_Op, MPI_Comm) -> c_int,
+        MPI_ERR_OTHER
+    );
+    if !spans_world(comm) {
+        return f(s, r, n, t, op, comm);
+    }
+    if let Some(plan) = Plan::new(n, t, op) {
+        let a = Allreduce { send: s, recv: r, count: n, t, op, comm };
+        // SAFETY: the application's arguments, as MPI requires them.
+        if let Some(rc) = sync_with(Via::Allreduce, |_, mine| unsafe { plan.run(f, &a, mine) }) {
+            return rc;
+        }
+    }
+    let rc = f(s, r, n, t, op, comm);
+    if rc == MPI_SUCCESS {
+        collective_done(comm);
+    }
+    rc
 }
 
 /// The element-wise maximum of `v` over `comm` (collective), with the real

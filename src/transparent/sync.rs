@@ -5,9 +5,12 @@
 //! *sync points*, places every rank passes in the same order: each `MPI_Barrier` and
 //! `MPI_Allreduce` on a communicator congruent to `MPI_COMM_WORLD`, and `MPI_Finalize`.
 //!
-//! At every sync point the ranks combine four numbers in one small allreduce on SCR's own
-//! communicator: pending files open for writing, pending files closed, files of cached
-//! datasets removed, namespace changes not yet shared. Changes (directory renames and
+//! At every sync point the ranks agree on four flags (does any rank have: pending files open
+//! for writing, pending files closed, files of cached datasets removed, namespace changes not
+//! yet shared): in one small allreduce on SCR's own communicator, or carried by the
+//! application's own collective so that a sync point where nothing is pending costs next to
+//! nothing (the preload's MPI hooks: a world barrier *is* the agreement, a small world
+//! allreduce with a predefined operation carries the flags as extra elements). Changes (directory renames and
 //! removals) are then exchanged and applied by every rank to its own files. At a sync point
 //! where some rank has closed files or removed a cached file, the ranks group their pending
 //! files by dataset name (from the pattern; the ranks first agree which captures of default
@@ -27,7 +30,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use super::naming::Part;
@@ -52,39 +55,105 @@ pub(super) fn setup() {
     *SYNC.lock().unwrap_or_else(|e| e.into_inner()) = Some(SyncState { comm: Comm::world_dup(), halt_check: false });
 }
 
-/// Drop the communicator (before the real `MPI_Finalize`).
+/// Drop the communicator (before the real `MPI_Finalize`); rank 0 reports how the sync
+/// points' agreements travelled (`SCR_DEBUG=1`).
 pub(super) fn teardown() {
-    *SYNC.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    let st = SYNC.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if st.is_some_and(|st| st.comm.rank() == 0) {
+        let [sep, bar, all] = std::array::from_fn(|i| VIA[i].load(Ordering::Relaxed));
+        crate::scr_debug!(
+            1,
+            "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {sep} had a separate one",
+            sep + bar + all
+        );
+    }
+}
+
+/// What each rank tells the others at a sync point, and what they agree on: whether (on
+/// any rank) a pending file is open for writing, pending files are closed, files of cached
+/// datasets were removed, namespace changes are not yet shared.
+pub type Flags = [bool; 4];
+
+/// How a sync point went (see [`point_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Point {
+    /// Not a sync point here (transparent mode is not running in this rank): the agreement
+    /// was not run, the caller runs its collective itself.
+    Off,
+    /// A halt condition holds after a checkpoint and `SCR_HALT_EXIT` is set (the agreement
+    /// was not run): the caller ends the run ([`session::stop`], the real `MPI_Finalize`,
+    /// exit status 0).
+    Halt,
+    /// The agreement ran and the sync point is complete.
+    Done,
+    /// The agreement's collective failed (the sync point is skipped).
+    Failed,
+}
+
+/// How a sync point's agreement travelled (counted; `SCR_DEBUG=1` reports the counts at the
+/// end of the run).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// A separate allreduce on SCR's communicator after the application's collective.
+    Separate,
+    /// In place of the application's world barrier.
+    Barrier,
+    /// As extra elements of the application's world allreduce.
+    Allreduce,
+}
+
+static VIA: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+
+/// The agreement on SCR's own communicator: one small allreduce.
+pub fn agree(comm: &Comm, mine: Flags) -> Flags {
+    let bits = mine.iter().enumerate().fold(0u32, |b, (i, f)| b | (u32::from(*f) << i));
+    let all = comm.or_bits(bits);
+    std::array::from_fn(|i| all & (1 << i) != 0)
 }
 
 /// A sync point (collective; `last`: the one in `MPI_Finalize`). Returns `true` when a halt
 /// condition holds after a checkpoint and `SCR_HALT_EXIT` is set: the caller ends the run
 /// ([`session::stop`], the real `MPI_Finalize`, exit status 0).
 pub fn point(last: bool) -> bool {
-    let Some(s) = session::owner() else { return false };
+    point_with(last, Via::Separate, |comm, mine| Some(agree(comm, mine))) == Point::Halt
+}
+
+/// A sync point whose agreement `agree` runs: given SCR's communicator and this rank's
+/// flags, it returns the flags every rank agreed on (any rank's flag set), or `None` when
+/// its collective failed. It runs on every rank or on none, so it may be a collective of
+/// the application that carries the flags (an `MPI_Barrier` replaced by [`agree`], an
+/// `MPI_Allreduce` with the flags as extra elements). The datasets the agreement completes
+/// are complete when this returns.
+pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
+    let Some(s) = session::owner() else { return Point::Off };
     let _inside = Inside::enter();
     let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(st) = g.as_mut() else { return false };
+    let Some(st) = g.as_mut() else { return Point::Off };
     if std::mem::take(&mut st.halt_check) && s.halt_exit && crate::runtime::should_exit().unwrap_or(false) {
         if s.rank == 0 {
             crate::log::emit("INFO", format_args!("halting the run after its checkpoint (SCR_HALT_EXIT=1)"));
         }
-        return true;
+        return Point::Halt;
     }
     let mut t = session::table();
     super::view::absorb(s, &mut t, true);
     t.epoch += 1;
     let c = t.counts();
-    let agreed = st.comm.max_u64s(&[c.open, c.closed, c.removed, c.changes]);
-    if agreed[3] > 0 {
+    let Some([_open, closed, removed, changes]) =
+        agree(&st.comm, [c.open > 0, c.closed > 0, c.removed > 0, c.changes > 0])
+    else {
+        return Point::Failed;
+    };
+    if changes {
         share_changes(s, &st.comm, &mut t);
     }
-    if agreed[1] > 0 || agreed[2] > 0 {
+    if closed || removed {
         // (datasets with a file open for writing somewhere wait, except at the last point)
         st.halt_check = complete(s, &st.comm, &mut t, false, !last);
     }
     super::view::publish(s, &t);
-    false
+    VIA[via as usize].fetch_add(1, Ordering::Relaxed);
+    Point::Done
 }
 
 /// Namespace changes made by any rank apply to every rank's files.

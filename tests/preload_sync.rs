@@ -1,0 +1,77 @@
+//! Transparent mode's sync points inside the application's own collectives: a small world
+//! `MPI_Allreduce` with a predefined operation carries the agreement as extra elements, a
+//! world `MPI_Barrier` is replaced by it. The application's results must be exactly what
+//! they are without the preload, and the checkpoints must complete at the same collectives
+//! as with a separate agreement (under real `mpirun`, 4 ranks).
+
+mod common;
+
+use common::{app, Job};
+
+/// Every combination of operation (SUM MAX MIN PROD LOR BOR LAND BAND), type (int, long,
+/// long long, unsigned, float, double, int64_t), in place or not and count (1..130, across
+/// the 512-byte limit) gives the same bytes as without the preload, while checkpoints are
+/// written, held open across reductions (by rank 0 only), removed and extended in between;
+/// each checkpoint is complete when the reduction after its last close returns.
+#[test]
+fn allreduce_results_stay_exact_while_carrying_the_agreement() {
+    let exe = vec![app("allreduce_exact.c", &[]).display().to_string()];
+    let args = |job: &Job, out: &str| vec![job.prefix.display().to_string(), job.root.join(out).display().to_string()];
+    let plain = Job::new();
+    let p = plain.run_exe(4, &exe, &args(&plain, "out"));
+    assert_eq!(p.code, Some(0), "without the preload: {}", p.dump());
+    let mut job = Job::new();
+    job.preload()
+        .set("SCR_PRELOAD_PATTERNS", "ckpt.*/**")
+        .set("SCR_FLUSH", "0")
+        .set("SCR_DEBUG", "1")
+        .set("SCR_CACHE_SIZE", "64");
+    let r = job.run_exe(4, &exe, &args(&job, "out"));
+    assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
+    for rank in 0..4 {
+        let name = format!("out.{rank}");
+        let (a, b) = (
+            std::fs::read_to_string(plain.root.join(&name)).unwrap(),
+            std::fs::read_to_string(job.root.join(&name)).unwrap(),
+        );
+        assert_eq!(a.lines().count(), 1248, "rank {rank}: one line per reduction");
+        for (x, y) in a.lines().zip(b.lines()) {
+            assert_eq!(x, y, "rank {rank}: without (left) and with (right) the preload");
+        }
+        assert_eq!(a, b, "rank {rank}");
+    }
+    assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
+    let n: usize = r.stderr.lines().find_map(|l| l.strip_prefix("CHECKPOINTS ")).and_then(|v| v.parse().ok()).unwrap();
+    assert_eq!(n, 31, "{}", r.dump());
+    for k in 1..=n {
+        let done = format!("(ckpt.{k}, checkpoint) complete");
+        let synced = format!("SYNCED ckpt.{k}\n");
+        let (Some(at_done), Some(at_synced)) = (r.stderr.find(&done), r.stderr.find(&synced)) else {
+            panic!("ckpt.{k} not complete or not synced: {}", r.dump());
+        };
+        // complete when the reduction after its last close returned, and not before (rank 0
+        // held one of its files open across the reductions in between)
+        assert!(at_done < at_synced, "ckpt.{k} complete only after the reduction: {}", r.dump());
+        let versions = if k < n { 2 } else { 1 };
+        assert_eq!(r.stderr.matches(&done).count(), versions, "ckpt.{k}: its own and the note's version: {}", r.dump());
+    }
+    // the agreement travelled in the application's collectives: every reduction of at most
+    // 512 bytes (888 of the 1248) carried it, the final barrier was it; the larger reductions
+    // (and MPI_Finalize's sync point, when it runs one) had a separate one
+    let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
+    let counts: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    let [total, barriers, carried, separate] = counts[counts.len() - 4..] else { panic!("{line}") };
+    assert_eq!((barriers, carried), (1, 888), "{line}");
+    assert!(separate == 360 || separate == 361, "{line}");
+    assert_eq!(total, barriers + carried + separate, "{line}");
+    // the bytes are SCR's: the last checkpoint in cache, rank 0's held file in it
+    let held: Vec<String> = job.cached_files(&format!("ckpt.{n}/held.dat"));
+    assert_eq!(held.len(), 1, "{:?}", job.cached_files(""));
+    assert_eq!(std::fs::read(&held[0]).unwrap(), b"held");
+    let rank3 = job.cached_files(&format!("ckpt.{n}/rank_3.dat"));
+    assert_eq!(rank3.len(), 1);
+    let bytes = std::fs::read(&rank3[0]).unwrap();
+    assert_eq!(bytes.len(), 4096);
+    assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i * 7 + n * 3 + 3) as u8));
+    assert!(!job.prefix.join(format!("ckpt.{n}/rank_3.dat")).exists(), "the file went to cache");
+}
