@@ -10,9 +10,11 @@
 //! front end reads the variable at load time) serves reads, metadata calls, listings and
 //! `realpath` of those files from the view, as the rank does; it changes no cached file. When
 //! it removes one (`unlink`, `rm -r`, a rename out), it appends the removal to
-//! `<pending area>/removed.<rank>`, and the rank absorbs that journal before its next call on
-//! a path below the prefix (looking for it at most every millisecond, and at every sync
-//! point), so the removal reaches the dataset at the next sync point as the rank's own would. Files
+//! `<pending area>/removed.<rank>` and counts it in `removed.<rank>.count`, which the rank maps
+//! shared; the rank absorbs that journal before its next call on a path below the prefix
+//! (looking at the count at most every millisecond, and at every sync point; at the journal
+//! only when the count moved), so the removal reaches the dataset at the next sync point as
+//! the rank's own would. Files
 //! written since the last sync point are not in the view yet.
 
 use std::path::{Path, PathBuf};
@@ -111,6 +113,60 @@ fn record(s: &Session, kind: u8, rel: &Path) {
     if let Err(e) = r {
         crate::scr_warn!("transparent mode: cannot tell rank {} of the removal of {}: {e}", s.rank, rel.display());
     }
+    // then the count, which the rank reads without a system call
+    if let Some(c) = Counter::map(&s.journal) {
+        c.get().fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// The number of entries children appended to a rank's journal, in a file beside it
+/// (`removed.<rank>.count`) that the rank and its children map shared: the rank looks at the
+/// journal only when the count moved, so its sync points and path calls make no system call
+/// for it while no child removed anything.
+struct Counter(*mut libc::c_void);
+
+// SAFETY: the mapping is never unmapped while shared (the rank's lives as long as the process).
+unsafe impl Send for Counter {}
+unsafe impl Sync for Counter {}
+
+impl Counter {
+    fn path(journal: &Path) -> PathBuf {
+        let mut p = journal.as_os_str().to_owned();
+        p.push(".count");
+        PathBuf::from(p)
+    }
+
+    /// Map the count of `journal` (created, 8 zero bytes, if missing).
+    fn map(journal: &Path) -> Option<Counter> {
+        use std::os::fd::AsRawFd;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(Self::path(journal))
+            .ok()?;
+        if f.metadata().ok()?.len() < 8 {
+            f.set_len(8).ok()?;
+        }
+        // SAFETY: a shared mapping of 8 bytes of a regular file at least that long.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
+        };
+        (p != libc::MAP_FAILED).then_some(Counter(p))
+    }
+
+    fn get(&self) -> &AtomicU64 {
+        // SAFETY: 8 mapped bytes, page-aligned.
+        unsafe { &*(self.0 as *const AtomicU64) }
+    }
+}
+
+impl Drop for Counter {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`.
+        unsafe { libc::munmap(self.0, 8) };
+    }
 }
 
 /// A child removed the cached file `rel`.
@@ -138,10 +194,22 @@ pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
         return;
     }
     LAST.store(at, Ordering::Relaxed);
+    // the count children keep: the journal is read only when it moved (u64::MAX: never read)
+    static COUNTER: OnceLock<(PathBuf, Option<Counter>)> = OnceLock::new();
+    static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
+    let (of, counter) = COUNTER.get_or_init(|| (s.journal.clone(), Counter::map(&s.journal)));
+    if let Some(c) = counter.as_ref().filter(|_| *of == s.journal) {
+        let n = c.get().load(Ordering::SeqCst);
+        if SEEN.swap(n, Ordering::SeqCst) == n {
+            return;
+        }
+    }
     if std::fs::symlink_metadata(&s.journal).is_err() {
         return;
     }
-    let taken = s.journal.with_extension("taken");
+    let mut taken = s.journal.as_os_str().to_owned();
+    taken.push(".taken");
+    let taken = PathBuf::from(taken);
     if std::fs::rename(&s.journal, &taken).is_err() {
         return;
     }
@@ -192,5 +260,13 @@ mod tests {
         assert_eq!(t.removed_by_name().get("ckpt.1"), Some(&vec![PathBuf::from("ckpt.1/a")]));
         assert_eq!(t.take_changes(), vec![Change::RemovedDir { dir: PathBuf::from("ckpt.1/sub"), epoch: 0 }]);
         assert!(!journal.exists(), "the journal is taken once");
+        // the rank reads the journal only when the children's count moved
+        std::fs::write(&journal, b"fckpt.1/b\0").unwrap();
+        absorb(&s, &mut t, true);
+        assert!(journal.exists() && t.held(Path::new("ckpt.1/b")).is_some(), "not counted: not looked at");
+        removed_dir(&s, Path::new("ckpt.1/other"));
+        absorb(&s, &mut t, true);
+        assert!(!journal.exists() && t.held(Path::new("ckpt.1/b")).is_none());
+        assert_eq!(std::fs::read(dir.path().join("removed.0.count")).unwrap(), 3u64.to_ne_bytes());
     }
 }
