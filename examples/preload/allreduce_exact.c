@@ -11,7 +11,8 @@
  *   allreduce_exact DIR OUT
  *
  * Writes OUT.<rank>: one line "<op> <type> <inplace|separate> <count> <hash>" per reduction
- * (a file per rank: the launcher may split lines the ranks print). Prints on stderr (rank 0),
+ * (a file per rank: the launcher may split lines the ranks print), then 30 lines of
+ * reductions on a duplicate of MPI_COMM_WORLD and on halves of it. Prints on stderr (rank 0),
  * after the reduction that follows each checkpoint, "SYNCED ckpt.<k>", and at the end
  * "CHECKPOINTS <n>". */
 #include <fcntl.h>
@@ -169,6 +170,21 @@ int main(int argc, char **argv) {
         for (int inplace = 0; inplace < 2; inplace++)
           one(ops[o].name, ops[o].op, types[t].name, types[t].t, types[t].size, counts[c], inplace);
     }
+  /* communicators: a duplicate of the world is one too (its allreduces are sync points), a
+   * split in halves is not; freed, their handles may come back for the other kind */
+  for (int round = 0; round < 3; round++) {
+    MPI_Comm dup, half;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    for (int i = 0; i < 10; i++) {
+      long v = rank * 100 + i + round, a = 0, b = 0;
+      MPI_Allreduce(&v, &a, 1, MPI_LONG, MPI_SUM, dup);
+      MPI_Allreduce(&v, &b, 1, MPI_LONG, MPI_MAX, half);
+      fprintf(out_file, "dup %d %d %ld half %ld\n", round, i, a, b);
+    }
+    MPI_Comm_free(round % 2 ? &half : &dup);
+    MPI_Comm_free(round % 2 ? &dup : &half);
+  }
   if (held >= 0) close(held);
   if (fclose(out_file)) die(out_path);
   MPI_Barrier(MPI_COMM_WORLD);

@@ -47,10 +47,64 @@ fn spans_world(comm: MPI_Comm) -> bool {
     // SAFETY: reading the handle constant; MPI_Comm_compare is local and `comm` is the
     // application's (an invalid handle only makes it fail).
     let world = unsafe { mpi::ffi::RSMPI_COMM_WORLD };
-    comm == world || {
-        let mut r: c_int = 0;
-        unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT }
+    if comm == world {
+        return true;
     }
+    // the answer is cached on the communicator (MPI_Comm_compare walks its group: O(ranks))
+    let key = congruence_key();
+    let mut cached: *mut c_void = std::ptr::null_mut();
+    let mut found: c_int = 0;
+    // SAFETY: local attribute calls on the application's communicator with our key.
+    if key != 0
+        && unsafe { mpi::ffi::MPI_Comm_get_attr(comm, key, &mut cached as *mut _ as *mut c_void, &mut found) }
+            == MPI_SUCCESS
+        && found != 0
+    {
+        return cached as usize == SPANS;
+    }
+    let mut r: c_int = 0;
+    let spans =
+        unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT };
+    if key != 0 {
+        // SAFETY: as above; the value is a flag, not a pointer.
+        unsafe { mpi::ffi::MPI_Comm_set_attr(comm, key, if spans { SPANS } else { SPANS + 1 } as *mut c_void) };
+    }
+    spans
+}
+
+/// The cached attribute value of a communicator congruent to the world.
+const SPANS: usize = 1;
+
+/// The attribute key caching [`spans_world`] on a communicator (0: none could be made). It
+/// is not copied to duplicates (they are compared again) and needs no cleanup.
+fn congruence_key() -> c_int {
+    unsafe extern "C" fn no_copy(
+        _: MPI_Comm,
+        _: c_int,
+        _: *mut c_void,
+        _: *mut c_void,
+        _: *mut c_void,
+        flag: *mut c_int,
+    ) -> c_int {
+        // SAFETY: MPI passes a valid flag pointer.
+        unsafe { *flag = 0 };
+        MPI_SUCCESS
+    }
+    unsafe extern "C" fn no_delete(_: MPI_Comm, _: c_int, _: *mut c_void, _: *mut c_void) -> c_int {
+        MPI_SUCCESS
+    }
+    static KEY: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
+    *KEY.get_or_init(|| {
+        let mut key: c_int = 0;
+        // SAFETY: MPI is initialised (routing is on); local call.
+        let rc =
+            unsafe { mpi::ffi::MPI_Comm_create_keyval(Some(no_copy), Some(no_delete), &mut key, std::ptr::null_mut()) };
+        if rc == MPI_SUCCESS {
+            key
+        } else {
+            0
+        }
+    })
 }
 
 /// A sync point whose agreement `agree` runs (see [`transparent::sync::point_with`]):

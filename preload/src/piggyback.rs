@@ -97,8 +97,9 @@ impl Plan {
     /// `count` elements, `recv` has room for them, as MPI requires.
     pub unsafe fn run(&self, real: RealAllreduce, a: &Allreduce, mine: Flags) -> Result<Flags, c_int> {
         let Allreduce { send, recv, count, t, op, comm } = *a;
-        let mut out = [0u64; WORDS];
-        let mut buf = [0u64; WORDS];
+        // (not zeroed: only the count + 4 elements written are read)
+        let mut out = std::mem::MaybeUninit::<[u64; WORDS]>::uninit();
+        let mut buf = std::mem::MaybeUninit::<[u64; WORDS]>::uninit();
         let b = buf.as_mut_ptr() as *mut u8;
         let from = if in_place(send) { recv as *const u8 } else { send as *const u8 };
         if self.bytes > 0 {

@@ -44,6 +44,8 @@ use crate::{scr_error, scr_warn};
 
 struct SyncState {
     comm: Comm,
+    /// This process's session (known at the first sync point).
+    session: Option<&'static Session>,
     /// A checkpoint completed at the previous sync point: check the halt conditions now.
     halt_check: bool,
 }
@@ -52,8 +54,22 @@ static SYNC: Mutex<Option<SyncState>> = Mutex::new(None);
 
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub(super) fn setup() {
-    *SYNC.lock().unwrap_or_else(|e| e.into_inner()) = Some(SyncState { comm: Comm::world_dup(), halt_check: false });
+    extern "C" fn forked() {
+        FORKED.store(true, Ordering::Relaxed);
+    }
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    // SAFETY: registering a handler that only stores to an atomic.
+    ONCE.call_once(|| unsafe {
+        libc::pthread_atfork(None, None, Some(forked));
+    });
+    *SYNC.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false });
 }
+
+/// This process is a forked child of a rank (it copied the sync state but must not act on
+/// it). Sync points test this instead of the process id ([`session::owner`]'s system call):
+/// MPI is never called from a `vfork` child, which shares the parent's memory.
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Drop the communicator (before the real `MPI_Finalize`); rank 0 reports how the sync
 /// points' agreements travelled (`SCR_DEBUG=1`).
@@ -125,10 +141,19 @@ pub fn point(last: bool) -> bool {
 /// `MPI_Allreduce` with the flags as extra elements). The datasets the agreement completes
 /// are complete when this returns.
 pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
-    let Some(s) = session::owner() else { return Point::Off };
-    let _inside = Inside::enter();
+    if crate::reentry::inside() || FORKED.load(Ordering::Relaxed) {
+        return Point::Off;
+    }
     let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
     let Some(st) = g.as_mut() else { return Point::Off };
+    let s = match st.session {
+        Some(s) => s,
+        None => {
+            let Some(s) = session::owner() else { return Point::Off };
+            *st.session.insert(s)
+        }
+    };
+    let _inside = Inside::enter();
     if std::mem::take(&mut st.halt_check) && s.halt_exit && crate::runtime::should_exit().unwrap_or(false) {
         if s.rank == 0 {
             crate::log::emit("INFO", format_args!("halting the run after its checkpoint (SCR_HALT_EXIT=1)"));
@@ -152,7 +177,9 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
         st.halt_check = complete(s, &st.comm, &mut t, false, !last);
     }
     super::view::publish(s, &t);
-    VIA[via as usize].fetch_add(1, Ordering::Relaxed);
+    // (under the sync lock: a load and a store suffice)
+    let n = &VIA[via as usize];
+    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     Point::Done
 }
 

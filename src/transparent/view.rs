@@ -54,9 +54,11 @@ static PUBLISHED: AtomicU64 = AtomicU64::new(u64::MAX);
 /// The rank: publish its view if the table changed since the last time.
 pub(super) fn publish(s: &Session, t: &Table) {
     let Some(view) = &s.view else { return };
-    if PUBLISHED.swap(t.generation(), Ordering::SeqCst) == t.generation() {
+    // (the caller holds the table: no other publish runs meanwhile)
+    if PUBLISHED.load(Ordering::Relaxed) == t.generation() {
         return;
     }
+    PUBLISHED.store(t.generation(), Ordering::Relaxed);
     let files = t
         .visible_below(Path::new(""))
         .filter(|(rel, _)| matches!(t.held(rel), Some(super::table::Held::Committed(_))))
@@ -187,22 +189,25 @@ const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 /// since the last look; otherwise at most every [`LOOK_EVERY`], no system call in between).
 pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
     use std::os::unix::ffi::OsStrExt;
-    static START: OnceLock<std::time::Instant> = OnceLock::new();
-    static LAST: AtomicU64 = AtomicU64::new(0);
-    let at = START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1;
-    if !now && at.saturating_sub(LAST.load(Ordering::Relaxed)) < LOOK_EVERY.as_nanos() as u64 {
-        return;
-    }
-    LAST.store(at, Ordering::Relaxed);
-    // the count children keep: the journal is read only when it moved (u64::MAX: never read)
+    // the count children keep: the journal is read only when it moved (u64::MAX: never read);
+    // without it (it could not be mapped), at most every LOOK_EVERY unless `now`
     static COUNTER: OnceLock<(PathBuf, Option<Counter>)> = OnceLock::new();
     static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
     let (of, counter) = COUNTER.get_or_init(|| (s.journal.clone(), Counter::map(&s.journal)));
-    if let Some(c) = counter.as_ref().filter(|_| *of == s.journal) {
+    if let Some(c) = counter.as_ref().filter(|_| of.as_os_str() == s.journal.as_os_str()) {
         let n = c.get().load(Ordering::SeqCst);
-        if SEEN.swap(n, Ordering::SeqCst) == n {
+        if SEEN.load(Ordering::Relaxed) == n {
             return;
         }
+        SEEN.store(n, Ordering::Relaxed);
+    } else {
+        static START: OnceLock<std::time::Instant> = OnceLock::new();
+        static LAST: AtomicU64 = AtomicU64::new(0);
+        let at = START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64 + 1;
+        if !now && at.saturating_sub(LAST.load(Ordering::Relaxed)) < LOOK_EVERY.as_nanos() as u64 {
+            return;
+        }
+        LAST.store(at, Ordering::Relaxed);
     }
     if std::fs::symlink_metadata(&s.journal).is_err() {
         return;
