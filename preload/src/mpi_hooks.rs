@@ -164,13 +164,37 @@ fn init_with(real: impl FnOnce() -> c_int) -> c_int {
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     if wants_thread_multiple() {
         let mut provided: c_int = 0;
-        return init_thread(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided);
+        return init_thread_for(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided);
     }
     let f = next_or!(PMPI_Init: fn(*mut c_int, *mut *mut *mut c_char) -> c_int, MPI_ERR_OTHER);
     init_with(|| f(argc, argv))
 }
 
+/// The application asked for `MPI_THREAD_MULTIPLE`: its threads may run world collectives
+/// concurrently, so a sync point never holds its lock across one of the application's
+/// collectives (two ranks taking it in a different order would deadlock); each collective
+/// is followed by the separate agreement instead.
+static APP_THREADS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn app_threads() -> bool {
+    APP_THREADS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c_int, provided: *mut c_int) -> c_int {
+    if required == mpi::ffi::MPI_THREAD_MULTIPLE as c_int {
+        APP_THREADS.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    init_thread_for(argc, argv, required, provided)
+}
+
+/// `MPI_Init_thread` with the level `required` (the application's, or for `MPI_Init` under
+/// `SCR_ENCODE_ASYNC=1` the library's).
+unsafe fn init_thread_for(
+    argc: *mut c_int,
+    argv: *mut *mut *mut c_char,
+    required: c_int,
+    provided: *mut c_int,
+) -> c_int {
     let f =
         next_or!(PMPI_Init_thread: fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int, MPI_ERR_OTHER);
     let required = if wants_thread_multiple() { mpi::ffi::MPI_THREAD_MULTIPLE as c_int } else { required };
@@ -194,6 +218,13 @@ unsafe fn finalize() -> c_int {
 /// allreduce over every rank synchronises them as a barrier does).
 unsafe fn barrier(comm: MPI_Comm) -> c_int {
     let f = next_or!(PMPI_Barrier: fn(MPI_Comm) -> c_int, MPI_ERR_OTHER);
+    if app_threads() {
+        let rc = f(comm);
+        if rc == MPI_SUCCESS {
+            collective_done(comm);
+        }
+        return rc;
+    }
     if spans_world(comm) {
         if let Some(rc) = sync_with(Via::Barrier, |c, mine| Ok(transparent::sync::agree(c, mine))) {
             return rc;
@@ -213,7 +244,7 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
     if !spans_world(comm) {
         return f(s, r, n, t, op, comm);
     }
-    if let Some(plan) = Plan::new(n, t, op) {
+    if let Some(plan) = Plan::new(n, t, op).filter(|_| !app_threads()) {
         let a = Allreduce { send: s, recv: r, count: n, t, op, comm };
         // SAFETY: the application's arguments, as MPI requires them.
         if let Some(rc) = sync_with(Via::Allreduce, |_, mine| unsafe { plan.run(f, &a, mine) }) {

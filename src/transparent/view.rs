@@ -10,7 +10,7 @@
 //! front end reads the variable at load time) serves reads, metadata calls, listings and
 //! `realpath` of those files from the view, as the rank does; it changes no cached file. When
 //! it removes one (`unlink`, `rm -r`, a rename out), it appends the removal to
-//! `<pending area>/removed.<rank>` and counts it in `removed.<rank>.count`, which the rank maps
+//! `<pending area>/removed.<rank>` and counts it in `view.<rank>.removals`, which the rank maps
 //! shared; the rank absorbs that journal before its next call on a path below the prefix
 //! (looking at the count at most every millisecond, and at every sync point; at the journal
 //! only when the count moved), so the removal reaches the dataset at the next sync point as
@@ -116,13 +116,13 @@ fn record(s: &Session, kind: u8, rel: &Path) {
         crate::scr_warn!("transparent mode: cannot tell rank {} of the removal of {}: {e}", s.rank, rel.display());
     }
     // then the count, which the rank reads without a system call
-    if let Some(c) = Counter::map(&s.journal) {
+    if let Some(c) = Counter::map(s) {
         c.get().fetch_add(1, Ordering::SeqCst);
     }
 }
 
-/// The number of entries children appended to a rank's journal, in a file beside it
-/// (`removed.<rank>.count`) that the rank and its children map shared: the rank looks at the
+/// The number of entries children appended to a rank's journal, in a file beside its view
+/// (`view.<rank>.removals`) that the rank and its children map shared: the rank looks at the
 /// journal only when the count moved, so its sync points and path calls make no system call
 /// for it while no child removed anything.
 struct Counter(*mut libc::c_void);
@@ -132,22 +132,16 @@ unsafe impl Send for Counter {}
 unsafe impl Sync for Counter {}
 
 impl Counter {
-    fn path(journal: &Path) -> PathBuf {
-        let mut p = journal.as_os_str().to_owned();
-        p.push(".count");
-        PathBuf::from(p)
+    /// Beside the view file: `view.<rank>.removals`.
+    fn path(s: &Session) -> PathBuf {
+        s.journal.with_file_name(format!("view.{}.removals", s.rank))
     }
 
-    /// Map the count of `journal` (created, 8 zero bytes, if missing).
-    fn map(journal: &Path) -> Option<Counter> {
+    /// Map the count of `s`'s journal (created, 8 zero bytes, if missing).
+    fn map(s: &Session) -> Option<Counter> {
         use std::os::fd::AsRawFd;
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(Self::path(journal))
-            .ok()?;
+        let f =
+            std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(Self::path(s)).ok()?;
         if f.metadata().ok()?.len() < 8 {
             f.set_len(8).ok()?;
         }
@@ -193,7 +187,7 @@ pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
     // without it (it could not be mapped), at most every LOOK_EVERY unless `now`
     static COUNTER: OnceLock<(PathBuf, Option<Counter>)> = OnceLock::new();
     static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
-    let (of, counter) = COUNTER.get_or_init(|| (s.journal.clone(), Counter::map(&s.journal)));
+    let (of, counter) = COUNTER.get_or_init(|| (s.journal.clone(), Counter::map(s)));
     if let Some(c) = counter.as_ref().filter(|_| of.as_os_str() == s.journal.as_os_str()) {
         let n = c.get().load(Ordering::SeqCst);
         if SEEN.load(Ordering::Relaxed) == n {
@@ -272,6 +266,6 @@ mod tests {
         removed_dir(&s, Path::new("ckpt.1/other"));
         absorb(&s, &mut t, true);
         assert!(!journal.exists() && t.held(Path::new("ckpt.1/b")).is_none());
-        assert_eq!(std::fs::read(dir.path().join("removed.0.count")).unwrap(), 3u64.to_ne_bytes());
+        assert_eq!(std::fs::read(dir.path().join("view.0.removals")).unwrap(), 3u64.to_ne_bytes());
     }
 }
