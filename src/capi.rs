@@ -32,8 +32,13 @@ fn report(e: &Error) {
     }
 }
 
-/// Run `f` behind a panic guard; errors are reported and become `SCR_FAILURE`.
+/// Run `f` behind a panic guard; errors are reported and become `SCR_FAILURE`. Once
+/// `SCR_Init` found SCR disabled (`SCR_ENABLE=0`) nothing runs and every call fails quietly,
+/// as in SCR 3.
 fn guard<T>(call: &str, f: impl FnOnce() -> Result<T>) -> Option<T> {
+    if runtime::disabled() {
+        return None;
+    }
     // In libscr_preload.so the hooks pass through while the library works (see `reentry`).
     let _inside = crate::reentry::Inside::enter();
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -103,13 +108,25 @@ unsafe fn put_flag(call: &'static str, flag: *mut c_int, v: bool) -> Result<()> 
     Ok(())
 }
 
+/// SCR disabled (`SCR_ENABLE=0`): a flag query answers 0 (and the call fails), as in SCR 3.
+///
+/// # Safety
+/// `flag` must be NULL or valid for writes.
+unsafe fn say_no_when_disabled(flag: *mut c_int) {
+    if runtime::disabled() && !flag.is_null() {
+        // SAFETY: non-null per the check; the caller passes a pointer to an int.
+        unsafe { *flag = 0 };
+    }
+}
+
 #[no_mangle]
 pub extern "C" fn SCR_Init() -> c_int {
     if runtime::mode() == Some(runtime::Mode::Transparent) {
         // transparent mode: the preload ran SCR_Init inside MPI_Init already
         return SCR_SUCCESS;
     }
-    code(guard("SCR_Init", runtime::init))
+    // SCR_ENABLE=0: SCR_FAILURE, and SCR stays off (see `guard`)
+    code(guard("SCR_Init", runtime::init).filter(|&on| on).map(|_| ()))
 }
 
 #[no_mangle]
@@ -233,6 +250,8 @@ pub extern "C" fn scr_configf_report_truncated(needed: c_int) {
 /// `flag` must point to an int.
 #[no_mangle]
 pub unsafe extern "C" fn SCR_Need_checkpoint(flag: *mut c_int) -> c_int {
+    // SAFETY: per this function's contract.
+    unsafe { say_no_when_disabled(flag) };
     code(guard("SCR_Need_checkpoint", || {
         let v = runtime::need_checkpoint()?;
         // SAFETY: per this function's contract.
@@ -262,6 +281,20 @@ unsafe fn route_into(
     file: *mut c_char,
     f: impl FnOnce(&str) -> Result<std::path::PathBuf>,
 ) -> c_int {
+    if runtime::disabled() {
+        // SCR disabled (SCR_ENABLE=0): the file is the name itself, as SCR 3 routes outside
+        // an output phase, so the application writes and reads where it says
+        let _inside = crate::reentry::Inside::enter();
+        // SAFETY: per this function's contract.
+        let r = catch_unwind(AssertUnwindSafe(|| unsafe {
+            let n = arg(call, "name", name)?;
+            if file.is_null() || n.is_empty() {
+                return Err(Error::usage(call, "name is empty or file buffer is NULL"));
+            }
+            put(call, file, n)
+        }));
+        return code(r.ok().and_then(|r| r.map_err(|e| report(&e)).ok()));
+    }
     code(guard(call, || {
         // SAFETY: per this function's contract.
         let n = unsafe { arg(call, "name", name) }?;
@@ -325,6 +358,8 @@ pub extern "C" fn SCR_Complete_checkpoint(valid: c_int) -> c_int {
 /// `flag` must point to an int; `name` must be NULL or a buffer of `SCR_MAX_FILENAME` bytes.
 #[no_mangle]
 pub unsafe extern "C" fn SCR_Have_restart(flag: *mut c_int, name: *mut c_char) -> c_int {
+    // SAFETY: per this function's contract.
+    unsafe { say_no_when_disabled(flag) };
     code(guard("SCR_Have_restart", || {
         let r = runtime::have_restart()?;
         // SAFETY: per this function's contract.
@@ -415,6 +450,8 @@ pub extern "C" fn SCR_Get_version() -> *const c_char {
 /// `flag` must point to an int.
 #[no_mangle]
 pub unsafe extern "C" fn SCR_Should_exit(flag: *mut c_int) -> c_int {
+    // SAFETY: per this function's contract.
+    unsafe { say_no_when_disabled(flag) };
     code(guard("SCR_Should_exit", || {
         let v = runtime::should_exit()?;
         // SAFETY: per this function's contract.

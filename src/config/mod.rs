@@ -253,6 +253,14 @@ pub fn resolve() -> Result<Resolved, ConfigError> {
     r
 }
 
+/// `SCR_ENABLE` from every source (rank 0 reads it before `SCR_Init` starts SCR). A
+/// configuration that does not resolve counts as enabled: starting SCR reports its error (and
+/// its warnings, which this quiet read leaves alone).
+pub fn enabled() -> bool {
+    let r = resolve_into(&mut Vec::new());
+    !r.is_ok_and(|r| r.get("SCR_ENABLE").and_then(params::parse_bool) == Some(false))
+}
+
 fn resolve_into(warnings: &mut Vec<String>) -> Result<Resolved, ConfigError> {
     let env = env_layer(warnings)?;
     let app = app_layer();

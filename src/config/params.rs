@@ -54,6 +54,13 @@ const MYSQL: &str = "logging to MySQL is not supported";
 /// environment (`SCR_CONF_FILE`, `SCR_JOB_ID`, CRC switches) and this implementation's
 /// `SCR_END_TIME` and `SCR_ENCODE_ASYNC`.
 pub const PARAMS: &[Param] = &[
+    p(
+        "SCR_ENABLE",
+        Bool,
+        Some("1"),
+        Implemented,
+        "0: SCR_Init fails and every later SCR call does nothing (files stay where the application names them)",
+    ),
     p("SCR_DEBUG", Count, Some("0"), Implemented, "1: readable summary (decisions, timings, bandwidth); 2: detail"),
     p("SCR_CHECKPOINT_INTERVAL", Count, Some("0"), Implemented, "SCR_Need_checkpoint returns 1 every N calls"),
     p(

@@ -241,13 +241,33 @@ pub fn world_rank() -> Option<i32> {
     }
 }
 
-/// `SCR_Init`.
-pub fn init() -> Result<()> {
+/// `SCR_ENABLE=0` made `SCR_Init` bow out: SCR stays off for the rest of the process (the
+/// front ends turn every call into a no-op; see [`disabled`]).
+static DISABLED: AtomicBool = AtomicBool::new(false);
+
+/// Whether `SCR_Init` found SCR disabled (`SCR_ENABLE=0`).
+pub fn disabled() -> bool {
+    DISABLED.load(Ordering::Acquire)
+}
+
+/// `SCR_ENABLE`, as SCR 3 reads it: the environment first (a `0` there disables SCR without
+/// reading any configuration file), then every source, read by rank 0 and broadcast.
+fn enabled() -> Result<bool> {
+    if std::env::var("SCR_ENABLE").is_ok_and(|v| crate::config::params::parse_bool(&v) == Some(false)) {
+        return Ok(false);
+    }
+    let world = Comm::world_dup();
+    let mine = world.rank() != 0 || crate::config::enabled();
+    Ok(world.bcast(0, &mine)?)
+}
+
+/// `SCR_Init`: `Ok(false)` if SCR is disabled (`SCR_ENABLE=0`), which touches nothing.
+pub fn init() -> Result<bool> {
     init_as(Mode::Api)
 }
 
-/// `SCR_Init` run by `mode`'s front end.
-pub fn init_as(mode: Mode) -> Result<()> {
+/// `SCR_Init` run by `mode`'s front end: `Ok(false)` if SCR is disabled (`SCR_ENABLE=0`).
+pub fn init_as(mode: Mode) -> Result<bool> {
     let mut g = lock();
     match &*g {
         State::Uninit => {}
@@ -261,6 +281,13 @@ pub fn init_as(mode: Mode) -> Result<()> {
     if !crate::comm::mpi_active() {
         return Err(Error::usage("SCR_Init", "MPI is not initialised: call MPI_Init before SCR_Init"));
     }
+    if disabled() {
+        return Ok(false);
+    }
+    if !enabled()? {
+        DISABLED.store(true, Ordering::Release);
+        return Ok(false);
+    }
     let rt = Runtime::start(mode)?;
     MODE.store(if mode == Mode::Api { 1 } else { 2 }, Ordering::Release);
     *g = State::Running(Box::new(rt));
@@ -271,7 +298,7 @@ pub fn init_as(mode: Mode) -> Result<()> {
     if let Some(reason) = exit {
         halt_exit(g, &reason);
     }
-    Ok(())
+    Ok(true)
 }
 
 /// `SCR_Finalize`.

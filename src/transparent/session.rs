@@ -177,10 +177,16 @@ pub fn start(base: BaseFn) -> Result<(), String> {
     if crate::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
         let _ = crate::config::scr_config("SCR_HALT_EXIT=1", false);
     }
-    if let Err(e) = crate::runtime::init_as(crate::runtime::Mode::Transparent) {
-        let msg = format!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
-        scr_error!("{msg}");
-        return Err(msg);
+    match crate::runtime::init_as(crate::runtime::Mode::Transparent) {
+        Ok(true) => {}
+        // SCR_ENABLE=0: no session, so the application runs as without the preload
+        Ok(false) => return Ok(()),
+        Err(e) => {
+            let msg =
+                format!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
+            scr_error!("{msg}");
+            return Err(msg);
+        }
     }
     let setup = match crate::runtime::transparent_setup() {
         Ok(s) => s,
