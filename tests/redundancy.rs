@@ -63,6 +63,40 @@ fn each_scheme_survives_a_lost_node() {
     }
 }
 
+/// `test_api ARGS` with the open-file limit of each MPI process lowered to `limit`.
+fn run_limited(job: &Job, limit: u32, args: &[&str]) -> common::Run {
+    let mut exe: Vec<String> =
+        ["sh", "-c", &format!("ulimit -n {limit} && exec \"$@\""), "limited"].iter().map(|s| s.to_string()).collect();
+    exe.push(common::program("test_api").display().to_string());
+    job.run_exe(4, &exe, &args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+}
+
+#[test]
+fn more_files_per_rank_than_open_files_allowed() {
+    // 1100 files per rank under `ulimit -n 1024`: encoding, the rebuild of a lost node and
+    // the restart keep only a few files open at a time (test_api reads back every byte).
+    for scheme in ["PARTNER", "XOR", "RS"] {
+        let job = job(scheme, &["n0", "n1", "n2", "n3"]);
+        let args = ["--size", "301", "--files", "1100", "--steps", "1"];
+        let r = run_limited(&job, 1024, &args);
+        assert!(r.has("NO_RESTART") && r.has("CHECKPOINT ckpt.1 ok=1") && r.code == Some(0), "{scheme}\n{}", r.dump());
+        let ext = match scheme {
+            "PARTNER" => ".partner",
+            "XOR" => ".xor",
+            _ => ".rs",
+        };
+        assert_eq!(job.node_files("n2", ext).len(), 1, "{scheme}: n2 holds its redundancy file");
+        assert_eq!(job.node_files("n2", "rank_2_").len(), 1100, "{scheme}");
+        job.lose_node("n2");
+        let mut job = job;
+        job.map(&["n0", "n1", "n4", "n3"]);
+        let r = run_limited(&job, 1024, &args);
+        assert!(r.has("RESTARTED ckpt.1 step=1"), "{scheme}: restart from the rebuilt ckpt.1\n{}", r.dump());
+        assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{scheme}\n{}", r.dump());
+        assert_eq!(job.node_files("n4", "ckpt.1/rank_2_").len(), 1100, "{scheme}: rank 2's files rebuilt on n4");
+    }
+}
+
 #[test]
 fn xor_losing_two_nodes_of_one_set_falls_back_to_the_prefix() {
     let mut job = job("XOR", &["n0", "n1", "n2", "n3"]);

@@ -6,7 +6,8 @@
  *
  *   test_api [--size BYTES] [--steps N] [--flags ckpt|output|both]
  *            [--crash-after K] [--crash-after-count K] [--crash-rank R] [--crash-during K]
- *            [--pause-before K DIR] [--invalid-rank R] [--invalid-step K] [--uneven] [--quiet]
+ *            [--pause-before K DIR] [--invalid-rank R] [--invalid-step K] [--uneven] [--files N]
+ *            [--quiet]
  *            [--hang-rank R --hang-after K] [--compute-secs S] [--sleep-after-finalize S]
  *            [--crash-delay S] [--long-names]
  *
@@ -26,6 +27,8 @@
  * --invalid-step K  with --invalid-rank R: rank R reports valid=0 for checkpoint K only
  * --uneven          rank r writes r % 3 files (rank_<r>_<k>.ckpt; the second one empty) of
  *                   sizes that differ per rank
+ * --files N         every rank writes N files per checkpoint (rank_<r>_<k>.ckpt, of --size
+ *                   plus k % 13 + r bytes), closing each before it opens the next
  * --hang-rank R --hang-after K  in a run that did not restart, rank R hangs (sleeps in
  *                   pause(), no CPU) right after checkpoint K while the others go on into
  *                   the next step's collectives (for SCR_WATCHDOG_TIMEOUT)
@@ -55,6 +58,7 @@
 static int rank, ranks;
 static int quiet = 0;
 static int uneven = 0;
+static int many = 0;
 
 /* Rank 0 announces it reached the gate before `step` and waits to be let through. */
 static void pause_gate(const char* dir, int step)
@@ -112,9 +116,13 @@ static int watchdog_threads(void)
 
 /* Files per rank: one, or with --uneven rank % 3 of them (none, one, or two of which the
  * second is empty), with sizes that differ per rank and are not multiples of anything. */
-static int nfiles(void) { return uneven ? rank % 3 : 1; }
-static size_t fsize(size_t size, int k) { return !uneven ? size : k == 1 ? 0 : size + 1237 * (size_t) rank + 17 * (size_t) k; }
-static int fseed(int k) { return uneven ? rank * 8 + k : rank; }
+static int nfiles(void) { return many ? many : uneven ? rank % 3 : 1; }
+static size_t fsize(size_t size, int k)
+{
+  if (many) return size + (size_t) (k % 13) + (size_t) rank;
+  return !uneven ? size : k == 1 ? 0 : size + 1237 * (size_t) rank + 17 * (size_t) k;
+}
+static int fseed(int k) { return many ? rank * 7 + k : uneven ? rank * 8 + k : rank; }
 static int long_names = 0;
 static void fname(char* out, size_t n, int step, int k)
 {
@@ -125,7 +133,7 @@ static void fname(char* out, size_t n, int step, int k)
     memcpy(pad + 245, ".ckpt", 6);
     snprintf(out, n, "ckpt.%d/%s", step, pad);
   }
-  else if (uneven) snprintf(out, n, "ckpt.%d/rank_%d_%d.ckpt", step, rank, k);
+  else if (uneven || many) snprintf(out, n, "ckpt.%d/rank_%d_%d.ckpt", step, rank, k);
   else snprintf(out, n, "ckpt.%d/rank_%d.ckpt", step, rank);
 }
 
@@ -236,6 +244,7 @@ int main(int argc, char** argv)
     else if (!strcmp(argv[i], "--quiet")) quiet = 1;
     else if (!strcmp(argv[i], "--uneven")) uneven = 1;
     else if (!strcmp(argv[i], "--long-names")) long_names = 1;
+    else if (!strcmp(argv[i], "--files") && i + 1 < argc) many = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--flags") && i + 1 < argc) {
       const char* f = argv[++i];
       flags = !strcmp(f, "output") ? SCR_FLAG_OUTPUT
