@@ -256,3 +256,34 @@ fn a_header_rank_0_wrote_then_mpi_io_opened_with_create_is_one_shared_file() {
     // before the fix: every dataset discarded with an SCR_Route_shared_file message, the file lost
     header_then_mpi_io(true);
 }
+
+#[test]
+fn two_ranks_writing_the_same_file_alone_before_mpi_io_fail_the_open_naming_scr_preload_shared() {
+    let job = transparent_for("restart.*.mpiio");
+    // ranks 0 and 1 each write the header alone: one shared file cannot hold both copies
+    let r = header_run(&job, &["--steps", "2", "--header-ranks", "2"]);
+    assert!(r.code != Some(0) && !r.has("CHECKPOINT 2"), "{}", r.dump());
+    let msg = "ranks 0 and 1 (at least) each wrote";
+    assert!(r.stderr.contains(msg) && r.stderr.contains("restart.2.mpiio"), "{}", r.dump());
+    assert!(
+        r.stderr.contains("SCR_PRELOAD_SHARED=") && r.stderr.contains("MPI_File_open fails on every rank"),
+        "{}",
+        r.dump()
+    );
+    assert!(r.stderr.contains("MPI_File_open"), "the program saw the open fail\n{}", r.dump());
+    // as the message says: declared shared, both ranks write the one file, which restarts
+    let mut job2 = transparent_for("restart.*.mpiio");
+    job2.set("SCR_PRELOAD_SHARED", "restart.*.mpiio");
+    let r = header_run(&job2, &["--steps", "4", "--crash-at", "3", "--header-ranks", "2"]);
+    assert!(r.has("CHECKPOINT 2"), "{}", r.dump());
+    let file = std::fs::read(job2.prefix.join("restart.2.mpiio")).unwrap_or_default();
+    assert!(file == header_file(2), "restart.2.mpiio: {} bytes\n{}", file.len(), r.dump());
+    let r = header_run(&job2, &["--steps", "4", "--header-ranks", "2"]);
+    assert!(r.has("RESTARTED 2 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+fn transparent_for(pattern: &str) -> Job {
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", pattern).set("SCR_FLUSH", "0");
+    job
+}

@@ -7,11 +7,13 @@
  * MPI-IO, every byte verified.
  *
  *   header_mpiio --dir DIR [--steps N] [--every K] [--create] [--crash-at STEP]
+ *                [--header-ranks N]
  *
  * The file of step s is DIR/restart.<s>.mpiio: a header of 1000 + 3 s bytes (its first 4
  * bytes the step), then rank r's part of 10000 + 777 r bytes at the sum of the parts before
  * it, each a pattern of its own. --create: the MPI_File_open also has MPI_MODE_CREATE.
  * --crash-at STEP: the last rank dies at STEP (the others wait to be killed).
+ * --header-ranks N: ranks 0 to N-1 each write the (same) header with stdio (default 1).
  * Prints (rank 0): RESTARTED <s> verified | NO_RESTART, CHECKPOINT <s>, DONE. */
 #include <errno.h>
 #include <mpi.h>
@@ -21,7 +23,7 @@
 #include <unistd.h>
 
 static const char *dir = ".";
-static int rank, nranks, create = 0;
+static int rank, nranks, create = 0, header_ranks = 1;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -58,7 +60,7 @@ static void checkpoint(int step) {
   char path[4096];
   snprintf(path, sizeof path, "%s/restart.%d.mpiio", dir, step);
   MPI_Offset header = 0;
-  if (rank == 0) {
+  if (rank < header_ranks) {
     FILE *f = fopen(path, "wb");
     if (!f) die("fopen", path);
     for (long i = 0; i < header_size(step); i++) fputc(header_byte(step, i), f);
@@ -155,6 +157,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--every")) every = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--create")) create = 1;
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--header-ranks")) header_ranks = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

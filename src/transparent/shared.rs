@@ -286,10 +286,12 @@ pub fn mpi_open(name: &CStr, read_only: bool, processes: i32, agree: Agree) -> M
     let Some(rel) = resolve_file(s, libc::AT_FDCWD, &path) else { return MpiCall::Pass };
     let _inside = Inside::enter();
     let shared = table_now().shared.find(&rel).map(|(_, e)| e.staging.clone());
+    // whether to agree must not depend on this rank's table: with SCR_PRELOAD_SHARED only the
+    // ranks that wrote the file declared it (a shared file is always routed)
     let (id, staging) = match shared {
-        Some(staging) => (0, staging),
+        Some(staging) if read_only => (0, staging),
         None if read_only || !s.routed(&rel) => return MpiCall::Pass,
-        None => match adopt_private(s, &rel, agree) {
+        _ => match adopt_private(s, &rel, agree) {
             Some(declared) => declared,
             None => return MpiCall::Fail,
         },
@@ -321,16 +323,40 @@ fn private_copy(t: &Table, rel: &Path) -> Option<(PathBuf, bool)> {
 /// staging name.
 fn adopt_private(s: &Session, rel: &Path, agree: Agree) -> Option<(u32, PathBuf)> {
     let rank = i64::from(s.rank);
-    let mine = private_copy(&table_now(), rel);
+    let (mine, shared_here) = {
+        let t = table_now();
+        (private_copy(&t, rel), t.shared.find(rel).map(|(_, e)| e.staging.clone()))
+    };
     let (held, open) = (mine.as_ref().is_some_and(|m| !m.1), mine.as_ref().is_some_and(|m| m.1));
-    // [highest holder, -lowest holder, highest rank still writing its copy]
-    let v = [if held { rank } else { -1 }, if held { -rank } else { i64::MIN + 1 }, if open { rank } else { -1 }];
+    // [highest holder, -lowest holder, highest rank still writing its copy, any rank that
+    // already writes it as a shared file]
+    let v = [
+        if held { rank } else { -1 },
+        if held { -rank } else { i64::MIN + 1 },
+        if open { rank } else { -1 },
+        shared_here.is_some() as i64,
+    ];
     let Some(got) = agree(&v) else {
         crate::scr_error!("rank {}: MPI_File_open of {}: the ranks could not agree on it", s.rank, rel.display());
         return None;
     };
-    let (high, low, writing) = (got[0], -got[1], got[2]);
+    let (high, low, writing, shared) = (got[0], -got[1], got[2], got[3] != 0);
     let abs = s.prefix.join(rel);
+    if shared && high < 0 && writing < 0 {
+        // written as a shared file already (SCR_PRELOAD_SHARED): every rank opens it there
+        if let Some(staging) = shared_here {
+            return Some((0, staging));
+        }
+    } else if shared {
+        if held || open {
+            crate::scr_error!(
+                "rank {}: wrote {} on its own while other ranks wrote it as a shared file (SCR_PRELOAD_SHARED) before opening it together with MPI_File_open; MPI_File_open fails on every rank",
+                s.rank,
+                abs.display()
+            );
+        }
+        return None;
+    }
     if writing >= 0 {
         if open {
             crate::scr_error!(
