@@ -53,6 +53,22 @@ fn per_rank_directories_form_one_dataset_per_time_step() {
 }
 
 #[test]
+fn a_file_one_rank_writes_after_the_barrier_joins_the_per_rank_directories_checkpoint() {
+    // rank 0 writes processor0/<time>/time after the barrier that completed processor*/<time>:
+    // it joins that checkpoint (a new version), not a dataset "processor0/<time>" of its own
+    // that would evict every other rank's files
+    let job = setup("processor*/[0-9]*/**");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "8", "--late"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    let names = completed(&r);
+    assert!(names.iter().all(|n| n.starts_with("processor*/")), "{names:?}: {}", r.dump());
+    assert_eq!(job.cached_files("/0.6/p").len(), 4, "{:?}", job.cached_files(""));
+    assert_eq!(job.cached_files("processor0/0.6/time").len(), 1, "{:?}", job.cached_files(""));
+    let r = run(&job, &["--shape", "foam", "--steps", "10", "--late"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
 fn flat_per_step_files_form_one_dataset_per_step() {
     let job = setup("restart.*.*");
     let r = run(&job, &["--shape", "flat", "--steps", "8", "--crash-at", "7"]);

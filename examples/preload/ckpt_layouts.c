@@ -4,10 +4,11 @@
  * LAMMPS (flat per-step files restart.<step>.<rank>, the newest step listed).
  *
  *   ckpt_layouts --dir DIR --shape foam|flat [--steps N] [--every K] [--crash-at STEP]
- *                [--note]
+ *                [--note] [--late]
  *
  * --note: rank 0 also writes processor0/<time>/notes.txt (a file no checkpoint pattern
- * takes) at every checkpoint.
+ * takes) at every checkpoint. --late: after the barrier that ends a checkpoint, rank 0
+ * writes processor0/<time>/time (as OpenFOAM writes uniform/time last), checked at restart.
  * Prints (rank 0): RESTARTED <s> verified | NO_RESTART, CHECKPOINT <s>, DONE. A rank whose
  * newest time directory lacks its files prints "MISSING <path>" and the run fails, as
  * OpenFOAM's "cannot find file". Ranks that chose different steps print RESTART_MISMATCH. */
@@ -22,7 +23,7 @@
 
 static const char *dir = ".";
 static const char *shape = "foam";
-static int rank, nranks, note = 0;
+static int rank, nranks, note = 0, late = 0;
 static const long size = 4096;
 
 static unsigned char byte_at(int step, int r, int k, long i) {
@@ -116,6 +117,13 @@ static void checkpoint(int step) {
     write_file(path, step, k);
   }
   MPI_Barrier(MPI_COMM_WORLD);
+  if (late && rank == 0) {
+    snprintf(path, sizeof path, "%s/processor0/%s/time", dir, t);
+    FILE *f = fopen(path, "w");
+    if (!f) die("open", path);
+    fprintf(f, "time %d\n", step);
+    if (fclose(f) != 0) die("close", path);
+  }
   if (rank == 0) {
     printf("CHECKPOINT %d\n", step);
     fflush(stdout);
@@ -131,6 +139,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--every")) every = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--note")) note = 1;
+    else if (!strcmp(argv[i], "--late")) late = 1;
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;
@@ -158,6 +167,18 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nfiles(); k++) {
       file_path(path, sizeof path, start, k);
       ok &= check_file(path, start, k);
+    }
+    if (late && rank == 0) {
+      char t[32], want[64], got[64] = "";
+      time_name(t, sizeof t, start);
+      snprintf(path, sizeof path, "%s/processor0/%s/time", dir, t);
+      snprintf(want, sizeof want, "time %d\n", start);
+      FILE *f = fopen(path, "r");
+      if (!f || !fgets(got, sizeof got, f) || strcmp(got, want)) {
+        printf("MISSING %s\n", path);
+        ok = 0;
+      }
+      if (f) fclose(f);
     }
     int all = 0;
     MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

@@ -5,7 +5,8 @@
 //! ranks agree at the sync point which captures differ between their files (a rank's part:
 //! `processor3`, the `3` of `restart.100.3`); those keep their glob text, so all ranks' files
 //! of one checkpoint form one dataset (`processor*/0.3`, `restart.100.*`), and each step its
-//! own.
+//! own. A file one rank writes alone later (`processor0/0.3/time` after the barrier that
+//! completed `processor*/0.3`) joins the cached dataset whose name covers its own.
 //!
 //! Two mistakes are reported once each, by rank 0, naming a file and the remedy: a `NAME=`
 //! template that makes one dataset per rank at the same sync point (they evict each other;
@@ -58,6 +59,33 @@ pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) ->
         }
     }
     varies
+}
+
+/// The names of this rank's cached datasets that generalise a rank's part (`processor*/0.6`),
+/// compiled as globs.
+pub(super) fn cached_globs() -> Vec<(String, crate::config::patterns::Glob)> {
+    let mut names: Vec<String> =
+        crate::runtime::cached_files().unwrap_or_default().into_iter().map(|f| f.name).collect();
+    names.sort();
+    names.dedup();
+    names
+        .into_iter()
+        .filter(|n| n.contains(['*', '?', '[']))
+        .filter_map(|n| crate::config::patterns::Glob::parse(&n).ok().map(|g| (n, g)))
+        .collect()
+}
+
+/// A default name of files one rank wrote alone (`processor0/0.6/time`, written after the
+/// barrier that completed `processor*/0.6`) joins the cached dataset whose generalised name
+/// covers it, as the files of that checkpoint.
+pub(super) fn join_cached(name: String, default: bool, cached: &[(String, crate::config::patterns::Glob)]) -> String {
+    if !default || cached.iter().any(|(n, _)| *n == name) {
+        return name;
+    }
+    match cached.iter().find(|(_, g)| g.matches(&name).is_some()) {
+        Some((n, _)) => n.clone(),
+        None => name,
+    }
 }
 
 /// One rank's part of one dataset at a sync point, as the ranks exchange it.

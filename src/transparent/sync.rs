@@ -307,7 +307,10 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
     // still open is named as its checkpoint will be) is a rank's part
     let routes = pending.iter().filter_map(|f| f.1.as_ref()).chain(open.iter().filter_map(|f| f.2.as_ref()));
     let varies = super::naming::agree(comm, routes);
-    let named = |r: &Route| r.named(|p, run| varies.contains(&(p, run)));
+    let cached = super::naming::cached_globs();
+    let named = |r: &Route| {
+        super::naming::join_cached(r.named(|p, run| varies.contains(&(p, run))), r.pieces.is_some(), &cached)
+    };
     for (id, route, p) in pending {
         let (name, flags, pattern) = match (route, &p.dataset) {
             (Some(r), _) => (named(&r), r.flags, Some(r.pattern)),
