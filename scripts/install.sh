@@ -4,7 +4,10 @@
 #   lib/      libscr.so and libscr.a (C API), libscrf.so and libscrf.a (Fortran API),
 #             libscr_preload.so (transparent mode); lib/pkgconfig/scr.pc and scrf.pc
 #   include/  scr.h, scrf.h, scr_mod.f90 and scr.mod (the `use scr` module, built by gfortran)
-#   bin/      the job commands (scr_run, scr_halt, scr_index, scr_should_exit, ...)
+#   bin/      the job commands (scr_run, scr_halt, scr_index, scr_should_exit,
+#             scr_list_down_nodes, ...)
+#   share/scr/examples/  the job-script templates of user guide 2.8.4 (scr_srun.sh,
+#             scr_srun_loop.sh, scr_jsrun.sh, scr_jsrun_loop.sh)
 #   share/scr/cmake/   scrConfig.cmake, scrConfigVersion.cmake (find_package(scr))
 #   share/scr/python/  scr.py, README.md, scr_example.py
 # It builds only what is missing or stale and says so: `cargo build` (which does nothing when
@@ -42,11 +45,11 @@ done < <(readelf -d "$out/libscr.so" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
 std_libs=(gcc_s util rt pthread m dl)
 
 install -d "$prefix/lib/pkgconfig" "$prefix/include" "$prefix/bin" "$prefix/share/scr/cmake" \
-  "$prefix/share/scr/python"
+  "$prefix/share/scr/python" "$prefix/share/scr/examples"
 install -m 0755 "$out/libscr.so" "$out/libscrf.so" "$out/libscr_preload.so" "$prefix/lib/"
 install -m 0644 "$out/libscr.a" "$out/libscrf.a" "$prefix/lib/"
 for cmd in scr_run scr_srun scr_mpirun scr_prerun scr_postrun scr_scavenge scr_copy scr_halt scr_index \
-  scr_interval scr_should_exit; do
+  scr_interval scr_should_exit scr_list_down_nodes; do
   install -m 0755 "$out/$cmd" "$prefix/bin/"
 done
 install -m 0644 include/scr.h include/scrf.h include/scr_mod.f90 "$prefix/include/"
@@ -63,6 +66,10 @@ fill scr.pc.in "$prefix/lib/pkgconfig/scr.pc"
 fill scrf.pc.in "$prefix/lib/pkgconfig/scrf.pc"
 fill cmake/scrConfig.cmake.in "$prefix/share/scr/cmake/scrConfig.cmake"
 fill cmake/scrConfigVersion.cmake.in "$prefix/share/scr/cmake/scrConfigVersion.cmake"
+for t in scripts/templates/*.sh; do
+  sed -e "s|@BINDIR@|$prefix/bin|g" "$t" > "$prefix/share/scr/examples/$(basename "$t")"
+  chmod 0755 "$prefix/share/scr/examples/$(basename "$t")"
+done
 install -m 0644 python/scr.py python/README.md python/scr_example.py "$prefix/share/scr/python/"
 echo "install.sh: installed scr-rs ($impl, SCR API $api, $profile build) under $prefix"
 echo "  pkg-config: PKG_CONFIG_PATH=$prefix/lib/pkgconfig; CMake: CMAKE_PREFIX_PATH=$prefix;"

@@ -18,6 +18,7 @@
 //! | [`slurm`] | what the commands ask Slurm: unusable nodes, a run's job step, cancelling it |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
 //! | [`should_exit`] | the same stop-or-relaunch decision for job scripts that loop themselves |
+//! | [`down`] | the down nodes of a node set, for job scripts (`scr_list_down_nodes`) |
 //! | [`launch`] | one run's command line: node exclusion and preload per launcher, the simulated cluster |
 //!
 //! Every metadata file these read or write goes through [`crate::state`] (the index and halt
@@ -28,6 +29,7 @@
 //! changed.
 
 pub mod args;
+pub mod down;
 pub mod halt;
 pub mod index;
 pub mod interval;

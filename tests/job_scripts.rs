@@ -1,0 +1,107 @@
+//! `scr_list_down_nodes` and the job-script templates of user guide 2.8.4
+//! (`scripts/templates/`), run on the simulated cluster of `scripts/sim-node.sh`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::{Job, Run};
+
+fn bin_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_scr_list_down_nodes")).parent().unwrap().to_path_buf()
+}
+
+fn down_nodes(job: &Job, args: &[&str]) -> Run {
+    let out = job.command(env!("CARGO_BIN_EXE_scr_list_down_nodes")).args(args).stdin(Stdio::null()).output().unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+#[test]
+fn scr_list_down_nodes_prints_the_down_nodes_their_reasons_or_the_free_ones() {
+    let mut job = Job::cluster(&["n1", "n2", "n3", "n4"]);
+    job.set("SIM_NODES", "n[1-5]");
+    // nothing down: nothing printed, exit 0
+    let r = down_nodes(&job, &[]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), ""), "{}", r.dump());
+    // SCR_EXCLUDE_NODES (environment or the user config file) and --down
+    job.set("SCR_EXCLUDE_NODES", "n2,n9");
+    let r = down_nodes(&job, &[]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(1), "n2\n"), "{}", r.dump());
+    job.unset("SCR_EXCLUDE_NODES");
+    std::fs::write(job.prefix.join(".scrconf"), "SCR_EXCLUDE_NODES=n2\n").unwrap();
+    let r = down_nodes(&job, &["--down", "n[4-5]"]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(1), "n2,n4,n5\n"), "{}", r.dump());
+    let r = down_nodes(&job, &["--reason", "-d", "n4"]);
+    assert_eq!(r.stdout, "n2: SCR_EXCLUDE_NODES\nn4: given as down (--down)\n", "{}", r.dump());
+    let r = down_nodes(&job, &["--free", "--down=n4"]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(1), "n1,n3,n5\n"), "{}", r.dump());
+    // a node set of its own
+    let r = down_nodes(&job, &["n[1,3]"]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(0), ""), "{}", r.dump());
+    let r = down_nodes(&job, &["x[1-3]", "--down", "x3"]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(1), "x3\n"), "{}", r.dump());
+    // bad usage names the option
+    let r = down_nodes(&job, &["--down", "n["]);
+    assert_eq!(r.code, Some(2), "{}", r.dump());
+    assert!(r.stderr.contains("--down: \"n[\": '[' without ']'"), "{}", r.dump());
+    let r = down_nodes(&job, &["--free", "--reason"]);
+    assert_eq!(r.code, Some(2), "{}", r.dump());
+}
+
+/// `scripts/templates/<name>` with its bin directory filled in, as `scripts/install.sh`
+/// installs it.
+fn template(dir: &Path, name: &str) -> PathBuf {
+    let text = std::fs::read_to_string(common::repo().join("scripts/templates").join(name)).unwrap();
+    let out = dir.join(name);
+    std::fs::write(&out, text.replace("@BINDIR@", &bin_dir().display().to_string())).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(&out).status().unwrap();
+    out
+}
+
+#[test]
+fn srun_loop_template_relaunches_after_a_failure_leaving_out_a_node_found_down() {
+    let mut job = Job::cluster(&["n1", "n2", "n3", "n4"]);
+    // n5 is the allocation's spare; the run needs 4 nodes
+    job.set("SIM_NODES", "n[1-5]").set("SCR_MIN_NODES", "4").set("SCR_LOOP_SLEEP", "0");
+    let tools = job.root.join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let script = template(&tools, "scr_srun_loop.sh");
+    // `srun` here: record the command line, then run the job step with mpirun on the simulated
+    // nodes; after the first launch the spare node n5 fails (named down from then on)
+    let log = job.root.join("srun.log");
+    let srun = format!(
+        "#!/bin/bash\necho \"$*\" >> {log}\nwhile [ \"${{1#--exclude=}}\" != \"$1\" ]; do shift; done\n\
+         mpirun -np 4 {sim} \"$@\"\nrc=$?\necho SCR_EXCLUDE_NODES=n5 > \"$SCR_PREFIX/.scrconf\"\nexit $rc\n",
+        log = log.display(),
+        sim = common::repo().join("scripts/sim-node.sh").display()
+    );
+    std::fs::write(tools.join("srun"), srun).unwrap();
+    std::process::Command::new("chmod").arg("+x").arg(tools.join("srun")).status().unwrap();
+    let test_api = common::program("test_api");
+    let mut cmd = job.command(&script);
+    cmd.env("PATH", format!("{}:{}", tools.display(), std::env::var("PATH").unwrap()));
+    cmd.args([test_api.to_str().unwrap(), "--steps", "6", "--crash-after", "3"]);
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    let r = Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    // the first run crashed after checkpoint 3; the second restarted from it and finished
+    assert!(r.has("CRASH after ckpt.3"), "{}", r.dump());
+    assert!(r.has("RESTARTED ckpt.3 step=3"), "{}", r.dump());
+    assert!(r.has("DONE steps=4..9"), "{}", r.dump());
+    // two launches: the second left out the node found down; then scr_should_exit stopped
+    let launches = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = launches.lines().collect();
+    assert_eq!(lines.len(), 2, "{launches}\n{}", r.dump());
+    assert!(!lines[0].contains("--exclude"), "{launches}");
+    assert!(lines[1].starts_with("--exclude=n5 "), "{launches}");
+    assert!(r.stdout.contains("scr_srun_loop.sh: launch 2, leaving out down nodes n5"), "{}", r.dump());
+}
