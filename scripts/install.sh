@@ -6,8 +6,9 @@
 #   include/  scr.h, scrf.h, scr_mod.f90 and scr.mod (the `use scr` module, built by gfortran)
 #   bin/      the job commands (scr_run, scr_halt, scr_index, scr_should_exit,
 #             scr_list_down_nodes, ...)
-#   share/scr/examples/  the job-script templates of user guide 2.8.4 (scr_srun.sh,
-#             scr_srun_loop.sh, scr_jsrun.sh, scr_jsrun_loop.sh)
+#   share/scr/examples/  test_api.c with its makefile (`make test_api`, user guide 2.1.2),
+#             CMakeLists.txt and README.md, and the job-script templates of user guide 2.8.4
+#             (scr_srun.sh, scr_srun_loop.sh, scr_jsrun.sh, scr_jsrun_loop.sh)
 #   share/scr/cmake/   scrConfig.cmake, scrConfigVersion.cmake (find_package(scr))
 #   share/scr/python/  scr.py, README.md, scr_example.py
 # It builds only what is missing or stale and says so: `cargo build` (which does nothing when
@@ -70,6 +71,9 @@ for t in scripts/templates/*.sh; do
   sed -e "s|@BINDIR@|$prefix/bin|g" "$t" > "$prefix/share/scr/examples/$(basename "$t")"
   chmod 0755 "$prefix/share/scr/examples/$(basename "$t")"
 done
+install -m 0644 examples/c/test_api.c examples/installed/CMakeLists.txt examples/installed/README.md \
+  "$prefix/share/scr/examples/"
+fill examples/installed/makefile "$prefix/share/scr/examples/makefile"
 install -m 0644 python/scr.py python/README.md python/scr_example.py "$prefix/share/scr/python/"
 echo "install.sh: installed scr-rs ($impl, SCR API $api, $profile build) under $prefix"
 echo "  pkg-config: PKG_CONFIG_PATH=$prefix/lib/pkgconfig; CMake: CMAKE_PREFIX_PATH=$prefix;"
