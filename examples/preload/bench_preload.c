@@ -5,6 +5,10 @@
  *   bench_preload list DIR N     each rank writes 1,000 files into DIR/r<rank>/, passes a
  *                                barrier, then lists that directory N times (readdir); N=1
  *                                times the first listing alone
+ *   bench_preload barrier DIR N  N x MPI_Barrier(MPI_COMM_WORLD) (after 1,000 not timed)
+ *   bench_preload allreduce DIR N [COUNT] [dup]
+ *                                N x MPI_Allreduce of COUNT doubles (default 1), SUM, on
+ *                                MPI_COMM_WORLD (dup: on a duplicate of it) after 1,000 not timed
  * Prints (rank 0) "RESULT <what> <value>": microseconds per call, or MiB/s over all ranks. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -41,6 +45,30 @@ int main(int argc, char **argv) {
       close(fd);
     }
     double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
+    MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("RESULT %s_us %.3f\n", mode, max);
+  } else if (!strcmp(mode, "barrier") || !strcmp(mode, "allreduce")) {
+    int barrier = !strcmp(mode, "barrier"), count = argc > 4 ? atoi(argv[4]) : 1;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    if (argc > 5 && !strcmp(argv[5], "dup")) MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    double *in = calloc(count, sizeof(double)), *out = calloc(count, sizeof(double)), check = 0;
+    for (int i = 0; i < count; i++) in[i] = rank + i;
+    double t0 = 0;
+    for (long i = -1000; i < n; i++) {
+      if (i == 0) t0 = MPI_Wtime();
+      if (barrier) {
+        MPI_Barrier(comm);
+      } else {
+        MPI_Allreduce(in, out, count, MPI_DOUBLE, MPI_SUM, comm);
+        check += out[count - 1];
+      }
+    }
+    double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
+    /* the sums are exact small integers: a wrong result shows */
+    if (!barrier && check != (double)(n + 1000) * (size * (count - 1) + size * (size - 1) / 2)) {
+      fprintf(stderr, "rank %d: wrong allreduce results\n", rank);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("RESULT %s_us %.3f\n", mode, max);
   } else if (!strcmp(mode, "list")) {

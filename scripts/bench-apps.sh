@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Run time of real applications with and without transparent mode, 4 ranks, prefix and cache in
+# /dev/shm (issue 22 item 7 target: <= 2% more with the preload):
+#   OpenFOAM: icoFoam's lid-driven cavity (Debian's openfoam-examples) decomposed into 4, 500
+#     time steps (deltaT 0.001, endTime 0.5), a time directory every 20 steps (25 checkpoints,
+#     pattern '**/0.[0-9]*/**'); ~150 world allreduces per step
+#   Quantum ESPRESSO: pw.x molecular dynamics of 2 silicon atoms (quantum-espresso-data's
+#     pseudopotential), NSTEP steps (default 10), restart files each step (pattern 'out/**')
+# Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
+# directories; plain and preloaded runs alternate RUNS times (default 5); printed: the median,
+# min and max wall time of each side and the median, min and max of the per-pair ratio.
+# Needs: openfoam openfoam-examples quantum-espresso quantum-espresso-data (apt).
+# Usage: scripts/bench-apps.sh [runs] [qe md steps]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/mpienv.sh
+runs=${1:-5}
+nstep=${2:-10}
+lib=$PWD/target/release/libscr_preload.so
+if [ -f "$lib" ] && [ -z "$(find src preload/src Cargo.toml Cargo.lock preload/Cargo.toml -newer "$lib" -print -quit)" ]; then
+  echo "reusing $lib"
+else
+  cargo build --release --quiet -p scr-preload
+fi
+work=$(mktemp -d /dev/shm/scr-bench-apps.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+export FOAM_ETC=/usr/share/openfoam/etc WM_PROJECT_DIR=/usr/share/openfoam
+export SCR_CACHE_BASE=$work/cache SCR_CNTL_BASE=$work/cntl SCR_JOB_ID=bench SCR_FLUSH=0 SCR_COPY_TYPE=SINGLE
+
+# the cases, prepared once
+cavity=/usr/share/doc/openfoam-examples/examples/incompressible/icoFoam/cavity/cavity
+mkdir -p "$work/foam" "$work/qe"
+cp -a "$cavity/." "$work/foam/"
+sed -i -e 's/^deltaT .*/deltaT          0.001;/' -e 's/^endTime .*/endTime         0.5;/' "$work/foam/system/controlDict"
+printf '%s\n' 'FoamFile { version 2.0; format ascii; class dictionary; object decomposeParDict; }' \
+  'numberOfSubdomains 4;' 'method simple;' 'coeffs { n (2 2 1); }' >"$work/foam/system/decomposeParDict"
+(cd "$work/foam" && blockMesh >/dev/null && decomposePar >/dev/null)
+cat >"$work/qe/md.in" <<EOF
+&control
+  calculation = 'md'
+  prefix = 'si'
+  outdir = './out'
+  pseudo_dir = '/usr/share/espresso/pseudo'
+  nstep = $nstep
+  dt = 20
+/
+&system
+  ibrav = 2, celldm(1) = 10.2, nat = 2, ntyp = 1, ecutwfc = 12.0
+/
+&electrons
+  conv_thr = 1.0d-8
+/
+&ions
+/
+ATOMIC_SPECIES
+ Si 28.086 Si.pz-vbc.UPF
+ATOMIC_POSITIONS alat
+ Si 0.00 0.00 0.00
+ Si 0.27 0.25 0.25
+K_POINTS automatic
+ 2 2 2 0 0 0
+EOF
+
+# one <app> <preload 0|1> -> wall seconds of one run in a fresh copy
+one() {
+  local app=$1 pre=$2 run=$work/run
+  rm -rf "$run" "$work/cache" "$work/cntl"
+  cp -a "$work/$app" "$run"
+  local cmd pattern
+  if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='**/0.[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
+  local env=()
+  [ "$pre" = 1 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
+  local t0 t1
+  t0=$(date +%s.%N)
+  (cd "$run" && mpirun -np 4 "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
+    { echo "$app (preload $pre) failed:" >&2; tail -20 "$work/out.$app.$pre" >&2; exit 1; }
+  t1=$(date +%s.%N)
+  echo "$t0 $t1" | awk '{ printf "%.3f", $2 - $1 }'
+}
+
+pairs() { # pairs <app> <name>
+  for _ in $(seq "$runs"); do
+    x=$(one "$1" 0)
+    y=$(one "$1" 1)
+    echo "$x $y"
+  done | awk -v name="$2" '
+    function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+                                    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+    { n++; a[n] = $1; b[n] = $2; r[n] = $2 / $1 }
+    END { ma = med(a, n); mb = med(b, n); mr = med(r, n)
+          printf "  %-34s %8.2f (%.2f-%.2f) %8.2f (%.2f-%.2f)   ratio %.3f (min %.3f, max %.3f, %d pairs)\n",
+                 name, ma, a[1], a[n], mb, b[1], b[n], mr, r[1], r[n], n }'
+}
+
+echo "real applications, 4 ranks, /dev/shm; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf "  %-34s %21s %21s   %s\n" "run (wall s: median (min-max))" "plain" "preloaded" "preloaded/plain"
+pairs foam "icoFoam cavity, 4 ranks, 500 steps"
+same() { # same <app> <grep pattern>: the last runs with and without the preload printed the same
+  if diff <(grep -E "$2" "$work/out.$1.0") <(grep -E "$2" "$work/out.$1.1") >/dev/null; then
+    echo "  ($1: the same $(grep -cE "$2" "$work/out.$1.0") solver lines with and without the preload; $(find "$work/cache" -type f | wc -l) files in cache)"
+  else
+    echo "  ($1: SOLVER OUTPUT DIFFERS with the preload)"
+  fi
+}
+same foam 'Solving for|Courant Number'
+
+pairs qe "pw.x Si MD, 4 ranks, $nstep steps"
+same qe 'total energy|scf accuracy|Ekin|temperature' 
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); target: ratio <= 1.02"
