@@ -121,8 +121,10 @@ impl Runtime {
             checksums: Default::default(),
             deleter: Default::default(),
             encoders: Default::default(),
+            job_lock: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
+        rt.lock_prefix()?;
         rt.make_directories()?;
         if rt.rank0() {
             rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);

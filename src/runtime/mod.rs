@@ -19,6 +19,7 @@ mod elastic;
 mod encoder;
 mod flights;
 mod init;
+mod joblock;
 mod manage;
 mod output;
 mod policy;
@@ -156,6 +157,8 @@ pub struct Runtime {
     deleter: deletions::Deleter,
     /// Background redundancy encoding ([`encoder`]).
     encoders: encoder::Encoder,
+    /// Rank 0: the prefix's job lock, held for the whole run ([`joblock`]).
+    job_lock: Option<crate::state::joblock::JobLock>,
 }
 
 enum State {
@@ -536,6 +539,8 @@ impl Runtime {
         self.finish_deletions();
         self.world.barrier();
         self.log_run_end(reason);
+        // the run is over: another one may use the prefix
+        self.job_lock = None;
     }
 }
 

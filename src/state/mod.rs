@@ -22,6 +22,7 @@ pub mod filemap;
 pub mod flushfile;
 pub mod halt;
 pub mod index;
+pub mod joblock;
 pub mod layout;
 pub mod rankfile;
 pub mod recover;
