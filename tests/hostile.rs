@@ -407,3 +407,66 @@ fn scavenge_never_writes_through_a_dataset_directory_link() {
     assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
     assert_eq!(snapshot(&out), before);
 }
+
+#[test]
+fn halt_immediate_cancels_no_slurm_step_of_another_user_a_run_record_names() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let job = Job::new();
+    // Slurm client commands on PATH: scontrol lists step 77.0 of the recorded srun with the
+    // owner in $STEP_UID, scancel records what it was asked to cancel, squeue lists nothing
+    let bin = job.root.join("slurm-bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let cancelled = job.root.join("cancelled");
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap().trim().to_string();
+    for (name, body) in [
+        (
+            "scontrol",
+            format!(
+                "echo \"StepId=77.0 UserId=$STEP_NAME($STEP_UID) State=RUNNING NodeList=n1 Name=app SrunHost:Pid={host}:4242\""
+            ),
+        ),
+        ("scancel", format!("echo \"$@\" >> {}", cancelled.display())),
+        ("squeue", String::new()),
+    ] {
+        let p = bin.join(name);
+        std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let run = job.prefix.join(".scr/run.scr");
+    write_meta(
+        &run,
+        "run",
+        &serde_json::json!({
+            "host": host, "wrapper_pid": 1, "launcher_pid": 4242, "launcher_start": 1, "attempt": 1,
+            "started": "2026-01-01T00:00:00", "nodes": [host], "command": ["srun", "./app"],
+            "launcher_cmdline": ["srun", "./app"], "slurm_job": "77", "ended": null, "status": null,
+        }),
+    );
+    let me = std::fs::metadata(&run).unwrap().uid();
+    let halt = |uid: u32| {
+        let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+        let out = job
+            .command(env!("CARGO_BIN_EXE_scr_halt"))
+            .arg("--immediate")
+            .env("PATH", path)
+            .env("STEP_UID", uid.to_string())
+            .env("STEP_NAME", "someone")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out.status.code(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+    };
+    // the step is another user's: refused, whoever runs scr_halt (root included)
+    let (code, all) = halt(me + 4711);
+    assert!(
+        all.contains(&format!("refusing to cancel job step 77.0 named by {}", run.display()))
+            && all.contains(&format!("the step belongs to uid {} and the run record to uid {me}", me + 4711)),
+        "{all}"
+    );
+    assert_ne!(code, Some(0), "{all}");
+    assert!(!cancelled.exists(), "scancel was called\n{all}");
+    // the step is the record owner's own: cancelled, that step only
+    let (code, all) = halt(me);
+    assert_eq!(code, Some(0), "{all}");
+    assert_eq!(std::fs::read_to_string(&cancelled).unwrap(), "77.0\n", "{all}");
+}

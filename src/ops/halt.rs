@@ -241,7 +241,7 @@ fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
         return not_running();
     }
     if let Some(job) = &rec.slurm_job {
-        return cancel_step(&rec, job);
+        return cancel_step(&rec, job, &path);
     }
     if !process_is(rec.launcher_pid, rec.launcher_start) {
         return not_running();
@@ -284,8 +284,11 @@ fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
 }
 
 /// Cancel the job step of a run `srun` launched in Slurm job `job` (never the allocation: the
-/// cache lives as long as it does) and wait until Slurm no longer lists the step.
-fn cancel_step(rec: &RunRecord, job: &str) -> OpResult<Vec<String>> {
+/// cache lives as long as it does) and wait until Slurm no longer lists the step. As for a
+/// signal ([`proven_launcher`]), the record at `path` may have been written by someone else:
+/// the step is cancelled only if Slurm says it belongs to the user who owns the record (and,
+/// unless the caller is root, to the caller), not on Slurm's own permission checks alone.
+fn cancel_step(rec: &RunRecord, job: &str, path: &Path) -> OpResult<Vec<String>> {
     use super::slurm;
     let launcher = format!("srun process {} on {}", rec.launcher_pid, rec.host);
     let Some(step) = slurm::step_of(job, &rec.host, rec.launcher_pid).map_err(OpError::failed)? else {
@@ -295,6 +298,16 @@ fn cancel_step(rec: &RunRecord, job: &str) -> OpResult<Vec<String>> {
             rec.attempt
         )]);
     };
+    if let Err(why) = step_owned(&step, path) {
+        return Err(OpError::failed(format!(
+            "refusing to cancel job step {} named by {}: {why}; stop the run yourself (scancel {}) if it is \
+             yours -- the halt file already prevents a relaunch",
+            step.id,
+            path.display(),
+            step.id
+        )));
+    }
+    let step = step.id;
     let mut notes = vec![format!(
         "stopping run {} by cancelling its job step {step} ({launcher}: {}); the allocation stays",
         rec.attempt,
@@ -310,6 +323,25 @@ fn cancel_step(rec: &RunRecord, job: &str) -> OpResult<Vec<String>> {
     }
     notes.push(format!("job step {step} was cancelled and is still ending (squeue -s -j {job} shows it)"));
     Ok(notes)
+}
+
+/// Why `step` is not proven to be the run's: Slurm must name its owner, and that owner must
+/// own the run record at `path` and, unless the caller is root, be the caller.
+fn step_owned(step: &super::slurm::Step, path: &Path) -> std::result::Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let Some(uid) = step.uid else {
+        return Err("scontrol show step does not say which user owns it (UserId)".into());
+    };
+    let owner = std::fs::symlink_metadata(path).map_err(|e| format!("cannot inspect the run record: {e}"))?.uid();
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if uid != owner {
+        return Err(format!("the step belongs to uid {uid} and the run record to uid {owner} (someone else wrote it)"));
+    }
+    if me != 0 && uid != me {
+        return Err(format!("the step belongs to uid {uid}, not to this user (uid {me})"));
+    }
+    Ok(())
 }
 
 fn signal(pid: u32, sig: i32) -> OpResult<()> {

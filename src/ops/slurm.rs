@@ -8,7 +8,8 @@
 //!   allocation (user guide 2.8.3);
 //! * the job step a run launched by `srun` became, found by the `srun` process that launched it
 //!   (`scontrol show step`: `SrunHost:Pid`), so `scr_halt --immediate` can cancel exactly that
-//!   step (`scancel JOBID.STEP`) from any host, never the allocation.
+//!   step (`scancel JOBID.STEP`) from any host, never the allocation, and only once the step's
+//!   owner (`UserId`) is proven to be the run's.
 
 use super::nodes::expand;
 use crate::identity::rm_query;
@@ -58,9 +59,18 @@ fn usable_state(state: &str) -> bool {
     !bad_base.iter().any(|b| base.contains(b)) && !flags.contains(['*', '~', '#', '%', '!', '^'])
 }
 
-/// The step (`JOBID.STEP`) of job `job` that the `srun` process `pid` on `host` launched, if
-/// Slurm still lists it.
-pub fn step_of(job: &str, host: &str, pid: u32) -> Result<Option<String>, String> {
+/// A job step as `scontrol show step` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Step {
+    /// `JOBID.STEP`
+    pub id: String,
+    /// The uid that owns it (`UserId=`, as `1000` or `name(1000)`), `None` if not shown.
+    pub uid: Option<u32>,
+}
+
+/// The step of job `job` that the `srun` process `pid` on `host` launched, if Slurm still
+/// lists it.
+pub fn step_of(job: &str, host: &str, pid: u32) -> Result<Option<Step>, String> {
     match rm_query("scontrol", &["-o", "show", "step", job], &[]) {
         Ok(out) => Ok(step_from(&out, host, pid)),
         // A job that ended has no steps left to show.
@@ -71,11 +81,19 @@ pub fn step_of(job: &str, host: &str, pid: u32) -> Result<Option<String>, String
 
 /// [`step_of`] from `scontrol -o show step` output: the line whose `SrunHost:Pid` is
 /// `host:pid`.
-fn step_from(out: &str, host: &str, pid: u32) -> Option<String> {
+fn step_from(out: &str, host: &str, pid: u32) -> Option<Step> {
     let want = format!("SrunHost:Pid={host}:{pid}");
-    out.lines()
-        .find(|l| l.split_whitespace().any(|f| f == want))
-        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("StepId=")).map(str::to_string))
+    let line = out.lines().find(|l| l.split_whitespace().any(|f| f == want))?;
+    let field = |k: &str| line.split_whitespace().find_map(|f| f.strip_prefix(k));
+    let id = field("StepId=")?.to_string();
+    let uid = field("UserId=").and_then(|u| {
+        let n = match (u.find('('), u.strip_suffix(')')) {
+            (Some(open), Some(inner)) => &inner[open + 1..],
+            _ => u,
+        };
+        n.parse().ok()
+    });
+    Some(Step { id, uid })
 }
 
 /// Cancel one job step (`JOBID.STEP`), leaving the allocation.
@@ -133,9 +151,13 @@ mod tests {
         let out = "StepId=10.batch UserId=0 State=RUNNING NodeList=n1 Name=batch SrunHost:Pid=(null):0\n\
                    StepId=10.0 UserId=0 State=RUNNING NodeList=n[1-2] Name=app SrunHost:Pid=n1:29047\n\
                    StepId=10.1 UserId=0 State=RUNNING NodeList=n3 Name=app SrunHost:Pid=n1:290470\n";
-        assert_eq!(step_from(out, "n1", 29047).as_deref(), Some("10.0"));
-        assert_eq!(step_from(out, "n1", 290470).as_deref(), Some("10.1"));
+        assert_eq!(step_from(out, "n1", 29047), Some(Step { id: "10.0".into(), uid: Some(0) }));
+        assert_eq!(step_from(out, "n1", 290470).map(|s| s.id).as_deref(), Some("10.1"));
         assert_eq!(step_from(out, "n2", 29047), None);
+        let named = "StepId=11.0 UserId=alice(1001) GroupId=alice(1001) SrunHost:Pid=n1:7\n\
+                     StepId=11.1 UserId=? SrunHost:Pid=n1:8\n";
+        assert_eq!(step_from(named, "n1", 7), Some(Step { id: "11.0".into(), uid: Some(1001) }));
+        assert_eq!(step_from(named, "n1", 8), Some(Step { id: "11.1".into(), uid: None }));
         assert!(cancel_step("10").unwrap_err().contains("refusing"));
     }
 }
