@@ -51,6 +51,19 @@ fn scr_list_down_nodes_prints_the_down_nodes_their_reasons_or_the_free_ones() {
     assert!(r.stderr.contains("--down: \"n[\": '[' without ']'"), "{}", r.dump());
     let r = down_nodes(&job, &["--free", "--reason"]);
     assert_eq!(r.code, Some(2), "{}", r.dump());
+    // --log: a NODE_FAIL event per down node in the prefix's event log
+    std::fs::create_dir_all(job.prefix.join(".scr")).unwrap();
+    let r = down_nodes(&job, &["--log", "--secs", "120", "--down", "n4"]);
+    assert!(r.stderr.contains("the event log is disabled"), "{}", r.dump());
+    job.set("SCR_LOG_ENABLE", "1").set("SCR_LOG_SYSLOG_ENABLE", "0");
+    let r = down_nodes(&job, &["--log", "--secs", "120", "--down", "n4"]);
+    assert_eq!((r.code, r.stdout.as_str()), (Some(1), "n2,n4\n"), "{}", r.dump());
+    let log = std::fs::read_to_string(job.prefix.join(".scr/log")).unwrap();
+    let fails: Vec<&str> = log.lines().filter(|l| l.contains("NODE_FAIL")).collect();
+    assert_eq!(fails.len(), 2, "{log}");
+    assert!(fails[0].contains("node=n2") && fails[0].contains("secs=120"), "{log}");
+    assert!(fails[1].contains("node=n4"), "{log}");
+    assert_eq!(down_nodes(&job, &["--secs", "5"]).code, Some(2));
 }
 
 /// `scripts/templates/<name>` with its bin directory filled in, as `scripts/install.sh`

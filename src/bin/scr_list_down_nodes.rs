@@ -10,7 +10,7 @@ NAME
     scr_list_down_nodes - list the nodes that cannot take the next run
 
 SYNOPSIS
-    scr_list_down_nodes [--reason | --free] [--down NODES] [NODESET]
+    scr_list_down_nodes [--reason | --free] [--down NODES] [--log [--secs N]] [NODESET]
 
 DESCRIPTION
     Looks at the nodes of NODESET (host-list syntax, e.g. n[1-4],n9; default: the nodes of
@@ -27,6 +27,13 @@ OPTIONS
         Print the nodes that are up instead (one host list on one line).
     -d, --down NODES
         Count these nodes as down without testing them.
+    -l, --log
+        Record a NODE_FAIL event for each down node (node, reason) in the event log of the
+        prefix (SCR_PREFIX, else the current directory): PREFIX/.scr/log and syslog, as
+        SCR_LOG_ENABLE, SCR_LOG_TXT_ENABLE and SCR_LOG_SYSLOG_ENABLE say. With the event log
+        disabled nothing is recorded, and a warning says so.
+    -s, --secs N
+        With --log: the seconds the job ran, recorded with each event.
     -h, --help
         Print this text.
 
@@ -42,7 +49,13 @@ SEE ALSO
     scr_run(1), scr_should_exit(1), SCR user guide section 2.8
 ";
 
-const OPTS: &[Opt] = &[flag("reason", Some('r')), flag("free", Some('f')), valued("down", Some('d'), "NODES")];
+const OPTS: &[Opt] = &[
+    flag("reason", Some('r')),
+    flag("free", Some('f')),
+    valued("down", Some('d'), "NODES"),
+    flag("log", Some('l')),
+    valued("secs", Some('s'), "N"),
+];
 
 fn main() {
     let code = scr::ops::main("scr_list_down_nodes", HELP, false, |argv| {
@@ -53,9 +66,18 @@ fn main() {
         if p.has("reason") && p.has("free") {
             return Err(scr::ops::OpError::usage("--reason and --free exclude each other"));
         }
+        let secs = p.count("secs")?;
+        if secs.is_some() && !p.has("log") {
+            return Err(scr::ops::OpError::usage("--secs goes with --log"));
+        }
         let d = down::down(p.positional.first().map(String::as_str), p.value("down"))?;
         for w in &d.warnings {
             eprintln!("scr_list_down_nodes: warning: {w}");
+        }
+        if p.has("log") && !d.down.is_empty() && !down::log(&d, secs)? {
+            eprintln!(
+                "scr_list_down_nodes: warning: the event log is disabled (SCR_LOG_ENABLE=0): --log recorded nothing"
+            );
         }
         if p.has("free") {
             let up = d.up();

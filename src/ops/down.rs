@@ -53,3 +53,25 @@ pub fn down(nodeset: Option<&str>, forced: Option<&str>) -> OpResult<Down> {
     down.sort_by_key(|(n, _)| alloc.nodes.iter().position(|x| x == n));
     Ok(Down { nodes: alloc.nodes, down, warnings })
 }
+
+/// `--log`: record a `NODE_FAIL` event per down node in the event log (`SCR_LOG_ENABLE`: the
+/// prefix's `.scr/log` and syslog, as configured), with why and, when given, the seconds the
+/// job ran (`--secs`). `Ok(false)`: the event log is disabled, nothing was recorded.
+pub fn log(d: &Down, secs: Option<u64>) -> OpResult<bool> {
+    let resolved = crate::config::resolve().map_err(|e| OpError::failed(e.to_string()))?;
+    let settings = crate::config::Settings::from_resolved(&resolved, crate::paths::cwd())
+        .map_err(|e| OpError::failed(e.to_string()))?;
+    let layout = super::prefix::open(&settings.prefix, false)?;
+    let job = crate::identity::job_id(&layout.prefix.path);
+    let events = crate::events::EventLog::new(&settings, &layout.scr_dir(), &job.id, &crate::identity::host_name());
+    if !events.enabled() {
+        return Ok(false);
+    }
+    for (node, why) in &d.down {
+        match secs {
+            Some(s) => events.record("NODE_FAIL", &[("node", node), ("reason", why), ("secs", &s)]),
+            None => events.record("NODE_FAIL", &[("node", node), ("reason", why)]),
+        }
+    }
+    Ok(true)
+}
