@@ -168,3 +168,85 @@ fn a_halt_condition_at_start_names_mpi_init_not_scr_init() {
     assert!(r.stderr.contains("halt condition at MPI_Init"), "{}", r.dump());
     assert_no_api_names(&r);
 }
+
+/// The index's entries named `name`, by checkpoint number: (dataset id, entry).
+fn entries(job: &Job, name: &str) -> Vec<(u64, serde_json::Value)> {
+    let ix = job.index();
+    ix["datasets"]
+        .as_object()
+        .unwrap()
+        .values()
+        .filter(|d| d["desc"]["name"] == name)
+        .map(|d| (d["desc"]["ckpt"].as_u64().unwrap(), d.clone()))
+        .collect()
+}
+
+#[test]
+fn pruning_an_older_version_keeps_the_files_the_newer_version_of_its_name_lists() {
+    // toggle checkpoints 2 and 4 (datasets 3 and 5) are flushed to the same prefix paths;
+    // with SCR_PREFIX_SIZE=2 a checkpoint of another name pushes checkpoint 2 out of the
+    // window: deleting it must leave the files checkpoint 4 lists (and owns)
+    let mut job = transparent("toggle/**, final/**", "2");
+    job.set("SCR_PREFIX_SIZE", "2");
+    let r = run(&job, &["--shape", "toggle", "--steps", "8", "--crash-at", "6"]);
+    assert!(r.has("CHECKPOINT 5") && !r.has("CHECKPOINT 6"), "{}", r.dump());
+    assert_eq!(indexed(&job, "toggle"), vec![2, 4], "{}\n{}", job.index(), r.dump());
+    job.set("SCR_FLUSH", "1");
+    let r = run(&job, &["--shape", "final", "--steps", "1"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    assert_eq!(indexed(&job, "final").len(), 1, "{}\n{}", job.index(), r.dump());
+    let toggle = entries(&job, "toggle");
+    assert_eq!(toggle.iter().map(|(c, _)| *c).collect::<Vec<_>>(), vec![4], "{}\n{}", job.index(), r.dump());
+    let files = in_prefix(&job, "toggle/");
+    assert_eq!(files.len(), 8, "{files:?}\n{}", r.dump());
+    for f in &files {
+        let want = if f.ends_with(".a") { 5 } else { 4 };
+        assert_eq!(step_of(&job.prefix.join(f)), want, "{f}");
+    }
+    // the cache is lost: the toggle files are in the prefix, checkpoint 4 is fetchable
+    job.wipe_cache();
+    let out = job.command(env!("CARGO_BIN_EXE_scr_index")).args(["--current", "toggle"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    job.set("SCR_FLUSH", "0");
+    let r = run(&job, &["--shape", "toggle", "--steps", "7"]);
+    assert!(r.has("RESTARTED 5 verified") && r.has("DONE"), "{}", r.dump());
+    let (_, e) = &entries(&job, "toggle")[0];
+    assert_eq!(e["fetches"][0]["ok"], true, "{}", job.index());
+}
+
+#[test]
+fn an_older_version_is_superseded_before_a_newer_one_is_flushed_over_its_files() {
+    // checkpoint 4 (dataset 5) is flushed to the paths checkpoint 2 (dataset 3) lists: from
+    // the start of that flush, checkpoint 2 is failed, superseded by dataset 5, and scr_index
+    // says so
+    let mut job = transparent("toggle/**", "2");
+    job.set("SCR_CRC_ON_COPY", "0");
+    let r = run(&job, &["--shape", "toggle", "--steps", "8", "--crash-at", "6"]);
+    assert!(r.has("CHECKPOINT 5"), "{}", r.dump());
+    let toggle = entries(&job, "toggle");
+    assert_eq!(toggle.len(), 2, "{}", job.index());
+    let (old, new) = (&toggle[0].1, &toggle[1].1);
+    assert_eq!((old["failed"].clone(), old["superseded_by"].clone()), (true.into(), 5.into()), "{}", job.index());
+    assert_eq!((new["complete"].clone(), new["failed"].clone()), (true.into(), false.into()), "{}", job.index());
+    let out = job.command(env!("CARGO_BIN_EXE_scr_index")).arg("--list").output().unwrap();
+    let list = String::from_utf8_lossy(&out.stdout);
+    assert!(list.contains("(superseded: dataset 5 was flushed over its files)"), "{list}");
+    // a run killed while copying checkpoint 4 leaves its entry incomplete and the prefix files
+    // a mix of steps 3..5: after a lost cache no restart loads checkpoint 2 from them
+    scr::state::index::Index::update(&job.prefix.join(".scr/index.scr"), |ix| {
+        let e = ix.datasets.get_mut(&5).unwrap();
+        e.complete = false;
+        e.flushing = true;
+    })
+    .unwrap();
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "toggle", "--steps", "7"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    let toggle = entries(&job, "toggle");
+    assert!(
+        toggle.iter().all(|(_, e)| e["fetches"].as_array().is_none_or(|f| f.is_empty())),
+        "nothing fetched from a superseded or incomplete entry: {}\n{}",
+        job.index(),
+        r.dump()
+    );
+}

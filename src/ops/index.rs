@@ -25,6 +25,9 @@ pub struct Row {
     pub valid: bool,
     pub complete: bool,
     pub failed: bool,
+    /// A newer dataset was flushed over some of its files (it is failed too).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<u64>,
     /// A flush was started and never finished.
     pub flushing: bool,
     pub flushed: Option<String>,
@@ -64,6 +67,7 @@ pub fn list(layout: &Layout) -> OpResult<Listing> {
             valid: e.complete && !e.failed,
             complete: e.complete,
             failed: e.failed,
+            superseded_by: e.superseded_by,
             flushing: e.flushing,
             flushed: e.flushed.clone(),
             current: current == Some(e.desc.id),
@@ -82,10 +86,13 @@ pub fn table(l: &Listing) -> String {
     let mut out = format!("{:>6} {:<5} {:<19} {:<3} {}\n", "DSET", "VALID", "FLUSHED", "CUR", "NAME");
     for r in &l.datasets {
         let note = match (r.complete, r.failed, r.flushing) {
-            (_, true, _) => "  (a restart from it failed)",
-            (false, _, true) => "  (flush or scavenge did not finish)",
-            (false, _, false) => "  (incomplete)",
-            _ => "",
+            (_, true, _) if r.superseded_by.is_some() => {
+                format!("  (superseded: dataset {} was flushed over its files)", r.superseded_by.unwrap_or_default())
+            }
+            (_, true, _) => "  (a restart from it failed)".into(),
+            (false, _, true) => "  (flush or scavenge did not finish)".into(),
+            (false, _, false) => "  (incomplete)".into(),
+            _ => String::new(),
         };
         out += &format!(
             "{:>6} {:<5} {:<19} {:<3} {}{note}\n",

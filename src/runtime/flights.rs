@@ -48,6 +48,13 @@ impl Runtime {
         self.flush_seq += 1;
         let token = format!("{}.{}", self.run_stamp, self.flush_seq);
         self.flights.push(Flight { id, started: Instant::now(), token: token.clone() });
+        // before any rank copies: older entries this flush overwrites are never restarted from
+        let superseded =
+            crate::transfer::flush::supersede_overlapping(&self.world, &self.layout, self.filemap.datasets.get(&id));
+        if let Err(e) = superseded {
+            self.flusher.fail(id, format!("dataset {id}: {e}"));
+            return;
+        }
         let Some(rec) = self.filemap.datasets.get(&id).cloned() else {
             self.flusher.fail(id, format!("dataset {id} is not in this rank's cache"));
             return;

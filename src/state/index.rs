@@ -39,16 +39,30 @@ pub struct IndexEntry {
     /// A flush started; cleared when it completes.
     #[serde(default)]
     pub flushing: bool,
-    /// A restart from it failed; never fetched again.
+    /// A restart from it failed, or a newer dataset was flushed over some of its files
+    /// (`superseded_by`); never fetched again.
     #[serde(default)]
     pub failed: bool,
+    /// The newer dataset whose flush rewrote some of this one's prefix paths (transparent
+    /// mode: a name kept for ever, each version a checkpoint of its own). Set, with `failed`,
+    /// before that flush copies anything, so a restart never loads a mix of versions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub superseded_by: Option<u64>,
     #[serde(default)]
     pub fetches: Vec<FetchRecord>,
 }
 
 /// An index entry for a dataset that is complete in the prefix.
 pub fn complete_entry(desc: DatasetDesc, flushed: Option<String>) -> IndexEntry {
-    IndexEntry { desc, complete: true, flushed, flushing: false, failed: false, fetches: Vec::new() }
+    IndexEntry {
+        desc,
+        complete: true,
+        flushed,
+        flushing: false,
+        failed: false,
+        superseded_by: None,
+        fetches: Vec::new(),
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -180,6 +194,7 @@ mod tests {
             flushed: None,
             flushing: false,
             failed,
+            superseded_by: None,
             fetches: vec![],
         }
     }

@@ -94,9 +94,18 @@ pub fn rebuild(scr_dir: &Path) -> Rebuilt {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| identity::iso_time(d.as_secs() as i64));
-        index
-            .datasets
-            .insert(id, IndexEntry { desc, complete, flushed, flushing: false, failed: false, fetches: Vec::new() });
+        index.datasets.insert(
+            id,
+            IndexEntry {
+                desc,
+                complete,
+                flushed,
+                flushing: false,
+                failed: false,
+                superseded_by: None,
+                fetches: Vec::new(),
+            },
+        );
     }
     index.current =
         index.datasets.values().rev().find(|e| e.complete && e.desc.checkpoint).map(|e| e.desc.name.clone());

@@ -254,7 +254,8 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
     let now = crate::identity::iso_time(crate::identity::now_secs());
     Index::update(&layout.index(), |ix| {
         // A failed restart stays on record: the build checks sizes, not the data.
-        let (fetches, failed) = ix.datasets.get(&id).map(|e| (e.fetches.clone(), e.failed)).unwrap_or_default();
+        let (fetches, failed, superseded_by) =
+            ix.datasets.get(&id).map(|e| (e.fetches.clone(), e.failed, e.superseded_by)).unwrap_or_default();
         ix.datasets.insert(
             id,
             IndexEntry {
@@ -263,6 +264,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
                 flushed: complete.then_some(now),
                 flushing: false,
                 failed,
+                superseded_by,
                 fetches,
             },
         );

@@ -31,6 +31,7 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     let rank = ctx.world.rank();
     let t0 = Instant::now();
 
+    supersede_overlapping(ctx.world, ctx.layout, Some(rec))?;
     let mark = (rank == 0).then(|| mark_flushing(ctx.layout, rec).err().map(|e| e.to_string())).flatten();
     if let Some(e) = ctx.world.bcast(0, &mark)? {
         return Err(Error::Collective(format!("{what}: cannot record it in the index: {e}")));
@@ -75,6 +76,68 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     Ok(())
 }
 
+/// The prefix paths (relative) a dataset's flush writes on this rank: its files and, once,
+/// its shared files.
+fn flush_paths(rec: &DatasetRecord) -> Vec<PathBuf> {
+    rec.files.iter().map(|f| f.rel.clone()).chain(rec.desc.shared.iter().map(|f| f.rel.clone())).collect()
+}
+
+/// The prefix paths (relative) index entry `id` lists: every rank's files in its
+/// `rank2file.scr` and the shared files in its `summary.scr` (none known: empty).
+fn listed_paths(layout: &Layout, id: u64) -> Vec<PathBuf> {
+    let shared = Summary::load(&layout.summary(id)).ok().flatten().map(|s| s.desc.shared).unwrap_or_default();
+    let files = Rank2File::load(&layout.rank2file(id)).ok().flatten().map(|r| r.files).unwrap_or_default();
+    files.into_values().flatten().map(|f| f.rel).chain(shared.into_iter().map(|f| f.rel)).collect()
+}
+
+/// Collective, before any rank copies dataset `rec` (`None`: not in this rank's cache) to the
+/// prefix: rank 0 marks every older index entry that lists one of the paths this flush writes
+/// as failed, superseded by it (a version rewriting files under a name kept for ever is a
+/// checkpoint of its own, flushed to the same paths). Their bytes are about to be replaced,
+/// so from now on no restart may load them: a flush killed half way leaves no entry that
+/// mixes two versions.
+pub fn supersede_overlapping(world: &crate::comm::Comm, layout: &Layout, rec: Option<&DatasetRecord>) -> Result<()> {
+    let mine = (rec.map(|r| r.desc.id), rec.map(flush_paths).unwrap_or_default());
+    let err = world.gather(0, &mine)?.and_then(|all| {
+        let id = all.iter().find_map(|(id, _)| *id)?;
+        let paths: std::collections::BTreeSet<PathBuf> = all.into_iter().flat_map(|(_, p)| p).collect();
+        mark_superseded(layout, id, &paths).err().map(|e| e.to_string())
+    });
+    if let Some(e) = world.bcast(0, &err)? {
+        return Err(Error::Collective(format!("cannot mark the datasets it supersedes in the index: {e}")));
+    }
+    Ok(())
+}
+
+/// Rank 0: mark the entries older than `id` that list one of `paths` failed, superseded by `id`.
+fn mark_superseded(layout: &Layout, id: u64, paths: &std::collections::BTreeSet<PathBuf>) -> Result<()> {
+    let ix = Index::load(&layout.index())?;
+    let hit: Vec<u64> = ix
+        .datasets
+        .values()
+        .filter(|e| e.desc.id < id && !e.failed)
+        .filter(|e| listed_paths(layout, e.desc.id).iter().any(|p| paths.contains(p)))
+        .map(|e| e.desc.id)
+        .collect();
+    if hit.is_empty() {
+        return Ok(());
+    }
+    Index::update(&layout.index(), |ix| {
+        for old in &hit {
+            if let Some(e) = ix.datasets.get_mut(old) {
+                scr_debug!(
+                    1,
+                    "dataset {id} is flushed over files of dataset {old} ({}): marked superseded",
+                    e.desc.name
+                );
+                e.failed = true;
+                e.superseded_by = Some(id);
+            }
+        }
+    })?;
+    Ok(())
+}
+
 /// Step 1: record the dataset in the index as being flushed (not complete), replacing any
 /// entry of an earlier attempt.
 pub(super) fn mark_flushing(layout: &Layout, rec: &DatasetRecord) -> Result<()> {
@@ -87,6 +150,7 @@ pub(super) fn mark_flushing(layout: &Layout, rec: &DatasetRecord) -> Result<()> 
                 flushed: None,
                 flushing: true,
                 failed: false,
+                superseded_by: None,
                 fetches: vec![],
             },
         );
@@ -165,6 +229,7 @@ pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixF
             flushed: None,
             flushing: false,
             failed: false,
+            superseded_by: None,
             fetches: vec![],
         });
         e.desc = rec.desc.clone();
@@ -192,8 +257,12 @@ pub fn prune_window(layout: &Layout, keep: usize) {
     };
     let ckpts: Vec<&IndexEntry> =
         ix.datasets.values().rev().filter(|e| e.complete && e.desc.checkpoint && !e.desc.output).collect();
+    // the current checkpoint: the newest usable entry of the name the marker gives
+    let current = ix.current.as_deref().and_then(|c| {
+        ix.datasets.values().rev().find(|e| e.desc.name == c && e.complete && !e.failed).map(|e| e.desc.id)
+    });
     for e in ckpts.into_iter().skip(keep) {
-        if ix.current.as_deref() == Some(e.desc.name.as_str()) {
+        if current == Some(e.desc.id) {
             continue;
         }
         scr_debug!(1, "SCR_PREFIX_SIZE={keep}: deleting dataset {} ({}) from the prefix", e.desc.id, e.desc.name);
@@ -247,9 +316,37 @@ pub fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path) -> Res
     Ok(())
 }
 
+/// What deleting a dataset from the prefix must leave there.
+enum Keep {
+    /// The paths another usable or in-flight entry lists.
+    Listed(std::collections::BTreeSet<PathBuf>),
+    /// Everything (why): e.g. the dataset that superseded this one is being flushed, its
+    /// paths not yet known.
+    All(String),
+}
+
+/// The prefix paths of dataset `id` that belong to other entries too: those a complete usable
+/// entry or one being flushed lists (a name kept for ever: every version lists the same
+/// paths, and only the newest bytes are there).
+fn kept_by_others(layout: &Layout, id: u64) -> Keep {
+    let Ok(ix) = Index::load(&layout.index()) else {
+        return Keep::All("the index cannot be read".into());
+    };
+    let by = ix.datasets.get(&id).and_then(|e| e.superseded_by);
+    let mut keep = std::collections::BTreeSet::new();
+    for e in ix.datasets.values().filter(|e| e.desc.id != id && ((e.complete && !e.failed) || e.flushing)) {
+        let listed = listed_paths(layout, e.desc.id);
+        if e.flushing && listed.is_empty() && by == Some(e.desc.id) {
+            return Keep::All(format!("dataset {} is being flushed over it", e.desc.id));
+        }
+        keep.extend(listed);
+    }
+    Keep::Listed(keep)
+}
+
 /// Rank 0: delete a dataset's files from the prefix (as listed in its `rank2file.scr`, and its
-/// shared files as its `summary.scr` lists them), the
-/// directories that became empty, its `.scr/scr.dataset.<id>` directory and its index entry.
+/// shared files as its `summary.scr` lists them) except those another usable or in-flight
+/// entry lists too, the directories that became empty, its `.scr/scr.dataset.<id>` directory and its index entry.
 /// A dataset any of whose paths goes through a symbolic link below the prefix is left whole
 /// (an error naming the link): deleting through it would delete outside the prefix.
 pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
@@ -260,7 +357,19 @@ pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
         let shared = shared.iter().map(|f| &f.rel);
         let rels: Vec<&PathBuf> = r2f.files.values().flatten().map(|f| &f.rel).chain(shared).collect();
         let paths = rels.iter().map(|rel| layout.prefix.below(rel)).collect::<Result<Vec<PathBuf>>>()?;
-        for p in paths {
+        let keep = kept_by_others(layout, id);
+        for (rel, p) in rels.iter().zip(paths) {
+            match &keep {
+                Keep::All(why) => {
+                    scr_debug!(1, "dataset {id}: {} left in the prefix: {why}", rel.display());
+                    continue;
+                }
+                Keep::Listed(keep) if keep.contains(*rel) => {
+                    scr_debug!(1, "dataset {id}: {} left in the prefix: another dataset lists it", rel.display());
+                    continue;
+                }
+                Keep::Listed(_) => {}
+            }
             crate::paths::remove_file_if_exists(&p)?;
             if let Some(parent) = p.parent() {
                 crate::paths::prune_empty_dirs(parent, &layout.prefix.path);
@@ -270,7 +379,8 @@ pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
     crate::paths::remove_tree_if_exists(&layout.prefix_dataset_dir(id))?;
     Index::update(&layout.index(), |ix| {
         if let Some(e) = ix.datasets.remove(&id) {
-            if ix.current.as_deref() == Some(e.desc.name.as_str()) {
+            // the marker names the newest entry of that name: another may still carry it
+            if ix.current.as_deref() == Some(e.desc.name.as_str()) && ix.by_name(&e.desc.name).is_none() {
                 ix.current = None;
             }
         }
