@@ -470,3 +470,52 @@ fn halt_immediate_cancels_no_slurm_step_of_another_user_a_run_record_names() {
     assert_eq!(code, Some(0), "{all}");
     assert_eq!(std::fs::read_to_string(&cancelled).unwrap(), "77.0\n", "{all}");
 }
+
+#[test]
+fn a_crafted_shells_record_removes_no_directory_outside_the_prefix_or_through_a_link() {
+    // transparent mode: rank 0 removes the empty directories recorded in
+    // <prefix>/.scr/shells.scr for checkpoints that are gone (here "gone.1", neither in cache
+    // nor in the prefix), at start and after each completion
+    let app = common::app("ckpt_layouts.c", &[]).display().to_string();
+    let run = |job: &Job| {
+        let args: Vec<String> = ["--dir", &job.prefix.display().to_string(), "--shape", "foam", "--steps", "3"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        job.run_exe(4, std::slice::from_ref(&app), &args)
+    };
+    let setup = || {
+        let mut job = Job::new();
+        job.preload().set("SCR_PRELOAD_PATTERNS", "processor*/[0-9]*/**").set("SCR_FLUSH", "0");
+        job
+    };
+    let record = |job: &Job, shells: Vec<String>| {
+        let body = serde_json::json!({ "names": { "gone.1": { "shells": shells, "dirs": [] } } });
+        write_meta(&job.prefix.join(".scr/shells.scr"), "SHELLS", &body);
+    };
+    // `..` and absolute entries naming empty directories outside the prefix: the record is
+    // refused as damaged, naming the file, and both directories stay
+    let job = setup();
+    let climbed = job.root.join("canary_climbed");
+    let absolute = job.root.join("canary_absolute");
+    std::fs::create_dir_all(&climbed).unwrap();
+    std::fs::create_dir_all(&absolute).unwrap();
+    std::fs::create_dir_all(&job.prefix).unwrap();
+    record(&job, vec!["../canary_climbed".into(), absolute.display().to_string()]);
+    let r = run(&job);
+    assert!(r.has("DONE"), "{}", r.dump());
+    assert!(climbed.is_dir() && absolute.is_dir(), "a directory outside the prefix was removed: {}", r.dump());
+    assert!(r.stderr.contains("shells.scr") && r.stderr.contains("unsafe path"), "{}", r.dump());
+    // an entry below a directory of the prefix that is a symbolic link to another directory:
+    // the link is not followed, the empty directory it leads to stays
+    let job = setup();
+    let outside = job.root.join("outside");
+    std::fs::create_dir_all(outside.join("inner")).unwrap();
+    std::fs::create_dir_all(&job.prefix).unwrap();
+    std::os::unix::fs::symlink(&outside, job.prefix.join("linked")).unwrap();
+    record(&job, vec!["linked/inner".into()]);
+    let r = run(&job);
+    assert!(r.has("DONE"), "{}", r.dump());
+    assert!(outside.join("inner").is_dir(), "removed through a link: {}", r.dump());
+    assert!(r.stderr.contains("symbolic link"), "{}", r.dump());
+}

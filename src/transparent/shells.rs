@@ -21,6 +21,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+use crate::paths::RelPath;
+
 use super::session::Session;
 use super::table::Table;
 
@@ -85,10 +87,13 @@ struct Record {
     names: BTreeMap<String, Entry>,
 }
 
+/// Both lists are read through [`RelPath`]: the file is in the prefix, which others may be
+/// able to write, so an entry that is absolute or climbs out (`..`) makes the whole record
+/// refused as damaged (the warning names the file) instead of naming a directory to remove.
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct Entry {
-    shells: Vec<PathBuf>,
-    dirs: Vec<PathBuf>,
+    shells: Vec<RelPath>,
+    dirs: Vec<RelPath>,
 }
 
 const FILE: &str = "shells.scr";
@@ -110,7 +115,8 @@ pub(super) fn record(s: &Session, t: &Table, done: Vec<(String, Vec<String>, Vec
         for (name, shells, dirs) in done {
             let e = r.names.entry(name).or_default();
             for (list, add) in [(&mut e.shells, shells), (&mut e.dirs, dirs)] {
-                for d in add.into_iter().map(PathBuf::from) {
+                // the application's directories, relative to the prefix and normalised
+                for d in add.into_iter().filter_map(|d| RelPath::new(PathBuf::from(d)).ok()) {
                     if !list.contains(&d) {
                         list.push(d);
                     }
@@ -152,7 +158,7 @@ pub(super) fn sweep(s: &Session, t: &Table) {
                 false
             }
         });
-        let needed: Vec<&PathBuf> = r.names.values().flat_map(|e| e.dirs.iter()).collect();
+        let needed: Vec<&RelPath> = r.names.values().flat_map(|e| e.dirs.iter()).collect();
         // deepest first, so a parent made for the same checkpoint is empty when its turn comes
         gone.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
         gone.dedup();
@@ -160,8 +166,15 @@ pub(super) fn sweep(s: &Session, t: &Table) {
             if needed.iter().any(|n| n.starts_with(&d)) || t.any_below(&d) {
                 continue;
             }
-            // not empty (a file the application put there): it stays, as on a plain file system
-            let _ = std::fs::remove_dir(s.prefix.join(&d));
+            // never through a symbolic link below the prefix (someone who can write there could
+            // point `ckpt.5` at another directory)
+            match crate::paths::below(s.prefix.path(), &d) {
+                // not empty (a file the application put there): it stays, as on a plain file system
+                Ok(p) => {
+                    let _ = std::fs::remove_dir(p);
+                }
+                Err(e) => crate::scr_warn!("transparent mode: not removing a directory of a gone checkpoint: {e}"),
+            }
         }
     });
     if let Err(e) = r {
