@@ -180,6 +180,33 @@ fn a_job_script_sees_what_the_next_run_restarts_from() {
     assert!(r.has("RESTARTED 10 verified") && r.has("DONE"), "{}", r.dump());
 }
 
+#[test]
+fn a_job_script_sees_the_checkpoint_scr_current_names() {
+    // three checkpoints, all flushed; SCR_CURRENT names the oldest: scr_index --restart names
+    // it (not the newest), and the next run's SCR_Init does load it
+    let mut job = setup("processor*/[0-9]*/**");
+    job.set("SCR_FLUSH", "1");
+    let r = run(&job, &["--shape", "foam", "--steps", "8", "--crash-at", "7"]);
+    assert!(r.has("CHECKPOINT 6"), "{}", r.dump());
+    job.set("SCR_CURRENT", "processor*/0.2");
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("checkpoint: processor*/0.2\n"), "{out}");
+    // from the prefix too, once the cache is lost
+    job.wipe_cache();
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("checkpoint: processor*/0.2\n") && out.contains("from: prefix\n"), "{out}");
+    let r = run(&job, &["--shape", "foam", "--steps", "4"]);
+    // (the application itself lists the prefix, where the flushed 0.6 is in place)
+    assert!(r.stderr.contains("transparent mode: restarting from processor*/0.2\n") && r.has("DONE"), "{}", r.dump());
+    // a name no checkpoint carries: none, saying why
+    job.set("SCR_CURRENT", "processor*/9.9");
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("SCR_CURRENT=processor*/9.9"), "{out}");
+}
+
 /// The entries of a prefix directory, as a process without the preload sees them, sorted.
 fn entries(dir: &std::path::Path) -> Vec<String> {
     let mut out: Vec<String> = std::fs::read_dir(dir)

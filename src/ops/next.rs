@@ -4,7 +4,8 @@
 //! decides as it does (`crate::runtime` restart): the newest checkpoint complete in cache (this
 //! node's control directory: its ranks' filemaps, each file present with its size) or in the
 //! prefix's index (the current one first, never a failed or incomplete one, only with
-//! `SCR_FETCH=1`); on a tie the cached copy. A cached checkpoint whose ranks are not all on
+//! `SCR_FETCH=1`); on a tie the cached copy; with `SCR_CURRENT` only a checkpoint of that
+//! name (the runtime's name rule, `runtime::wanted_name`). A cached checkpoint whose ranks are not all on
 //! this node is reported with the ranks seen here (other nodes' caches are not visible), and
 //! the prefix checkpoint a restart falls back to when those caches are gone.
 
@@ -65,24 +66,29 @@ pub fn next(prefix: &Path) -> OpResult<Next> {
         return Ok(out);
     }
     let (layout, settings) = super::scavenge::job_context(Some(&prefix.to_string_lossy()))?;
-    let cached = cached(&layout.filemaps(), &mut out.notes);
+    // SCR_CURRENT: the runtime offers only a checkpoint of that name, from cache or prefix
+    let wanted = settings.current.as_deref();
+    let is_wanted = |name: &str| crate::runtime::wanted_name(wanted, name);
+    let cached = cached(&layout.filemaps(), &is_wanted, settings.file_buf_size, &mut out.notes);
     let in_prefix = if settings.fetch {
         match Index::load(&layout.index()) {
-            Ok(ix) => ix.restart_candidates(&[]).first().map(|id| {
-                let e = &ix.datasets[id];
-                Choice {
-                    id: *id,
-                    name: e.desc.name.clone(),
-                    from: "prefix",
-                    ranks: e.desc.ranks,
-                    host: None,
-                    ranks_here: Vec::new(),
-                    files: e.desc.files,
-                    bytes: e.desc.size,
-                    dirs: vec![prefix.to_path_buf()],
-                    paths: Vec::new(),
-                }
-            }),
+            Ok(ix) => {
+                ix.restart_candidates(&[]).into_iter().find(|id| is_wanted(&ix.datasets[id].desc.name)).map(|id| {
+                    let e = &ix.datasets[&id];
+                    Choice {
+                        id,
+                        name: e.desc.name.clone(),
+                        from: "prefix",
+                        ranks: e.desc.ranks,
+                        host: None,
+                        ranks_here: Vec::new(),
+                        files: e.desc.files,
+                        bytes: e.desc.size,
+                        dirs: vec![prefix.to_path_buf()],
+                        paths: Vec::new(),
+                    }
+                })
+            }
             Err(e) => {
                 out.notes.push(format!("{e}; the prefix's checkpoints are not considered"));
                 None
@@ -100,13 +106,23 @@ pub fn next(prefix: &Path) -> OpResult<Next> {
         (_, p) => out.checkpoint = p,
     }
     if out.checkpoint.is_none() {
-        out.notes.push("no complete checkpoint in this node's cache or in the prefix's index".into());
+        out.notes.push(match wanted {
+            Some(w) => format!(
+                "SCR_CURRENT={w}: no complete checkpoint of that name in this node's cache or in the prefix's index"
+            ),
+            None => "no complete checkpoint in this node's cache or in the prefix's index".into(),
+        });
     }
     Ok(out)
 }
 
 /// The newest checkpoint complete in this node's cache for every rank whose filemap is here.
-fn cached(filemaps: &[(i32, PathBuf)], notes: &mut Vec<String>) -> Option<Choice> {
+fn cached(
+    filemaps: &[(i32, PathBuf)],
+    wanted: &dyn Fn(&str) -> bool,
+    buf_size: usize,
+    notes: &mut Vec<String>,
+) -> Option<Choice> {
     let mut maps = Vec::new();
     for (rank, path) in filemaps {
         match Filemap::load(path) {
@@ -119,9 +135,11 @@ fn cached(filemaps: &[(i32, PathBuf)], notes: &mut Vec<String>) -> Option<Choice
         let parts: Vec<(u32, &DatasetRecord)> =
             maps.iter().filter_map(|(r, fm)| fm.datasets.get(&id).map(|rec| (*r, rec))).collect();
         let Some((_, first)) = parts.first() else { continue };
-        if !first.desc.checkpoint {
+        if !first.desc.checkpoint || !wanted(&first.desc.name) {
             continue;
         }
+        // each file present with its size (the runtime then checks CRC32s at restart)
+        let intact = |rec: &DatasetRecord| crate::redundancy::check_local(rec, None, buf_size);
         if let Some((r, why)) = parts.iter().find_map(|(r, rec)| intact(rec).err().map(|w| (r, w))) {
             notes.push(format!("cached checkpoint {} (dataset {id}): rank {r}: {why}", first.desc.name));
             continue;
@@ -147,21 +165,6 @@ fn cached(filemaps: &[(i32, PathBuf)], notes: &mut Vec<String>) -> Option<Choice
         });
     }
     None
-}
-
-/// A rank's part is complete and each of its files is present with its size.
-fn intact(rec: &DatasetRecord) -> Result<(), String> {
-    if !rec.complete {
-        return Err("its part never completed".into());
-    }
-    for f in &rec.files {
-        match std::fs::metadata(&f.path) {
-            Ok(m) if m.len() == f.size => {}
-            Ok(m) => return Err(format!("{} has {} bytes, not {}", f.path.display(), m.len(), f.size)),
-            Err(e) => return Err(format!("{}: {e}", f.path.display())),
-        }
-    }
-    Ok(())
 }
 
 /// Ranks as ranges: `0-3,6`.

@@ -33,6 +33,7 @@ mod transparent;
 pub mod watchdog;
 mod worker;
 
+pub(crate) use restart::wanted_name;
 pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{
     adopt_output, before_rename_dir, cached_files, dataset_places, rename_dir, restart_auto, transparent_setup, Adopt,

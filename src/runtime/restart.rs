@@ -15,6 +15,13 @@ use crate::state::flushfile::Location;
 use crate::state::index::{FetchRecord, Index};
 use crate::{scr_debug, scr_error, scr_warn};
 
+/// Whether a checkpoint called `name` may be restarted from when `SCR_CURRENT` (or
+/// `SCR_Current`) asked for `wanted`: the one name rule of the restart selection, shared with
+/// `scr_index --restart` (`crate::ops::next`), which must name what `SCR_Init` would load.
+pub(crate) fn wanted_name(wanted: Option<&str>, name: &str) -> bool {
+    wanted.is_none_or(|w| w == name)
+}
+
 /// Where the next checkpoint to try is (rank 0 decides, every rank acts).
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 enum Candidate {
@@ -137,7 +144,7 @@ impl Runtime {
 
     /// Rank 0: the next candidate, newest first.
     fn next_candidate(&self) -> Option<Candidate> {
-        let wanted = |name: &str| self.wanted.as_ref().is_none_or(|w| w == name);
+        let wanted = |name: &str| wanted_name(self.wanted.as_deref(), name);
         let cached = self
             .filemap
             .datasets
