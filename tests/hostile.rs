@@ -519,3 +519,69 @@ fn a_crafted_shells_record_removes_no_directory_outside_the_prefix_or_through_a_
     assert!(outside.join("inner").is_dir(), "removed through a link: {}", r.dump());
     assert!(r.stderr.contains("symbolic link"), "{}", r.dump());
 }
+
+/// What `examples/preload/header_mpiio.c` writes into `restart.<step>.mpiio`: rank 0's header,
+/// then each rank's part.
+fn header_mpiio_file(step: i64) -> Vec<u8> {
+    let mut out: Vec<u8> = (0..1000 + 3 * step)
+        .map(|i| if i < 4 { (step >> (8 * i)) as u8 } else { ((i * 13 + step * 5 + (i >> 7)) & 0xff) as u8 })
+        .collect();
+    for r in 0..common::NP as i64 {
+        out.extend((0..10000 + 777 * r).map(|i| ((i * 7 + step * 11 + r * 37 + (i >> 8)) & 0xff) as u8));
+    }
+    out
+}
+
+/// Symbolic links planted at the staging names of a transparent-mode shared file
+/// (`.restart.<step>.mpiio.scrshared`, beside its place in the prefix), each to a canary outside
+/// the prefix, with `SCR_PRELOAD_SHARED` set to `shared` if given: the canaries stay intact,
+/// the checkpoints hold the right bytes and the program restarts from them.
+fn shared_staging_links_are_never_followed(shared: Option<&str>) {
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "restart.*.mpiio").set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    if let Some(pattern) = shared {
+        job.set("SCR_PRELOAD_SHARED", pattern);
+    }
+    std::fs::create_dir_all(&job.prefix).unwrap();
+    let victims: Vec<PathBuf> = [2, 4]
+        .iter()
+        .map(|step| {
+            let victim = canary(&job, &format!("victim{step}"));
+            let link = job.prefix.join(format!(".restart.{step}.mpiio.scrshared"));
+            std::os::unix::fs::symlink(&victim, link).unwrap();
+            victim
+        })
+        .collect();
+    let exe = common::app("header_mpiio.c", &[]).display().to_string();
+    let run = |steps: &str| {
+        let args = ["--dir", &job.prefix.display().to_string(), "--steps", steps].map(String::from);
+        job.run_exe(common::NP, std::slice::from_ref(&exe), &args)
+    };
+    let r = run("4");
+    assert!(r.has("CHECKPOINT 4") && r.has("DONE"), "{}", r.dump());
+    for victim in &victims {
+        assert!(intact(victim), "{} was written through a planted link\n{}", victim.display(), r.dump());
+    }
+    for step in [2, 4] {
+        let file = std::fs::read(job.prefix.join(format!("restart.{step}.mpiio"))).unwrap_or_default();
+        assert!(file == header_mpiio_file(step), "restart.{step}.mpiio: {} bytes\n{}", file.len(), r.dump());
+    }
+    assert!(job.find(".scrshared").is_empty(), "{:?}", job.find(".scrshared"));
+    let r = run("6");
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(victims.iter().all(|v| intact(v)));
+}
+
+#[test]
+fn a_link_planted_at_the_staging_name_of_a_header_then_mpi_io_file_is_never_followed() {
+    // before the fix: rank 0 copied its header through the link (std::fs::copy) and every
+    // rank's MPI-IO writes followed it: the canary held the checkpoint
+    shared_staging_links_are_never_followed(None);
+}
+
+#[test]
+fn a_link_planted_at_the_staging_name_of_a_declared_shared_file_is_never_followed() {
+    // before the fix: rank 0's fopen of the header (SCR_PRELOAD_SHARED) opened the staging
+    // name through the link and truncated the canary
+    shared_staging_links_are_never_followed(Some("restart.*.mpiio"));
+}

@@ -215,10 +215,19 @@ fn header_file(step: i64) -> Vec<u8> {
 }
 
 fn header_then_mpi_io(create: bool) {
+    header_then_mpi_io_with(create, None)
+}
+
+/// `header_mpiio.c`'s two runs (the first crashes after step 4, the second restarts from it
+/// and checkpoints steps 6 and 8), with `SCR_PRELOAD_SHARED` set to `shared` if given.
+fn header_then_mpi_io_with(create: bool, shared: Option<&str>) {
     let mut job = Job::new();
     // each step is a dataset of its own (restart.6.mpiio, restart.8.mpiio): two stay cached, so
     // both steps' files are there to check after the second run
     job.preload().set("SCR_PRELOAD_PATTERNS", "restart.*.mpiio").set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    if let Some(pattern) = shared {
+        job.set("SCR_PRELOAD_SHARED", pattern);
+    }
     let create = if create { &["--create"][..] } else { &[] };
     let r = header_run(&job, &[&["--steps", "6", "--crash-at", "5"][..], create].concat());
     assert!(r.has("CHECKPOINT 4"), "{}", r.dump());
@@ -249,6 +258,15 @@ fn a_header_rank_0_wrote_then_mpi_io_opened_without_create_is_one_shared_file() 
     // before the fix: MPI_ERR_NO_SUCH_FILE (the header was rank 0's pending file in cache,
     // the staging name in the prefix did not exist) and an abort
     header_then_mpi_io(false);
+}
+
+#[test]
+fn a_header_declared_shared_rank_0_wrote_then_mpi_io_opened_by_all_does_not_hang() {
+    // what our own message advises (SCR_PRELOAD_SHARED): rank 0's fopen of the header declares
+    // the file shared on rank 0 only. Before the fix, rank 0 went straight to PMPI_File_open
+    // while ranks 1-3 waited in the agreement's allreduce: the job hung (the harness's timeout
+    // turns a hang into a failure)
+    header_then_mpi_io_with(false, Some("restart.*.mpiio"));
 }
 
 #[test]

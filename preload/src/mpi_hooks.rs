@@ -275,7 +275,7 @@ unsafe fn max_over(comm: MPI_Comm, v: &[i64]) -> Option<Vec<i64>> {
 /// core names the file to open instead (its staging name in the prefix), agreeing with the
 /// other processes of `comm` when a rank wrote the file alone before.
 unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int {
-    use transparent::shared::{mpi_open, mpi_opened, MpiCall};
+    use transparent::shared::{mpi_open, mpi_opened, Amode, MpiCall};
     let f =
         next_or!(PMPI_File_open: fn(MPI_Comm, *const c_char, c_int, MPI_Info, *mut MPI_File) -> c_int, MPI_ERR_OTHER);
     if name.is_null() || transparent::routing().is_none() {
@@ -284,10 +284,14 @@ unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI
     let mut n: c_int = 0;
     // SAFETY: MPI_Comm_size is local; an invalid handle only makes it fail (n stays 0).
     mpi::ffi::MPI_Comm_size(comm, &mut n);
-    let read_only = amode & mpi::ffi::MPI_MODE_RDONLY as c_int != 0;
+    let has = |bit: u32| amode & bit as c_int != 0;
+    let mode = Amode {
+        read_only: has(mpi::ffi::MPI_MODE_RDONLY),
+        create: has(mpi::ffi::MPI_MODE_CREATE),
+        excl: has(mpi::ffi::MPI_MODE_EXCL),
+    };
     let mut agree = |v: &[i64]| max_over(comm, v);
-    let call =
-        fence("MPI_File_open", name, || mpi_open(CStr::from_ptr(name), read_only, n, &mut agree), || MpiCall::Pass);
+    let call = fence("MPI_File_open", name, || mpi_open(CStr::from_ptr(name), mode, n, &mut agree), || MpiCall::Pass);
     match call {
         MpiCall::Pass => f(comm, name, amode, info, fh),
         MpiCall::Fail => {

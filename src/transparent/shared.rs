@@ -12,9 +12,14 @@
 //!   opens for writing are tracked like pending files', so no dataset completes while one is
 //!   open. A communicator of one process keeps per-rank routing. A file one rank wrote alone
 //!   before such an open for writing (a header) is agreed on by the communicator's processes
-//!   and moved to the staging name first ([`adopt_private`]).
+//!   and moved to the staging name first ([`adopt_private`]). Every process of the
+//!   communicator takes part in that agreement whatever it knows alone (a name already shared
+//!   on one rank, routed on one rank), so all branch the same way. A new staging name is
+//!   prepared by one rank before any opens it: whatever is there removed (a planted link is
+//!   never followed), the file created `O_CREAT|O_EXCL|O_NOFOLLOW`, the header written into it.
 //! * `SCR_PRELOAD_SHARED` declares files that ranks write with plain `open`/`pwrite`: an
-//!   open for writing of such a routed path goes to the staging name too ([`open`]).
+//!   open for writing of such a routed path goes to the staging name too ([`open`]); a
+//!   symbolic link found at the staging name then is removed first, never written through.
 //! * While a name is shared in this phase, opening or stat-ing it reaches the staging name; a
 //!   shared file of a completed checkpoint is in the prefix under its real name, which is not
 //!   SCR's to route: reads (`MPI_File_open` read-only included) find it there.
@@ -177,9 +182,28 @@ pub(super) fn open(s: &Session, t: &mut Table, rel: &Path, flags: i32) -> Option
     };
     let staging = t.shared.files.get(&id).map(|e| e.staging.clone()).unwrap_or_default();
     if writing {
+        unlink_planted(&staging);
         Some(Opening { call: c_path(&staging), track: id, created })
     } else {
         Some(Opening { call: c_path(&staging), track: 0, created: false })
+    }
+}
+
+/// Remove a symbolic link (or anything but a regular file) at staging name `staging` before
+/// a rank writes there: nothing SCR or the application makes there is one, so someone planted
+/// it, and writing through it would reach a file outside the prefix. Regular files stay
+/// (other ranks may be writing them); a name the ranks open together is prepared by one rank
+/// ([`prepare_staging`]).
+fn unlink_planted(staging: &Path) {
+    let planted = std::fs::symlink_metadata(staging).is_ok_and(|m| !m.file_type().is_file());
+    if planted {
+        crate::scr_warn!(
+            "{} is not a regular file (a link someone planted?): removed before writing there",
+            staging.display()
+        );
+        if let Err(e) = std::fs::remove_file(staging) {
+            crate::scr_warn!("removing {}: {e}", staging.display());
+        }
     }
 }
 
@@ -265,18 +289,34 @@ pub struct MpiOpen {
 /// `MPI_File_open` (collective; `None`: the reduction failed).
 pub type Agree<'a> = &'a mut dyn FnMut(&[i64]) -> Option<Vec<i64>>;
 
+/// The access mode of an `MPI_File_open`, as far as shared files care.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Amode {
+    /// `MPI_MODE_RDONLY`.
+    pub read_only: bool,
+    /// `MPI_MODE_CREATE`.
+    pub create: bool,
+    /// `MPI_MODE_EXCL`.
+    pub excl: bool,
+}
+
 /// `MPI_File_open(comm, name, amode)` on a communicator of `processes` processes: whether
 /// `name` is (or becomes) a shared file of this phase, and where the real call opens it.
 /// Report the outcome of an [`MpiCall::Open`] with [`mpi_opened`].
 ///
-/// An open for writing of a checkpoint path not yet shared is agreed on with `agree`, which
-/// every process of the communicator reaches (the decision so far depends only on the path,
-/// the same on each): a file one rank wrote alone before (LAMMPS' MPI-IO restart file: rank 0
-/// writes a header with stdio, then every rank opens the file with `MPI_File_open`) becomes
-/// the shared file. That rank puts its bytes at the staging name before any rank opens it and
-/// keeps no private copy, so an open without `MPI_MODE_CREATE` finds the file and the dataset
-/// gets one shared file holding the header and the MPI-IO data ([`adopt_private`]).
-pub fn mpi_open(name: &CStr, read_only: bool, processes: i32, agree: Agree) -> MpiCall {
+/// Every process of the communicator reaches the same decision, whatever its own state: the
+/// open of a path in the prefix is agreed on with `agree` (one reduction, on every process,
+/// before anything depends on what this rank alone knows), and each branches on the agreed
+/// values: whether a rank already shares the file in this phase (`SCR_PRELOAD_SHARED`, an
+/// earlier `MPI_File_open`), whether a rank routes it, which ranks hold a private copy. A file
+/// one rank shares is opened at its staging name by every rank, read-only opens included.
+///
+/// A file one rank wrote alone before (LAMMPS' MPI-IO restart file: rank 0 writes a header
+/// with stdio, then every rank opens the file with `MPI_File_open`) becomes the shared file:
+/// that rank puts its bytes at the staging name before any rank opens it and keeps no
+/// private copy, so an open without `MPI_MODE_CREATE` finds the file and the dataset gets
+/// one shared file holding the header and the MPI-IO data ([`adopt_private`]).
+pub fn mpi_open(name: &CStr, amode: Amode, processes: i32, agree: Agree) -> MpiCall {
     let Some(s) = routing() else { return MpiCall::Pass };
     if processes < 2 || !s.is_owner() {
         return MpiCall::Pass;
@@ -285,24 +325,64 @@ pub fn mpi_open(name: &CStr, read_only: bool, processes: i32, agree: Agree) -> M
     let Ok(path) = CString::new(path) else { return MpiCall::Pass };
     let Some(rel) = resolve_file(s, libc::AT_FDCWD, &path) else { return MpiCall::Pass };
     let _inside = Inside::enter();
-    let shared = table_now().shared.find(&rel).map(|(_, e)| e.staging.clone());
-    // whether to agree must not depend on this rank's table: with SCR_PRELOAD_SHARED only the
-    // ranks that wrote the file declared it (a shared file is always routed)
-    let (id, staging) = match shared {
-        Some(staging) if read_only => (0, staging),
-        None if read_only || !s.routed(&rel) => return MpiCall::Pass,
-        _ => match adopt_private(s, &rel, agree) {
+    let rank = i64::from(s.rank);
+    let shared_here = table_now().shared.find(&rel).is_some();
+    let mine = if amode.read_only { None } else { private_copy(&table_now(), &rel) };
+    let (held, open) = (mine.as_ref().is_some_and(|m| !m.1), mine.as_ref().is_some_and(|m| m.1));
+    // every process reduces the same vector, whatever it knows: [shared by a rank, routed by
+    // a rank, highest holder of a closed private copy, -lowest holder, highest rank still
+    // writing its private copy, -lowest rank]
+    let v = [
+        i64::from(shared_here),
+        i64::from(s.routed(&rel)),
+        if held { rank } else { -1 },
+        if held { -rank } else { i64::MIN + 1 },
+        if open { rank } else { -1 },
+        -rank,
+    ];
+    let Some(got) = agree(&v) else {
+        crate::scr_error!("rank {}: MPI_File_open of {}: the ranks could not agree on it", s.rank, rel.display());
+        return MpiCall::Fail;
+    };
+    let agreed =
+        Agreed { shared: got[0] > 0, routed: got[1] > 0, high: got[2], low: -got[3], writing: got[4], lowest: -got[5] };
+    let (id, staging) = if amode.read_only {
+        if !agreed.shared {
+            return MpiCall::Pass;
+        }
+        (0, shared_staging_name(&s.prefix.join(&rel)))
+    } else if !agreed.shared && !agreed.routed {
+        return MpiCall::Pass;
+    } else {
+        match adopt_private(s, &rel, amode, &agreed, mine.map(|m| m.0), agree) {
             Some(declared) => declared,
             None => return MpiCall::Fail,
-        },
+        }
     };
     let mut bytes = fs.to_vec();
     bytes.extend_from_slice(staging.as_os_str().as_bytes());
     crate::scr_debug!(2, "transparent mode: MPI_File_open of shared file {} at {}", rel.display(), staging.display());
     match CString::new(bytes) {
         Ok(name) => MpiCall::Open(MpiOpen { name, id }),
+        // the same on every rank: the staging name is the prefix's and the application's
         Err(_) => MpiCall::Pass,
     }
+}
+
+/// What the processes of an `MPI_File_open` agreed on (see [`mpi_open`]).
+#[derive(Debug)]
+struct Agreed {
+    /// A rank shares the file in this phase already.
+    shared: bool,
+    /// A rank routes the path.
+    routed: bool,
+    /// The highest and lowest rank holding a closed private copy (-1: none).
+    high: i64,
+    low: i64,
+    /// The highest rank still writing its private copy (-1: none).
+    writing: i64,
+    /// The lowest rank of the communicator.
+    lowest: i64,
 }
 
 /// A rank's copy of `rel` made before the collective open (pending or in a cached dataset):
@@ -315,53 +395,48 @@ fn private_copy(t: &Table, rel: &Path) -> Option<(PathBuf, bool)> {
     }
 }
 
-/// Declare `rel` shared for a collective open for writing, after agreeing on the ranks'
-/// private copies of it: none, the open goes ahead; one (closed), its rank copies it to the
-/// staging name, drops its own copy, and the open goes ahead once every rank knows the copy
-/// is complete; two or more, or one still open for writing, or a failed copy: the open fails
-/// on every rank with a message naming the file (`None`). Returns the declared id and the
-/// staging name.
-fn adopt_private(s: &Session, rel: &Path, agree: Agree) -> Option<(u32, PathBuf)> {
+/// Declare `rel` shared for a collective open for writing, after the ranks `agreed` on their
+/// state (every rank of the communicator calls this with the same `agreed`).
+///
+/// * A rank shares it already: the staging file is in use (a rank wrote it with
+///   `SCR_PRELOAD_SHARED`); every rank declares it and opens it, unless a rank also holds a
+///   private copy (one file cannot be both).
+/// * Otherwise the file is new at its staging name: one rank (the holder of the private copy,
+///   or the lowest rank) removes whatever is there (a stale file, a link someone planted) and
+///   creates it anew with `O_CREAT|O_EXCL|O_NOFOLLOW`, writing the private copy's bytes into
+///   it and dropping its own copy; the open goes ahead once every rank knows that succeeded.
+///   Without a private copy and without `MPI_MODE_CREATE` nothing is created (the open fails
+///   as it would have); with `MPI_MODE_EXCL` the real open creates it (`O_EXCL` follows no
+///   link).
+///
+/// Two or more private copies, one still open for writing, or a failed copy: the open fails on
+/// every rank with a message naming the file (`None`). Returns the declared id (0: this open
+/// declared nothing new here) and the staging name.
+fn adopt_private(
+    s: &Session,
+    rel: &Path,
+    amode: Amode,
+    agreed: &Agreed,
+    mine: Option<PathBuf>,
+    agree: Agree,
+) -> Option<(u32, PathBuf)> {
     let rank = i64::from(s.rank);
-    let (mine, shared_here) = {
-        let t = table_now();
-        (private_copy(&t, rel), t.shared.find(rel).map(|(_, e)| e.staging.clone()))
-    };
-    let (held, open) = (mine.as_ref().is_some_and(|m| !m.1), mine.as_ref().is_some_and(|m| m.1));
-    // [highest holder, -lowest holder, highest rank still writing its copy, any rank that
-    // already writes it as a shared file]
-    let v = [
-        if held { rank } else { -1 },
-        if held { -rank } else { i64::MIN + 1 },
-        if open { rank } else { -1 },
-        shared_here.is_some() as i64,
-    ];
-    let Some(got) = agree(&v) else {
-        crate::scr_error!("rank {}: MPI_File_open of {}: the ranks could not agree on it", s.rank, rel.display());
-        return None;
-    };
-    let (high, low, writing, shared) = (got[0], -got[1], got[2], got[3] != 0);
+    let &Agreed { shared, high, low, writing, lowest, .. } = agreed;
     let abs = s.prefix.join(rel);
-    if shared && high < 0 && writing < 0 {
-        // written as a shared file already (SCR_PRELOAD_SHARED): every rank opens it there
-        if let Some(staging) = shared_here {
-            return Some((0, staging));
-        }
-    } else if shared {
-        if held || open {
+    if writing >= 0 {
+        if writing == rank {
             crate::scr_error!(
-                "rank {}: wrote {} on its own while other ranks wrote it as a shared file (SCR_PRELOAD_SHARED) before opening it together with MPI_File_open; MPI_File_open fails on every rank",
+                "rank {}: {} is still open for writing on this rank while the ranks open it together with MPI_File_open; close it first (its bytes become the shared file the ranks write); MPI_File_open fails on every rank",
                 s.rank,
                 abs.display()
             );
         }
         return None;
     }
-    if writing >= 0 {
-        if open {
+    if high >= 0 && shared {
+        if rank == low {
             crate::scr_error!(
-                "rank {}: {} is still open for writing on this rank while the ranks open it together with MPI_File_open; close it first (its bytes become the shared file the ranks write); MPI_File_open fails on every rank",
-                s.rank,
+                "rank {low} wrote {} on its own while another rank writes it as a shared file (SCR_PRELOAD_SHARED) before the ranks opened it together with MPI_File_open: one file cannot be both; declare it shared on every rank; MPI_File_open fails on every rank",
                 abs.display()
             );
         }
@@ -377,51 +452,88 @@ fn adopt_private(s: &Session, rel: &Path, agree: Agree) -> Option<(u32, PathBuf)
         }
         return None;
     }
-    let (id, staging) = {
+    let (known, id, staging) = {
         let mut t = table_now();
         let epoch = t.epoch;
+        let known = t.shared.find(rel).is_some();
         let id = t.shared.declare(s, rel, epoch);
-        (id, t.shared.files[&id].staging.clone())
+        (known, id, t.shared.files[&id].staging.clone())
     };
-    if high < 0 {
+    let id = if known { 0 } else { id };
+    if shared {
         return Some((id, staging));
     }
+    let preparer = if high >= 0 { high } else { lowest };
     let mut failed = false;
-    if let Some((cache, _)) = mine.filter(|_| held) {
-        let copied =
-            staging.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|()| std::fs::copy(&cache, &staging));
-        match copied {
+    if rank == preparer {
+        let header = mine.filter(|_| high == rank);
+        match prepare_staging(&staging, header.as_deref(), amode) {
             Ok(n) => {
-                let mut t = table_now();
-                if let (Some(bytes), _) = t.remove(rel) {
-                    let _ = std::fs::remove_file(bytes);
+                if header.is_some() {
+                    let mut t = table_now();
+                    if let (Some(bytes), _) = t.remove(rel) {
+                        let _ = std::fs::remove_file(bytes);
+                    }
+                    crate::scr_debug!(
+                        1,
+                        "transparent mode: rank {} wrote {} alone, then the ranks opened it with MPI_File_open: it is a shared file, its {n} bytes at {}",
+                        s.rank,
+                        rel.display(),
+                        staging.display()
+                    );
                 }
-                crate::scr_debug!(
-                    1,
-                    "transparent mode: rank {} wrote {} alone, then the ranks opened it with MPI_File_open: it is a shared file, its {n} bytes at {}",
-                    s.rank,
-                    rel.display(),
-                    staging.display()
-                );
             }
             Err(e) => {
-                crate::scr_error!(
-                    "rank {}: copying {} (what this rank wrote of {} before the ranks opened it together with MPI_File_open) to {}: {e}; MPI_File_open fails on every rank",
-                    s.rank,
-                    cache.display(),
-                    abs.display(),
-                    staging.display()
-                );
+                let what = match &header {
+                    Some(cache) => format!(
+                        "copying {} (what this rank wrote of {} before the ranks opened it together with MPI_File_open) to {}",
+                        cache.display(),
+                        abs.display(),
+                        staging.display()
+                    ),
+                    None => format!(
+                        "preparing {}, where the ranks write {} they open together with MPI_File_open",
+                        staging.display(),
+                        abs.display()
+                    ),
+                };
+                crate::scr_error!("rank {}: {what}: {e}; MPI_File_open fails on every rank", s.rank);
                 let _ = std::fs::remove_file(&staging);
                 failed = true;
             }
         }
     }
     if agree(&[failed as i64]).is_none_or(|g| g[0] != 0) {
-        table_now().shared.forget(id);
+        if id != 0 {
+            table_now().shared.forget(id);
+        }
         return None;
     }
     Some((id, staging))
+}
+
+/// Make `staging` a new file of this process for a collective open: remove whatever is at the
+/// name (a file a killed run left, a symbolic link someone planted: never followed), then,
+/// if there is a `header` to put there or the open creates the file (not exclusively),
+/// create it with `O_CREAT|O_EXCL|O_NOFOLLOW` and write the header's bytes into that
+/// descriptor. Returns the bytes written.
+fn prepare_staging(staging: &Path, header: Option<&Path>, amode: Amode) -> std::io::Result<u64> {
+    if let Some(dir) = staging.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    match std::fs::remove_file(staging) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    if header.is_none() && (!amode.create || amode.excl) {
+        return Ok(0);
+    }
+    let mut out = crate::paths::create_temp(staging, 0o644)?;
+    let n = match header {
+        Some(h) => std::io::copy(&mut std::fs::File::open(h)?, &mut out)?,
+        None => 0,
+    };
+    Ok(n)
 }
 
 /// After the real `PMPI_File_open` of an [`MpiOpen`] (`ok`: it succeeded).
