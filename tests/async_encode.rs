@@ -152,3 +152,49 @@ fn unrecord_redundancy(job: &Job, id: u64) {
     fm.datasets.get_mut(&id).expect("dataset recorded").red = None;
     fm.save(&path).unwrap();
 }
+
+#[test]
+fn with_cache_size_one_the_previous_checkpoint_stays_until_the_new_one_is_encoded() {
+    // SCR_CACHE_SIZE=1: ckpt.1 is encoded, ckpt.2 completes with SINGLE protection and is
+    // being encoded when the job is killed; ckpt.1 must still be in cache then
+    let big = "40000003";
+    let nodes = ["n0", "n1", "n2", "n3"];
+    let mut job = job("XOR");
+    job.set("SCR_CACHE_SIZE", "1");
+    let mut bg = job.spawn("test_api", &["--size", big, "--steps", "3", "--compute-secs", "3"]);
+    bg.wait_until("the encoding of ckpt.2", || nodes.iter().any(|n| red_files(&job, n, 2, ".xor.part") > 0));
+    let out = bg.kill();
+    let published = |id| nodes.iter().filter(|n| red_files(&job, n, id, ".xor") > 0).count();
+    assert!(published(2) < 4, "the kill came after ckpt.2's encoding had finished; make the data larger\n{out}");
+    let staged1 = nodes.iter().filter(|n| red_files(&job, n, 1, ".xor.part") > 0).count();
+    assert_eq!(published(1) + staged1, 4, "ckpt.1 is still in cache, encoded\n{out}");
+
+    // a node lost: ckpt.2 cannot be rebuilt (never fully encoded); ckpt.1 is
+    job.lose_node("n2");
+    job.map(&["n0", "n1", "n4", "n3"]);
+    let r = job.run("test_api", &["--size", big, "--steps", "0"]);
+    assert!(restarted(&r, 1), "{}", r.dump());
+    assert!(r.stderr.contains("rebuilt cached dataset 1 for 1 rank(s)"), "{}", r.dump());
+}
+
+#[test]
+fn with_cache_size_one_a_finished_encoding_evicts_the_previous_checkpoint() {
+    // once ckpt.N's encoding finished everywhere, the next SCR call evicts ckpt.N-1: the
+    // cache holds one checkpoint at the end, and a lost node restarts from the newest
+    let mut job = job("XOR");
+    job.set("SCR_CACHE_SIZE", "1");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "3", "--compute-secs", "1"]);
+    assert!(r.has("DONE steps=1..3"), "{}", r.dump());
+    for id in [1, 2] {
+        assert_eq!(
+            ["n0", "n1", "n2", "n3"].iter().map(|n| red_files(&job, n, id, ".xor")).sum::<usize>(),
+            0,
+            "ckpt.{id} evicted\n{}",
+            r.dump()
+        );
+    }
+    job.lose_node("n1");
+    job.map(&["n0", "n4", "n2", "n3"]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(restarted(&r, 3), "{}", r.dump());
+}

@@ -84,6 +84,7 @@ impl Runtime {
     /// first block until this rank's shares of those datasets are finished, so they retire now.
     pub(super) fn progress(&mut self, wait: &[u64]) {
         self.retire_encodes();
+        self.evict_encoded();
         self.retire_checksums();
         if self.flights.is_empty() {
             return;

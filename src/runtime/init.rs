@@ -121,6 +121,7 @@ impl Runtime {
             checksums: Default::default(),
             deleter: Default::default(),
             encoders: Default::default(),
+            evict_after_encode: Vec::new(),
             job_lock: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;

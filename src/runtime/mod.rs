@@ -158,6 +158,10 @@ pub struct Runtime {
     deleter: deletions::Deleter,
     /// Background redundancy encoding ([`encoder`]).
     encoders: encoder::Encoder,
+    /// Datasets encoded in the background whose completion evicts older datasets only once
+    /// every rank's encoding finished (until then they have SINGLE protection only), oldest
+    /// first; the same on every rank.
+    evict_after_encode: Vec<u64>,
     /// Rank 0: the prefix's job lock, held for the whole run ([`joblock`]).
     job_lock: Option<crate::state::joblock::JobLock>,
 }
@@ -535,6 +539,7 @@ impl Runtime {
         }
         self.finish_flights();
         self.finish_encodes();
+        self.evict_encoded();
         self.finish_checksums();
         self.flush_owed();
         self.finish_deletions();

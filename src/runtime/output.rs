@@ -415,8 +415,11 @@ impl Runtime {
         }
 
         // Only now that it is complete do older datasets leave: a failed or killed checkpoint
-        // never costs the newest complete one.
-        self.evict_for_complete(id);
+        // never costs the newest complete one. One encoded in the background has SINGLE
+        // protection until every rank's encoding finished: the older ones leave then.
+        if !deferred {
+            self.evict_for_complete(id);
+        }
 
         if is_ckpt && (self.version_of.is_none() || self.version_counts) {
             self.checkpoint_taken();
@@ -426,6 +429,9 @@ impl Runtime {
         // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
         if deferred && self.filemap.datasets.contains_key(&id) {
             self.start_encode(id);
+        }
+        if deferred {
+            self.evict_after_encode.push(id);
         }
         if background {
             self.start_async_flush(id);
@@ -459,7 +465,43 @@ impl Runtime {
             super::Mode::Transparent => usize::from(self.store_count(&store) > 1),
         };
         let victims = self.evictions(&store, Some(id), room);
+        // the victims are agreed: no rank saves its filemap or joins the agreement for none
+        if victims.is_empty() {
+            return;
+        }
         self.drop_many(&victims);
+    }
+
+    /// Collective (every SCR progress point): the datasets encoded in the background whose
+    /// encoding finished on every rank evict the older datasets their completion made excess.
+    /// One whose encoding failed on some rank keeps them (it has SINGLE protection only); so
+    /// does one a newer dataset followed, whose own eviction decides.
+    pub(super) fn evict_encoded(&mut self) {
+        if self.evict_after_encode.is_empty() {
+            return;
+        }
+        // per dataset: [encoding still running here, not encoded here, not the newest here]
+        let newest = self.filemap.datasets.keys().max().copied();
+        let mine: Vec<u64> = self
+            .evict_after_encode
+            .iter()
+            .flat_map(|id| {
+                let rec = self.filemap.datasets.get(id);
+                let unencoded = rec.is_some_and(|r| r.red.is_none());
+                [self.encoders.pending(*id) as u64, unencoded as u64, (newest != Some(*id)) as u64]
+            })
+            .collect();
+        let all = self.world.max_u64s(&mine);
+        let waiting = std::mem::take(&mut self.evict_after_encode);
+        for (i, id) in waiting.into_iter().enumerate() {
+            if all[3 * i] != 0 {
+                self.evict_after_encode.push(id);
+            } else if all[3 * i + 1] == 0 && all[3 * i + 2] == 0 {
+                self.evict_for_complete(id);
+            } else if self.rank0() {
+                scr_debug!(1, "dataset {id}: not encoded on every rank or not the newest: older datasets stay");
+            }
+        }
     }
 
     /// After a successful checkpoint: count down `scr_halt --checkpoints`, check the halt
