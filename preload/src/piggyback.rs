@@ -1,11 +1,16 @@
 //! The sync-point flags carried by the application's own `MPI_Allreduce`: for a predefined
 //! operation (SUM, MAX, MIN, PROD, LOR, BOR, LAND, BAND) on a predefined integer (at least
-//! 32 bits) or floating-point type and a small buffer ([`MAX_BYTES`]), the hook reduces
+//! 32 bits) type, or MAX/MIN on a floating-point type, and a small buffer ([`MAX_BYTES`]),
+//! the hook reduces
 //! `count + 4` elements instead of `count`: the application's, then one per flag, encoded
 //! so that the reduced value says whether any rank set it (SUM, MAX, LOR, BOR: 1 = set,
 //! 0 = not; MIN, PROD, LAND, BAND: 0 = set, 1 = not). The application's elements are
-//! reduced exactly as before (an element's result does not depend on its neighbours) and
-//! copied back. Whether a call carries the flags depends only on its count, datatype and
+//! reduced exactly as before and copied back: an element's result does not depend on its
+//! neighbours, nor, for these operations, on the order the MPI library combines the ranks'
+//! values in. Floating-point SUM and PROD are never carried: 4 more elements can change the
+//! algorithm the library picks by message size (recursive doubling below a threshold, ring
+//! or Rabenseifner above) and with it each element's summation order, hence its last bits;
+//! they keep the separate agreement, which leaves the application's call untouched. Whether a call carries the flags depends only on its count, datatype and
 //! operation, which MPI requires to match on every rank, so every rank decides alike.
 //! Anything else (user operations, derived or 8/16-bit types, large buffers) is left to the
 //! separate agreement.
@@ -70,9 +75,14 @@ impl Plan {
             use mpi::ffi::*;
             (RSMPI_SUM, RSMPI_MAX, RSMPI_MIN, RSMPI_PROD, RSMPI_LOR, RSMPI_BOR, RSMPI_LAND, RSMPI_BAND)
         };
-        let (zero_is_set, ints_only) = if op == sum || op == max {
+        // ints_only: the result depends on the order of the ranks' values for floats
+        let (zero_is_set, ints_only) = if op == sum {
+            (false, true)
+        } else if op == max {
             (false, false)
-        } else if op == min || op == prod {
+        } else if op == prod {
+            (true, true)
+        } else if op == min {
             (true, false)
         } else if op == lor || op == bor {
             (false, true)
