@@ -585,3 +585,43 @@ fn a_link_planted_at_the_staging_name_of_a_declared_shared_file_is_never_followe
     // name through the link and truncated the canary
     shared_staging_links_are_never_followed(Some("restart.*.mpiio"));
 }
+
+#[test]
+fn a_link_planted_at_an_scr_route_shared_file_staging_name_is_never_followed() {
+    // SCR_Route_shared_file (examples/c/shared.c: every rank opens the staging name it returns
+    // with O_CREAT and pwrites its block). Before the fix only the parent was created and the
+    // writers wrote through the link into the canary
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let victims: Vec<PathBuf> = [1, 2]
+        .iter()
+        .map(|step| {
+            let victim = canary(&job, &format!("victim{step}"));
+            let dir = job.prefix.join(format!("ckpt.{step}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::os::unix::fs::symlink(&victim, dir.join(".shared.dat.scrshared")).unwrap();
+            victim
+        })
+        .collect();
+    let r = job.run("shared", &["--steps", "2", "--size", "4099"]);
+    for victim in &victims {
+        assert!(intact(victim), "{} was written through a planted link\n{}", victim.display(), r.dump());
+    }
+    for step in [1, 2] {
+        assert!((0..common::NP).all(|k| r.has(&format!("RESULT rank={k} ckpt.{step} ok=1"))), "{}", r.dump());
+        let bytes = std::fs::read(job.prefix.join(format!("ckpt.{step}/shared.dat"))).unwrap_or_default();
+        let want: Vec<u8> = (0..common::NP)
+            .flat_map(|k| (0..4099).map(move |i| ((k * 37 + step * 5 + i * 3 + (i >> 9)) & 0xff) as u8))
+            .collect();
+        assert!(bytes == want, "ckpt.{step}/shared.dat: {} bytes\n{}", bytes.len(), r.dump());
+    }
+    assert!(job.find(".shared.dat.scrshared").is_empty(), "{:?}", job.find(".scrshared"));
+    let r = job.run("shared", &["--steps", "0", "--size", "4099"]);
+    assert!(
+        r.has(&format!("RESTARTED ckpt.2 step=2 writers=4 shared_bytes={} read=8", 4099 * common::NP))
+            && r.code == Some(0),
+        "{}",
+        r.dump()
+    );
+    assert!(victims.iter().all(|v| intact(v)));
+}

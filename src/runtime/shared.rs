@@ -105,6 +105,9 @@ impl Runtime {
         if let Some(parent) = staging.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
         }
+        if !rec.reddesc.bypass {
+            unlink_planted(&staging)?;
+        }
         if !rec.desc.shared.iter().any(|s| s.rel == rel) {
             rec.desc.shared.push(SharedFile { rel, writers: vec![me], size: 0, crc: None });
             // recorded before the application creates it: a crash leaves it to clean up
@@ -293,6 +296,26 @@ impl Runtime {
 
 /// Where the writers of shared file `rel` of dataset `rec` write it: its staging name, or in a
 /// bypass dataset its place in the prefix.
+/// Remove a symbolic link (or anything but a regular file) at staging name `staging` before
+/// the application writes there: neither SCR nor a writer makes one, so someone planted it,
+/// and the writers' opens would follow it out of the prefix. A regular file stays: another
+/// rank may already be writing it (each rank routes the name on its own).
+fn unlink_planted(staging: &Path) -> Result<()> {
+    match std::fs::symlink_metadata(staging) {
+        Ok(m) if !m.file_type().is_file() => {
+            crate::scr_warn!(
+                "{} is not a regular file (a link someone planted?): removed before the ranks write there",
+                staging.display()
+            );
+            match std::fs::remove_file(staging) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io("remove", staging, e)),
+                _ => Ok(()),
+            }
+        }
+        _ => Ok(()),
+    }
+}
+
 pub(super) fn shared_target(layout: &crate::state::layout::Layout, rec: &DatasetRecord, rel: &Path) -> PathBuf {
     if rec.reddesc.bypass {
         layout.prefix.join(rel)
