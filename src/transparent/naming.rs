@@ -117,15 +117,28 @@ struct Watch {
 static WATCH: Mutex<Option<Watch>> = Mutex::new(None);
 
 /// How many of `paths` (this rank's files of dataset `name`) were not written under `name`
-/// before in this run.
+/// at an earlier completion in this run. Only counted: a dataset that waits at this sync
+/// point (a file still open on some rank) is not complete, so its files are recorded as seen
+/// by [`seen`] when it completes, and counted fresh then.
 pub(super) fn fresh<'a>(name: &str, paths: impl Iterator<Item = &'a str>) -> u64 {
     let mut g = WATCH.lock().unwrap_or_else(|e| e.into_inner());
     let w = g.get_or_insert_with(Watch::default);
     if w.reported_names.contains(name) {
         return 0;
     }
+    let Some(seen) = w.paths.get(name) else { return paths.count() as u64 };
+    paths.filter(|p| !seen.contains(*p)).count() as u64
+}
+
+/// Dataset `name` completed with this rank's `paths`: they count as written under it.
+pub(super) fn seen<'a>(name: &str, paths: impl Iterator<Item = &'a str>) {
+    let mut g = WATCH.lock().unwrap_or_else(|e| e.into_inner());
+    let w = g.get_or_insert_with(Watch::default);
+    if w.reported_names.contains(name) {
+        return;
+    }
     let seen = w.paths.entry(name.to_string()).or_default();
-    paths.filter(|p| seen.insert(p.to_string())).count() as u64
+    seen.extend(paths.map(str::to_string));
 }
 
 /// A name grows without bound once this many sync points after its first added files.
@@ -188,5 +201,23 @@ pub(super) fn check(patterns: &PatternSet, parts: &[Vec<Part>], rank0: bool) {
             c.1,
             c.0
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_of_a_dataset_that_waits_count_fresh_when_it_completes() {
+        let name = "tests/fresh.waits";
+        let paths = ["restart.10.0", "restart.10.1"];
+        // offered at a sync point where the dataset waits (a file still open): counted only
+        assert_eq!(fresh(name, paths.iter().copied()), 2);
+        // the next sync point completes it: still fresh, then seen
+        assert_eq!(fresh(name, paths.iter().copied()), 2);
+        seen(name, paths.iter().copied());
+        assert_eq!(fresh(name, paths.iter().copied()), 0);
+        assert_eq!(fresh(name, ["restart.20.0"].into_iter()), 1);
     }
 }

@@ -349,6 +349,8 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
             t.forget(id);
         }
     }
+    // this rank's paths per name, recorded as seen (naming::seen) once the name completes
+    let mut my_paths: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let ready: Vec<Part> = groups
         .iter()
         .map(|(n, g)| {
@@ -358,7 +360,7 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
             dirs.sort();
             dirs.dedup();
             let paths: Vec<String> = paths.map(|p| p.to_string_lossy().into_owned()).collect();
-            Part {
+            let part = Part {
                 dirs,
                 name: n.clone(),
                 flags: g.flags,
@@ -366,7 +368,9 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
                 pattern: g.pattern,
                 fresh: super::naming::fresh(n, paths.iter().map(String::as_str)),
                 sample: paths.first().cloned().unwrap_or_default(),
-            }
+            };
+            my_paths.insert(n.clone(), paths);
+            part
         })
         .collect();
     let mut offer = Offer { ready, made: super::shells::take_made(), ..Default::default() };
@@ -396,6 +400,9 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
     let lists: Vec<Vec<Part>> =
         offers.iter().map(|o| o.ready.iter().filter(|p| !waiting.contains(&p.name)).cloned().collect()).collect();
     let made: Vec<(String, u64)> = offers.iter().flat_map(|o| o.made.iter().cloned()).collect();
+    for (n, paths) in my_paths.iter().filter(|(n, _)| !waiting.contains(n)) {
+        super::naming::seen(n, paths.iter().map(String::as_str));
+    }
     super::naming::check(&s.patterns, &lists, s.rank == 0);
     let mut dirs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for list in lists {
