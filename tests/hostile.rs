@@ -625,3 +625,18 @@ fn a_link_planted_at_an_scr_route_shared_file_staging_name_is_never_followed() {
     );
     assert!(victims.iter().all(|v| intact(v)));
 }
+
+#[test]
+fn a_flush_never_publishes_metadata_through_a_linked_dataset_metadata_directory() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "1");
+    std::fs::create_dir_all(job.prefix.join(".scr")).unwrap();
+    let (out, before) = link_out(&job, ".scr/scr.dataset.2", "outside_meta");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "2"]);
+    assert_eq!(snapshot(&out), before, "the flush wrote metadata through the link\n{}", r.dump());
+    let link = job.prefix.join(".scr/scr.dataset.2");
+    assert!(r.all().contains(&format!("{}: is a symbolic link below", link.display())), "{}", r.dump());
+    job.wipe_cache();
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1"), "{}", r.dump());
+}

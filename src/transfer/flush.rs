@@ -215,6 +215,7 @@ pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixF
         return Err(Error::Other(why));
     }
     let dir = layout.prefix_dataset_dir(id);
+    layout.prefix.below(dir.strip_prefix(&layout.prefix.path).unwrap_or(&dir))?;
     std::fs::create_dir_all(&dir).map_err(|e| Error::io("create directory", &dir, e))?;
     let r2f = Rank2File {
         ranks: all.len() as u32,
