@@ -79,6 +79,8 @@ pub struct Entry {
 pub struct SharedFiles {
     files: BTreeMap<u32, Entry>,
     next: u32,
+    /// Last closes on this rank so far ([`super::table::Table::settled`]).
+    settled: u64,
 }
 
 impl SharedFiles {
@@ -131,7 +133,15 @@ impl SharedFiles {
         if let Some(e) = self.files.get_mut(&id) {
             e.writers = e.writers.saturating_sub(1);
             e.failed |= !ok;
+            if e.writers == 0 {
+                self.settled += 1;
+            }
         }
+    }
+
+    /// How many shared files had their last close on this rank so far.
+    pub(super) fn settled(&self) -> u64 {
+        self.settled
     }
 
     /// A write on a descriptor of `id` failed.

@@ -12,7 +12,9 @@
 //! nothing (the preload's MPI hooks: a world barrier *is* the agreement, a small world
 //! allreduce with a predefined operation carries the flags as extra elements). Changes (directory renames and
 //! removals) are then exchanged and applied by every rank to its own files. At a sync point
-//! where some rank has closed files or removed a cached file, the ranks group their pending
+//! where some rank has closed files (a file's last close, removal or rename since the last
+//! attempt: closed files waiting for a file held open flag nothing until it closes), removed
+//! a cached file or shared namespace changes, the ranks group their pending
 //! files by dataset name (from the pattern; the ranks first agree which captures of default
 //! names are a rank's part, [`super::naming`]) and agree on the names; a dataset completes there
 //! unless some rank still has a file of that name open for writing (so an application that
@@ -48,6 +50,9 @@ struct SyncState {
     session: Option<&'static Session>,
     /// A checkpoint completed at the previous sync point: check the halt conditions now.
     halt_check: bool,
+    /// [`Table::settled`] at this rank's last completion attempt: closed files that were
+    /// there then (waiting for a file open for writing) flag nothing until it changes.
+    tried: u64,
 }
 
 static SYNC: Mutex<Option<SyncState>> = Mutex::new(None);
@@ -63,7 +68,7 @@ pub(super) fn setup() {
         libc::pthread_atfork(None, None, Some(forked));
     });
     *SYNC.lock().unwrap_or_else(|e| e.into_inner()) =
-        Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false });
+        Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false, tried: 0 });
 }
 
 /// This process is a forked child of a rank (it copied the sync state but must not act on
@@ -82,6 +87,7 @@ pub(super) fn teardown() {
             "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {sep} had a separate one",
             sep + bar + all
         );
+        crate::scr_debug!(1, "transparent mode: {} sync points attempted completion", ATTEMPTS.load(Ordering::Relaxed));
     }
 }
 
@@ -119,6 +125,8 @@ pub enum Via {
 }
 
 static VIA: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+/// Sync points that attempted completion (`SCR_DEBUG=1` reports it).
+static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 
 /// The agreement on SCR's own communicator: one small allreduce.
 pub fn agree(comm: &Comm, mine: Flags) -> Flags {
@@ -164,16 +172,21 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
     super::view::absorb(s, &mut t, true);
     t.epoch += 1;
     let c = t.counts();
+    // closed files flag only what changed since the last attempt (files waiting for a file
+    // open for writing would make every sync point attempt again), except at the last point
+    let fresh = last || t.settled() != st.tried;
     let Some([_open, closed, removed, changes]) =
-        agree(&st.comm, [c.open > 0, c.closed > 0, c.removed > 0, c.changes > 0])
+        agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0, c.changes > 0])
     else {
         return Point::Failed;
     };
     if changes {
         share_changes(s, &st.comm, &mut t);
     }
-    if closed || removed {
+    if closed || removed || changes {
         // (datasets with a file open for writing somewhere wait, except at the last point)
+        st.tried = t.settled();
+        ATTEMPTS.store(ATTEMPTS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         st.halt_check = complete(s, &st.comm, &mut t, false, !last);
     }
     super::view::publish(s, &t);

@@ -107,6 +107,9 @@ pub struct Table {
     pub epoch: u64,
     /// Changes with every mutation (listings cache what they derive from the table).
     generation: u64,
+    /// Events that may let a waiting dataset complete (a pending file's last close, a
+    /// removal, a rename): a sync point attempts completion only after one.
+    settled: u64,
     /// Files several ranks write, opened since the last dataset completed.
     pub shared: super::shared::SharedFiles,
 }
@@ -137,6 +140,12 @@ impl Table {
     /// Changes whenever the table does.
     pub fn generation(&self) -> u64 {
         self.generation
+    }
+
+    /// How many events so far may have let a waiting dataset complete (pending or shared
+    /// files' last closes, removals, renames).
+    pub fn settled(&self) -> u64 {
+        self.settled + self.shared.settled()
     }
 
     pub fn get(&self, id: u32) -> Option<&Pending> {
@@ -182,6 +191,7 @@ impl Table {
     /// pending file's bytes to delete, and whether SCR held anything at `rel`.
     pub fn remove(&mut self, rel: &Path) -> (Option<PathBuf>, bool) {
         self.generation += 1;
+        self.settled += 1;
         let mut bytes = None;
         let mut held = false;
         if let Some(id) = self.by_path.remove(rel) {
@@ -206,6 +216,7 @@ impl Table {
     /// replaced; `id`'s old name is free).
     pub fn rename(&mut self, id: u32, to: &Path, cache: PathBuf) {
         self.generation += 1;
+        self.settled += 1;
         let Some(from) = self.pending.get(&id).map(|p| p.rel.clone()) else { return };
         if self.by_path.get(&from) == Some(&id) {
             self.by_path.remove(&from);
@@ -228,6 +239,7 @@ impl Table {
         if p.writers > 0 {
             return false;
         }
+        self.settled += 1;
         if p.deleted {
             self.pending.remove(&id);
             return false;
