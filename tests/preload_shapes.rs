@@ -159,6 +159,21 @@ fn a_file_open_for_writing_all_run_blocks_only_its_own_dataset_and_is_reported_o
 }
 
 #[test]
+fn a_file_held_open_that_is_the_only_pending_file_is_reported() {
+    // only hold/** is taken: the file every rank keeps open is the only pending file, no
+    // other closes to make a sync point look at it; it is still reported once
+    let job = transparent("hold/**", "0");
+    let r = run(&job, &["--shape", "hold", "--steps", "7", "--syncs", "30"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    let warned = r.stderr.matches("has been open for writing across").count();
+    assert_eq!(warned, 1, "{}", r.dump());
+    let line = r.stderr.lines().find(|l| l.contains("has been open for writing across")).unwrap();
+    for part in ["hold/wfc_", "!hold/wfc_*.dat", "3 more rank(s)"] {
+        assert!(line.contains(part), "{part}: {line}");
+    }
+}
+
+#[test]
 fn a_halt_condition_at_start_names_mpi_init_not_scr_init() {
     // the preload runs SCR_Init inside MPI_Init: the message says so in the user's terms
     let job = transparent("final/**", "0");

@@ -94,7 +94,8 @@ fn exact(threads: bool) {
     assert_eq!(total, barriers + carried + separate, "{line}");
     // rank 0's held file kept the checkpoint's closed files waiting across ~35 reductions per
     // checkpoint: completion was attempted only after something closed or was removed (about
-    // 3 per checkpoint), not at every one of them
+    // 3 per checkpoint) and, for the held-file report, every 25th sync point with a file open,
+    // not at every one of them (1151 attempts)
     let tried: u64 = r
         .stderr
         .lines()
@@ -102,7 +103,7 @@ fn exact(threads: bool) {
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("{}", r.dump()));
-    assert!(tried <= 4 * n as u64 + 4, "{tried} attempts for {n} checkpoints: {}", r.dump());
+    assert!(tried <= 6 * n as u64, "{tried} attempts for {n} checkpoints: {}", r.dump());
     // the bytes are SCR's: the last checkpoint in cache, rank 0's held file in it
     let held: Vec<String> = job.cached_files(&format!("ckpt.{n}/held.dat"));
     assert_eq!(held.len(), 1, "{:?}", job.cached_files(""));

@@ -28,7 +28,8 @@
 //! A failed write or close anywhere makes that dataset invalid everywhere. Files several
 //! ranks write ([`super::shared`]) count as pending files here and join their dataset as its
 //! shared files. A file open for writing across more than [`HELD_OPEN_SYNCS`] sync points is
-//! reported once, by rank 0, with the pattern that takes it and how to exclude it.
+//! reported once, by rank 0, with the pattern that takes it and how to exclude it (looked for
+//! at every completion, and every quarter of that many sync points while a file is open).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -175,7 +176,7 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
     // closed files flag only what changed since the last attempt (files waiting for a file
     // open for writing would make every sync point attempt again), except at the last point
     let fresh = last || t.settled() != st.tried;
-    let Some([_open, closed, removed, changes]) =
+    let Some([open, closed, removed, changes]) =
         agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0, c.changes > 0])
     else {
         return Point::Failed;
@@ -183,7 +184,10 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
     if changes {
         share_changes(s, &st.comm, &mut t);
     }
-    if closed || removed || changes {
+    // a file held open is reported (once) from the completion's offers: with nothing else
+    // pending none would run, so look every quarter of HELD_OPEN_SYNCS while one is open
+    let held_check = open && t.epoch.is_multiple_of(HELD_OPEN_SYNCS / 4);
+    if closed || removed || changes || held_check {
         // (datasets with a file open for writing somewhere wait, except at the last point)
         st.tried = t.settled();
         ATTEMPTS.store(ATTEMPTS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
