@@ -189,6 +189,24 @@ fn a_directory_renamed_into_place_then_given_one_more_file_keeps_all_of_them() {
 }
 
 #[test]
+fn files_of_two_checkpoints_pending_on_one_rank_form_two_datasets() {
+    // no sync point between ckpt.K's late meta (rank 0) and ckpt.K+2's files: at that barrier
+    // rank 0 has pending files of both, the others of ckpt.K+2 only; the capture tells the
+    // checkpoints apart (it is no rank's part): ckpt.K (new version) and ckpt.K+2, never ckpt.*
+    let mut job = transparent();
+    job.set("SCR_DEBUG", "1");
+    let r = run(&job, &["--steps", "10", "--crash-at", "9", "--meta-after", "--quiet-steps"]);
+    assert!(r.has("CHECKPOINT 8"), "{}", r.dump());
+    assert!(!r.stderr.contains("(ckpt.*,"), "{}", r.dump());
+    for k in [4, 6, 8] {
+        assert!(r.stderr.contains(&format!("(ckpt.{k}, checkpoint) complete")), "ckpt.{k}: {}", r.dump());
+    }
+    assert_eq!(job.cached_files("ckpt.8/rank_").len(), 4, "{:?}", job.cached_files(""));
+    let r = run(&job, &["--steps", "10", "--meta-after", "--quiet-steps"]);
+    assert!(r.has("RESTARTED 8 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
 fn xor_rebuilds_a_checkpoint_that_was_given_one_more_file_after_a_lost_node() {
     let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
     job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_COPY_TYPE", "XOR");

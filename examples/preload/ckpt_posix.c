@@ -5,6 +5,7 @@
  *   ckpt_posix --dir DIR [--steps N] [--every K] [--size BYTES] [--layout L] [--stdio]
  *              [--uneven] [--meta] [--meta-after] [--crash-at STEP] [--fail-write STEP]
  *              [--no-finalize] [--hang-at STEP] [--die-in-ckpt STEP] [--die-before-pointer STEP]
+ *              [--quiet-steps]
  *
  * Layouts: dir      ckpt.<s>/rank_<r>.dat (rank 0 creates the directory)
  *          flat     ckpt_<s>_<r>.dat
@@ -14,6 +15,9 @@
  * --meta-after: after the barrier that ends the checkpoint (a sync point: the checkpoint is
  * complete) and the tmpdir rename, rank 0 writes ckpt.<s>/meta through meta.tmp + rename,
  * then the pointer file.
+ * --quiet-steps: no allreduce in the steps and every rank creates the checkpoint directory
+ * (no barrier before the files), so the next sync point after a checkpoint is the next
+ * checkpoint's barrier (with --meta-after: rank 0 has files of both pending there).
  * --hang-at STEP: in a run that did not restart, the last rank hangs (pause(), no CPU) at STEP
  * while the others wait for it in that step's allreduce.
  * --die-in-ckpt STEP: the last rank exits after writing its file of checkpoint STEP, before
@@ -34,7 +38,7 @@
 
 static const char *dir = ".";
 static const char *layout = "dir";
-static int use_stdio = 0, uneven = 0, meta = 0, meta_after = 0;
+static int use_stdio = 0, uneven = 0, meta = 0, meta_after = 0, quiet_steps = 0;
 static long size = 1 << 16;
 static int rank, nranks, die_in_ckpt = -1, die_before_pointer = -1;
 
@@ -144,11 +148,11 @@ static int check_meta(const char *path, int step) {
 static void checkpoint(int step, int fail_write) {
   char path[4096], tmp[4096];
   if (!strcmp(layout, "dir") || !strcmp(layout, "tmpfile") || !strcmp(layout, "tmpdir")) {
-    if (rank == 0) {
+    if (rank == 0 || quiet_steps) {
       snprintf(path, sizeof path, "%s/ckpt.%d%s", dir, step, !strcmp(layout, "tmpdir") ? ".tmp" : "");
       if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (!quiet_steps) MPI_Barrier(MPI_COMM_WORLD);
   }
   struct rlimit saved;
   getrlimit(RLIMIT_FSIZE, &saved);
@@ -226,6 +230,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--fail-write")) fail_write = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--no-finalize")) no_finalize = 1;
+    else if (!strcmp(argv[i], "--quiet-steps")) quiet_steps = 1;
     else if (!strcmp(argv[i], "--hang-at")) hang_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--die-in-ckpt")) die_in_ckpt = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--die-before-pointer")) die_before_pointer = atoi(argv[++i]);
@@ -284,7 +289,7 @@ int main(int argc, char **argv) {
     }
     double sum = 0;
     x = x * 0.5 + step;
-    MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (!quiet_steps) MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (step % every == 0) checkpoint(step, step == fail_write && rank == 1);
   }
   if (no_finalize) {

@@ -24,8 +24,9 @@ use crate::config::patterns::{PatternSet, Route};
 /// The captures that differ between ranks: (pattern, run).
 pub(super) type Varies = HashSet<(usize, usize)>;
 
-/// Which captures of default names differ between the ranks' files at this sync point
-/// (collective: every rank calls it at the same point).
+/// Which captures of default names differ between the ranks' files at this sync point: a
+/// rank's part only if no rank has two values of it (collective: every rank calls it at the
+/// same point).
 pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) -> Varies {
     let mut mine: BTreeMap<(usize, usize), BTreeSet<String>> = BTreeMap::new();
     for r in routes {
@@ -45,8 +46,14 @@ pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) ->
     };
     let mut seen: BTreeMap<(usize, usize), &Vec<String>> = BTreeMap::new();
     let mut varies = Varies::new();
+    // a capture with several values on one rank tells checkpoints apart (ckpt.K's late meta
+    // beside ckpt.K+1's files): never a rank's part
+    let mut several = Varies::new();
     for rank in &all {
         for (k, values) in rank {
+            if values.len() > 1 {
+                several.insert(*k);
+            }
             match seen.get(k) {
                 Some(v) if *v != values => {
                     varies.insert(*k);
@@ -58,6 +65,7 @@ pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) ->
             }
         }
     }
+    varies.retain(|k| !several.contains(k));
     varies
 }
 
