@@ -24,9 +24,15 @@ use crate::config::patterns::{PatternSet, Route};
 /// The captures that differ between ranks: (pattern, run).
 pub(super) type Varies = HashSet<(usize, usize)>;
 
-/// Which captures of default names differ between the ranks' files at this sync point: a
-/// rank's part only if no rank has two values of it (collective: every rank calls it at the
-/// same point).
+/// One rank's capture values: ((pattern, run), its values), as the ranks exchange them.
+type Offered = Vec<((usize, usize), Vec<String>)>;
+
+/// Which captures of default names are a rank's part at this sync point (collective: every
+/// rank calls it at the same point): those that at least two ranks have and whose values no
+/// two ranks share. Rank 0's `lj.200.base` beside `lj.200.0`, and ranks 1-3's `lj.200.<r>`,
+/// make the second capture a rank's part (`lj.200.*`); a value several ranks have tells
+/// checkpoints apart (ckpt.K's late `meta` on rank 0 beside every rank's ckpt.K+2 files keep
+/// the names ckpt.K and ckpt.K+2).
 pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) -> Varies {
     let mut mine: BTreeMap<(usize, usize), BTreeSet<String>> = BTreeMap::new();
     for r in routes {
@@ -34,8 +40,7 @@ pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) ->
             mine.entry((r.pattern, run)).or_default().insert(value.to_string());
         }
     }
-    let mine: Vec<((usize, usize), Vec<String>)> =
-        mine.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect();
+    let mine: Offered = mine.into_iter().map(|(k, v)| (k, v.into_iter().collect())).collect();
     let all = match comm.allgather(&mine) {
         Ok(all) => all,
         Err(e) => {
@@ -44,29 +49,27 @@ pub(super) fn agree<'a>(comm: &Comm, routes: impl Iterator<Item = &'a Route>) ->
             return Varies::new();
         }
     };
-    let mut seen: BTreeMap<(usize, usize), &Vec<String>> = BTreeMap::new();
-    let mut varies = Varies::new();
-    // a capture with several values on one rank tells checkpoints apart (ckpt.K's late meta
-    // beside ckpt.K+1's files): never a rank's part
-    let mut several = Varies::new();
-    for rank in &all {
-        for (k, values) in rank {
-            if values.len() > 1 {
-                several.insert(*k);
-            }
-            match seen.get(k) {
-                Some(v) if *v != values => {
-                    varies.insert(*k);
-                }
-                Some(_) => {}
-                None => {
-                    seen.insert(*k, values);
+    rank_parts(&all)
+}
+
+/// The captures ([`agree`]) that at least two ranks have, with no value on two ranks.
+fn rank_parts(all: &[Offered]) -> Varies {
+    // per capture: how many ranks have it, and each value's first rank
+    let mut ranks: BTreeMap<(usize, usize), usize> = BTreeMap::new();
+    let mut owner: BTreeMap<(usize, usize), BTreeMap<&str, usize>> = BTreeMap::new();
+    let mut shared = Varies::new();
+    for (rank, list) in all.iter().enumerate() {
+        for (k, values) in list {
+            *ranks.entry(*k).or_default() += 1;
+            let owners = owner.entry(*k).or_default();
+            for v in values {
+                if *owners.entry(v.as_str()).or_insert(rank) != rank {
+                    shared.insert(*k);
                 }
             }
         }
     }
-    varies.retain(|k| !several.contains(k));
-    varies
+    ranks.into_iter().filter(|(k, n)| *n > 1 && !shared.contains(k)).map(|(k, _)| k).collect()
 }
 
 /// The names of this rank's cached datasets that generalise a rank's part (`processor*/0.6`),
@@ -215,6 +218,28 @@ pub(super) fn check(patterns: &PatternSet, parts: &[Vec<Part>], rank0: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rank_part_is_a_capture_whose_values_no_two_ranks_share() {
+        let of = |l: &[(usize, &[&str])]| -> Offered {
+            l.iter().map(|(run, v)| ((0, *run), v.iter().map(|s| s.to_string()).collect())).collect()
+        };
+        // LAMMPS restart lj.*.%: rank 0 writes lj.200.base and lj.200.0, rank r lj.200.<r>
+        let lammps = [
+            of(&[(1, &["200"]), (2, &["0", "base"])]),
+            of(&[(1, &["200"]), (2, &["1"])]),
+            of(&[(1, &["200"]), (2, &["2"])]),
+        ];
+        assert_eq!(rank_parts(&lammps), [(0, 2)].into_iter().collect());
+        // ckpt.4's late meta on rank 0 beside every rank's ckpt.6 files
+        let late = [of(&[(1, &["4", "6"])]), of(&[(1, &["6"])]), of(&[(1, &["6"])])];
+        assert!(rank_parts(&late).is_empty());
+        // one rank alone has nothing to tell apart from
+        assert!(rank_parts(&[of(&[(1, &["0"])]), vec![], vec![]]).is_empty());
+        // OpenFOAM processor*/<time>: one directory per rank, the time the same
+        let foam = [of(&[(1, &["processor0"]), (2, &["0.3"])]), of(&[(1, &["processor1"]), (2, &["0.3"])])];
+        assert_eq!(rank_parts(&foam), [(0, 1)].into_iter().collect());
+    }
 
     #[test]
     fn files_of_a_dataset_that_waits_count_fresh_when_it_completes() {
