@@ -167,6 +167,10 @@ fn halt_times_and_seconds_stop_the_job_only_when_they_hold() {
         (&["--before", "now+1h"], false, &[]), // no halt seconds: no effect
         (&["--seconds", "3600"], true, &[("SCR_END_TIME", "END")]),
         (&["--checkpoints", "5", "--after", "@946684800"], true, &[]), // the earlier one wins
+        // The words SCR users type (GNU date's forms).
+        (&["--after", "yesterday 3pm"], true, &[]),
+        (&["--after", "tomorrow 8am"], false, &[]),
+        (&["--before", "+2 hours", "--seconds", "10800"], true, &[]),
     ];
     for (opts, stops, env) in cases {
         let mut job = local_job();
@@ -191,6 +195,46 @@ fn halt_times_and_seconds_stop_the_job_only_when_they_hold() {
         } else {
             assert!(out.all().contains("DONE steps=1..4"), "{opts:?}\n{}", out.dump());
             assert!(out.stderr.contains("the job completed after 1 run(s)"), "{opts:?}\n{}", out.dump());
+        }
+    }
+}
+
+#[test]
+fn halt_times_in_words_are_stored_as_the_moment_they_name() {
+    // TZ=UTC makes "today" and "3pm" the same for the command and the check; a test that
+    // runs across midnight may see either day.
+    let mut job = local_job();
+    job.set("TZ", "UTC");
+    let day = 86400;
+    let t0 = scr::identity::now_secs();
+    let out = cmd(&job, "scr_halt", &["--before", "3pm today", "--after", "tomorrow 8am"]);
+    let t1 = scr::identity::now_secs();
+    assert_eq!(out.code, Some(0), "{}", out.dump());
+    let h = halt_json(&job);
+    let midnight = |t: i64| t - t.rem_euclid(day);
+    let before = h["exit_before"].as_i64().unwrap();
+    assert!([midnight(t0), midnight(t1)].iter().any(|m| before == m + 15 * 3600), "{h}");
+    let after = h["exit_after"].as_i64().unwrap();
+    assert!([midnight(t0), midnight(t1)].iter().any(|m| after == m + day + 8 * 3600), "{h}");
+    assert!(out.stdout.contains("T08:00:00+00:00") && out.stdout.contains("T15:00:00+00:00"), "{}", out.dump());
+    // A time already past is taken, with a note.
+    assert_eq!(out.stderr.contains("note: --before \"3pm today\""), t0 > midnight(t0) + 15 * 3600, "{}", out.dump());
+    // Relative forms count from now, the short ones of scripts too.
+    for (form, secs) in [("+2 hours", 7200), ("now+90m", 5400), ("+1 day", day), ("@1234567890", 0)] {
+        let t0 = scr::identity::now_secs();
+        let out = cmd(&job, "scr_halt", &["--after", form]);
+        let t1 = scr::identity::now_secs();
+        assert_eq!(out.code, Some(0), "{form}\n{}", out.dump());
+        let after = halt_json(&job)["exit_after"].as_i64().unwrap();
+        if secs == 0 {
+            assert_eq!(after, 1_234_567_890, "{form}");
+            assert!(
+                out.stderr.contains("note: --after \"@1234567890\" is 2009-02-13T23:31:30+00:00"),
+                "{}",
+                out.dump()
+            );
+        } else {
+            assert!((t0 + secs..=t1 + secs).contains(&after), "{form}: {after} not in {t0}+{secs}..{t1}+{secs}");
         }
     }
 }
@@ -386,7 +430,8 @@ fn halt_bad_input_changes_nothing() {
     let before = std::fs::read(&path).unwrap();
     for (args, needle) in [
         (&["--bogus"][..], "unknown option --bogus"),
-        (&["--before", "tomorrow"], "--before: \"tomorrow\" is not a time"),
+        (&["--before", "tomorow"], "--before: \"tomorow\" is not a time; accepted forms:"),
+        (&["--after", "3pm todya"], "--after: \"3pm todya\" is not a time"),
         (&["--after", "2023-02-30T10:00:00"], "--after"),
         (&["--checkpoints", "ten"], "--checkpoints \"ten\""),
         (&["--checkpoints"], "--checkpoints needs a value"),

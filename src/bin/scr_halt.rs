@@ -72,10 +72,13 @@ PREFIX
     mistyped prefix never receives a halt file no job reads.
 
 TIME
-    YYYY-MM-DDTHH:MM:SS as in the user guide ('2023-07-04T21:00:00', local time; a space may
-    replace the T, seconds may be left out, Z or +HH:MM gives a zone), YYYY-MM-DD (midnight),
-    HH:MM[:SS] (today), @SECONDS (since the epoch), now, +N or now+N with a unit s, m, h or d
-    (e.g. +30m), now-N.
+    The forms of GNU date -d (read by the parse_datetime crate), in the local time zone (TZ)
+    unless the text names one: the user guide's '2023-07-04T21:00:00' (also with a space for
+    the T, without seconds, with Z or +HH:MM), 2023-07-04 (midnight), 21:00 (today), '3pm
+    today', 'tomorrow 8am', 'next monday 9:00', 'December 11 03:00', '+2 hours', '+30
+    minutes', @SECONDS (since the epoch), now; and the short forms +N or now+N with a unit s,
+    m, h or d (+30m, now+2h), now-N. A time already past is accepted with a note: --after
+    then holds at the next checkpoint, --before at the next check.
 
 EXIT STATUS
     0 on success; 1 if a prefix does not exist (or, for --list and --remove, has no .scr), the
@@ -87,6 +90,8 @@ EXAMPLES
     scr_halt                                    halt after the next checkpoint
     scr_halt /p/lscratch/user1/sim123           the same, for another prefix
     scr_halt --checkpoints 10 --before '2023-07-04T21:00:00' --seconds 1800
+    scr_halt --after '3pm today'
+    scr_halt --before 'tomorrow 8am' --seconds 1800
     scr_halt --unset-before
     scr_halt --list
     scr_halt --remove                           run again in this allocation
@@ -116,7 +121,12 @@ const OPTS: &[Opt] = &[
 ];
 
 fn time(p: &args::Parsed, name: &str, now: i64) -> OpResult<Option<i64>> {
-    p.value(name).map(|v| times::parse(v, now).map_err(|e| OpError::usage(format!("--{name}: {e}")))).transpose()
+    let Some(v) = p.value(name) else { return Ok(None) };
+    let t = times::parse(v, now).map_err(|e| OpError::usage(format!("--{name}: {e}")))?;
+    if t < now {
+        eprintln!("scr_halt: note: --{name} {v:?} is {}, {} s ago", times::format_local(t), now - t);
+    }
+    Ok(Some(t))
 }
 
 fn body(argv: Vec<String>) -> OpResult<i32> {

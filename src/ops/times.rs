@@ -1,35 +1,54 @@
-//! Times for `scr_halt --before/--after` (user guide 2.9.3): ISO 8601 as the guide shows
-//! (`2023-07-04T21:00:00`), read in the local time zone unless it carries `Z` or an offset,
-//! plus a few forms that are handy in scripts. Printing uses local time with its offset.
+//! Times for `scr_halt --before/--after` (user guide 2.9.3): the guide's ISO 8601
+//! (`2023-07-04T21:00:00`) and the forms SCR's own scripts and users type (`3pm today`,
+//! `tomorrow 8am`, `+2 hours`, `next monday 9:00`, `December 11 03:00`, `@SECONDS`), read by
+//! the `parse_datetime` crate (uutils' implementation of GNU `date -d`), in the local time zone
+//! (`TZ`) unless the text carries `Z`, an offset or a zone name. The compact relative forms
+//! scripts use (`+90`, `+1d`, `now+2h`, `now-30m`) are read here, since GNU `date` takes a
+//! trailing letter for a military time zone. Printing uses local time with its offset.
 
 /// The forms [`parse`] accepts, for help and error messages.
-pub const FORMS: &str = "YYYY-MM-DDTHH:MM[:SS] (also with a space instead of T, optionally ending in Z or \
-+HH:MM), YYYY-MM-DD (midnight), HH:MM[:SS] (today), @SECONDS (since the epoch), now, now+N or +N with an \
-optional unit s, m, h or d (also now-N)";
+pub const FORMS: &str = "those of GNU date -d, e.g. 2023-07-04T21:00:00 (local time unless it ends in Z \
+or +HH:MM), '2023-07-04 21:00', 21:00 (today), '3pm today', 'tomorrow 8am', 'next monday 9:00', \
+'December 11 03:00', '+2 hours', @SECONDS (since the epoch), now; and +N or now+N/now-N with an optional \
+unit s, m, h or d";
 
-/// Seconds since the epoch for `text`; `now` is the current time (for relative forms).
+/// Seconds since the epoch for `text`; `now` is the current time (for relative forms and the
+/// day a bare time of day falls on).
 pub fn parse(text: &str, now: i64) -> Result<i64, String> {
     let t = text.trim();
     let bad = || format!("{text:?} is not a time; accepted forms: {FORMS}");
     if t.is_empty() {
         return Err(bad());
     }
-    if let Some(secs) = t.strip_prefix('@') {
-        return secs.parse::<i64>().map_err(|_| bad());
+    if let Some(v) = compact_relative(t, now) {
+        return v.ok_or_else(bad);
     }
-    if t.eq_ignore_ascii_case("now") {
-        return Ok(now);
+    let base = jiff::Timestamp::from_second(now).map_err(|e| format!("current time {now}: {e}"))?;
+    let base = base.to_zoned(jiff::tz::TimeZone::system());
+    match parse_datetime::parse_datetime_at_date(base, t) {
+        Ok(p) if p.as_zoned().is_some() => Ok(p.unix_epoch_second()),
+        Ok(_) => Err(format!("{text:?} is too far in the future")),
+        Err(_) => Err(bad()),
     }
-    let rel = t.strip_prefix("now").map(str::trim_start).unwrap_or(t);
-    if let Some(sign) = rel.chars().next().filter(|c| *c == '+' || (*c == '-' && rel.len() != t.len())) {
-        let d = duration(rel[1..].trim()).ok_or_else(bad)?;
-        return Ok(if sign == '+' { now + d } else { now - d });
+}
+
+/// `+N[unit]`, `now+N[unit]`, `now-N[unit]` (unit `s`, `m`, `h`, `d` or the words): `None`
+/// when `t` is not of this shape (another form, for the crate), `Some(None)` when it is but the
+/// number or unit is bad, else the time.
+fn compact_relative(t: &str, now: i64) -> Option<Option<i64>> {
+    let (rel, after_now) = match t.get(..3) {
+        Some(n) if n.eq_ignore_ascii_case("now") => (t[3..].trim_start(), true),
+        _ => (t, false),
+    };
+    let sign = rel.chars().next().filter(|c| *c == '+' || (*c == '-' && after_now))?;
+    let body = rel[1..].trim();
+    // "+2 hours", "now + 1 day", "+5 fortnights": words after a space are GNU date's.
+    let compact = body.find(|c: char| !c.is_ascii_digit()).is_none_or(|i| !body[i..].starts_with(' '));
+    if !compact || body.is_empty() || !body.starts_with(|c: char| c.is_ascii_digit()) {
+        return None;
     }
-    if let Some(s) = clock(t) {
-        let (y, m, d) = local_date(now);
-        return local_to_epoch(y, m, d, s / 3600, s % 3600 / 60, s % 60).ok_or_else(bad);
-    }
-    iso(t).ok_or_else(bad)
+    let d = duration(body);
+    Some(d.map(|d| if sign == '+' { now + d } else { now - d }))
 }
 
 /// `N`, `Ns`, `Nm`, `Nh`, `Nd` (or the words) in seconds.
@@ -45,116 +64,6 @@ pub fn duration(s: &str) -> Option<i64> {
         _ => return None,
     };
     n.checked_mul(mult)
-}
-
-/// `HH:MM[:SS]` as seconds of the day.
-fn clock(s: &str) -> Option<i64> {
-    let parts: Vec<&str> = s.split(':').collect();
-    if !(2..=3).contains(&parts.len()) || parts.iter().any(|p| p.len() != 2 || !p.bytes().all(|b| b.is_ascii_digit())) {
-        return None;
-    }
-    let n: Vec<i64> = parts.iter().map(|p| p.parse().unwrap_or(99)).collect();
-    let (h, m, sec) = (n[0], n[1], n.get(2).copied().unwrap_or(0));
-    (h < 24 && m < 60 && sec < 61).then_some(h * 3600 + m * 60 + sec)
-}
-
-fn digits(s: &str, n: usize) -> Option<i64> {
-    (s.len() == n && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok()).flatten()
-}
-
-/// `YYYY-MM-DD[(T| )HH:MM[:SS[.fff]][Z|(+|-)HH[:MM]]]`.
-fn iso(s: &str) -> Option<i64> {
-    let (date, rest) = if s.len() > 10 { (s.get(..10)?, s.get(10..)?) } else { (s, "") };
-    let ymd: Vec<&str> = date.split('-').collect();
-    if ymd.len() != 3 {
-        return None;
-    }
-    let (y, mo, d) = (digits(ymd[0], 4)?, digits(ymd[1], 2)?, digits(ymd[2], 2)?);
-    if !(1..=12).contains(&mo) || d < 1 || d > days_in_month(y, mo) {
-        return None;
-    }
-    if rest.is_empty() {
-        return local_to_epoch(y, mo, d, 0, 0, 0);
-    }
-    let rest = rest.strip_prefix('T').or_else(|| rest.strip_prefix(' '))?;
-    // Split off a zone designator.
-    let (clock_part, zone) = match rest.find(['Z', 'z', '+', '-']) {
-        Some(i) => (&rest[..i], Some(&rest[i..])),
-        None => (rest, None),
-    };
-    let clock_part = clock_part.split_once('.').map_or(clock_part, |(c, frac)| {
-        if frac.bytes().all(|b| b.is_ascii_digit()) && !frac.is_empty() {
-            c
-        } else {
-            "invalid"
-        }
-    });
-    let secs = clock(clock_part)?;
-    let (h, mi, sec) = (secs / 3600, secs % 3600 / 60, secs % 60);
-    match zone {
-        None => local_to_epoch(y, mo, d, h, mi, sec),
-        Some(z) => {
-            let offset = if z.eq_ignore_ascii_case("z") {
-                0
-            } else {
-                let sign = if z.starts_with('-') { -1 } else { 1 };
-                let body = z[1..].replace(':', "");
-                let (oh, om) = match body.len() {
-                    2 => (digits(&body, 2)?, 0),
-                    4 => (digits(&body[..2], 2)?, digits(&body[2..], 2)?),
-                    _ => return None,
-                };
-                if oh > 23 || om > 59 {
-                    return None;
-                }
-                sign * (oh * 3600 + om * 60)
-            };
-            Some(days_from_civil(y, mo, d) * 86400 + secs - offset)
-        }
-    }
-}
-
-fn days_in_month(y: i64, m: i64) -> i64 {
-    match m {
-        4 | 6 | 9 | 11 => 30,
-        2 if (y % 4 == 0 && y % 100 != 0) || y % 400 == 0 => 29,
-        2 => 28,
-        _ => 31,
-    }
-}
-
-/// Days since 1970-01-01 of a civil date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146097 + doe - 719468
-}
-
-/// A local wall-clock time as seconds since the epoch (`mktime`, with the time zone's
-/// daylight-saving rule deciding).
-fn local_to_epoch(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64) -> Option<i64> {
-    // SAFETY: a zeroed tm is valid; mktime reads and normalises the struct we own.
-    let t = unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        tm.tm_year = (y - 1900) as i32;
-        tm.tm_mon = (mo - 1) as i32;
-        tm.tm_mday = d as i32;
-        tm.tm_hour = h as i32;
-        tm.tm_min = mi as i32;
-        tm.tm_sec = s as i32;
-        tm.tm_isdst = -1;
-        libc::mktime(&mut tm)
-    };
-    (t != -1).then_some(t as i64)
-}
-
-fn local_date(secs: i64) -> (i64, i64, i64) {
-    let (tm, _) = crate::identity::local_tm(secs);
-    (tm.tm_year as i64 + 1900, tm.tm_mon as i64 + 1, tm.tm_mday as i64)
 }
 
 /// `secs` as local ISO 8601 with its offset: `2023-07-04T21:00:00+02:00`.
@@ -196,26 +105,58 @@ mod tests {
         assert_eq!(parse("now+2h", NOW), Ok(NOW + 7200));
         assert_eq!(parse("now - 1d", NOW), Ok(NOW - 86400));
         assert_eq!(parse("+10 minutes", NOW), Ok(NOW + 600));
+        assert_eq!(parse("+2 hours", NOW), Ok(NOW + 7200));
+        assert_eq!(parse("now + 1 day", NOW), Ok(NOW + 86400));
+        assert_eq!(parse("+1 fortnight", NOW), Ok(NOW + 14 * 86400));
+    }
+
+    /// The local date and clock of `t`: `("2023-11-14", "15:00:00")`.
+    fn local(t: i64) -> (String, String) {
+        let s = format_local(t);
+        (s[..10].to_string(), s[11..19].to_string())
+    }
+
+    #[test]
+    fn the_words_of_scr_users_are_read_against_now() {
+        let day = 86400;
+        let (today, _) = local(NOW);
+        let (tomorrow, _) = local(NOW + day);
+        let t = parse("3pm today", NOW).unwrap();
+        assert_eq!(local(t), (today.clone(), "15:00:00".to_string()));
+        assert_eq!(parse("today 15:00", NOW), Ok(t));
+        assert_eq!(parse("15:00", NOW), Ok(t));
+        let t = parse("tomorrow 8am", NOW).unwrap();
+        assert_eq!(local(t), (tomorrow.clone(), "08:00:00".to_string()));
+        assert_eq!(parse("8am tomorrow", NOW), Ok(t));
+        let t = parse("tomorrow", NOW).unwrap();
+        assert_eq!(local(t), (tomorrow, local(NOW).1));
+        // NOW is a Tuesday (local time, in any zone between UTC-12 and UTC+1).
+        let t = parse("next monday 9:00", NOW).unwrap();
+        assert_eq!(local(t).1, "09:00:00");
+        assert!(t > NOW && t - NOW < 7 * day, "{}", format_local(t));
+        let t = parse("December 11 03:00", NOW).unwrap();
+        assert_eq!(local(t), ("2023-12-11".to_string(), "03:00:00".to_string()));
     }
 
     #[test]
     fn malformed_times_are_refused_with_the_forms() {
         for bad in [
             "",
-            "tomorrow",
+            "  ",
+            "yesterday-ish",
             "2023-13-01",
             "2023-02-30",
             "2023-07-04T25:00",
-            "2023-07-04X21:00",
-            "2023-07-04T21:00+2",
+            "2023-07-04T21:00+2x",
             "21:00:00:00",
             "-5",
-            "+5 fortnights",
+            "+5 fortnite",
+            "+5fortnights",
             "@x",
-            "2023-07-04T21:00.x",
+            "noon tomorrow at the latest",
         ] {
             let e = parse(bad, NOW).unwrap_err();
-            assert!(e.contains("accepted forms"), "{bad}: {e}");
+            assert!(e.contains("accepted forms") && e.contains("3pm today"), "{bad}: {e}");
         }
     }
 }
