@@ -49,6 +49,22 @@ pub fn emit(severity: &str, msg: std::fmt::Arguments<'_>) {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
+/// Debug builds only: end this process at once at a named point of a protocol when
+/// `SCRRS_TEST_CRASH=<point>` (or `<point>@<rank>`, the world rank) says so. For tests that
+/// need a run killed between two steps no outside observer can time; release builds compile
+/// it to nothing.
+pub fn crash_point(point: &str) {
+    if !cfg!(debug_assertions) {
+        return;
+    }
+    let Ok(want) = std::env::var("SCRRS_TEST_CRASH") else { return };
+    let (p, r) = want.split_once('@').map_or((want.as_str(), None), |(p, r)| (p, Some(r)));
+    if p == point && r.is_none_or(|r| r.parse() == Ok(rank())) {
+        emit("INFO", format_args!("test crash at {point}"));
+        std::process::exit(9);
+    }
+}
+
 /// A run of non-blank characters longer than this is shortened in messages.
 const CLIP_RUN: usize = 512;
 /// A message line longer than this keeps its start and end only.

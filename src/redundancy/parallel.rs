@@ -312,6 +312,8 @@ pub enum Member<'a> {
 /// it is written) and a complete redundancy file. Returns whether every file of this rank
 /// went through the rebuild whole and matched its recorded CRC32 (a survivor that read all
 /// of its data checked it on the way; a mismatch there is an error, the rebuild used it).
+/// In a debug build, `SCRRS_TEST_CRASH=rebuilding` ends a lost member once it has written the
+/// first piece of its data (tests of a run killed mid-rebuild).
 pub fn rebuild(
     comm: &Comm,
     me: Member<'_>,
@@ -455,6 +457,9 @@ fn rebuild_partner(
                 }
             }
         });
+        if step == 1 && flows.iter().any(|f| !f.send) {
+            crate::log::crash_point("rebuilding");
+        }
         std::mem::swap(&mut cur, &mut other);
     }
     for (f, buf) in flows.iter().zip(other.iter_mut()).filter(|(f, _)| !f.send) {
@@ -513,6 +518,9 @@ fn rebuild_code(
                     write(poff, plen, &prev[..n * plen]);
                 }
             });
+            if p == 1 {
+                crate::log::crash_point("rebuilding");
+            }
             std::mem::swap(&mut cur, &mut prev);
         }
         if let Some(&(off, len)) = all.last() {

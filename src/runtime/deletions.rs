@@ -119,7 +119,7 @@ impl Runtime {
         }
         let saved = self.save_filemap();
         if !self.filemap.deleting.is_empty() {
-            super::crash_point(self.world.rank(), "marked");
+            crate::log::crash_point("marked");
         }
         self.marks_saved(saved.is_ok());
         if let Err(e) = saved {
@@ -159,7 +159,7 @@ impl Runtime {
             self.deleter.trash(&rec.dir, &tag);
         }
         if !doomed.is_empty() {
-            super::crash_point(self.world.rank(), "buried");
+            crate::log::crash_point("buried");
         }
     }
 

@@ -550,21 +550,6 @@ impl Runtime {
     }
 }
 
-/// Debug builds only: end this process at once at a named point of a protocol when
-/// `SCRRS_TEST_CRASH=<point>` (or `<point>@<rank>`) says so. For tests that need a run killed
-/// between two steps no outside observer can time; release builds compile it to nothing.
-fn crash_point(rank: i32, point: &str) {
-    if !cfg!(debug_assertions) {
-        return;
-    }
-    let Ok(want) = std::env::var("SCRRS_TEST_CRASH") else { return };
-    let (p, r) = want.split_once('@').map_or((want.as_str(), None), |(p, r)| (p, Some(r)));
-    if p == point && r.is_none_or(|r| r.parse() == Ok(rank)) {
-        crate::log::emit("INFO", format_args!("test crash at {point}"));
-        std::process::exit(9);
-    }
-}
-
 /// Remove this rank's part of a cached dataset (its files and redundancy file) and the
 /// directories left empty, without touching the parts of other ranks on the same node.
 fn remove_part(rec: &DatasetRecord) {

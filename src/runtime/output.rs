@@ -112,7 +112,7 @@ impl Runtime {
         self.filemap.datasets.insert(id, rec);
         let saved = self.save_filemap();
         if !self.filemap.deleting.is_empty() {
-            super::crash_point(self.world.rank(), "marked");
+            crate::log::crash_point("marked");
         }
         let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
         let agreed = self.agree(call, local);
