@@ -9,6 +9,10 @@
 //! error, so no rank goes on alone into a collective the others never reach. The library never initialises
 //! or finalises MPI on the application's behalf (except `SCR_HALT_EXIT`, which ends the
 //! process by design).
+//!
+//! A [`Comm`] is either an MPI communicator or an in-process one ([`local`]: ranks as
+//! threads of one process, for unit tests of collective code without `mpirun`). Every
+//! operation is one `match` on which it is; the MPI path allocates nothing more than before.
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
@@ -16,6 +20,8 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+pub mod local;
 
 /// Typed data from another rank that could not be used; every rank of the collective gets it.
 #[derive(Debug, Clone, thiserror::Error, Serialize, serde::Deserialize)]
@@ -50,9 +56,16 @@ pub enum Waiting {
 
 /// A communicator owned by the library.
 pub struct Comm {
-    inner: SimpleCommunicator,
+    imp: Imp,
     rank: i32,
     size: i32,
+}
+
+/// Which kind of communicator a [`Comm`] is.
+enum Imp {
+    Mpi(SimpleCommunicator),
+    /// In-process: this rank's view of a hub shared by the world's threads.
+    Local(std::sync::Arc<local::Hub>),
 }
 
 /// Whether the application has initialised MPI and not yet finalised it.
@@ -112,10 +125,44 @@ impl Comm {
         Comm::wrap(SimpleCommunicator::world().duplicate())
     }
 
+    /// One communicator per rank of the in-process world `hub` (rank order); each goes to
+    /// its own thread (see [`local::run`]).
+    pub fn in_process(hub: &std::sync::Arc<local::Hub>) -> Vec<Comm> {
+        let size = hub.size() as i32;
+        (0..size).map(|rank| Comm { imp: Imp::Local(hub.clone()), rank, size }).collect()
+    }
+
     fn wrap(inner: SimpleCommunicator) -> Comm {
         let rank = inner.rank();
         let size = inner.size();
-        Comm { inner, rank, size }
+        Comm { imp: Imp::Mpi(inner), rank, size }
+    }
+
+    /// Whether any thread may use this communicator's processes at any time (MPI:
+    /// `MPI_THREAD_MULTIPLE`, see [`thread_level`]; in-process: always), and the level's name.
+    pub fn thread_level(&self) -> (bool, &'static str) {
+        match &self.imp {
+            Imp::Mpi(_) => thread_level(),
+            Imp::Local(_) => (true, "in-process threads"),
+        }
+    }
+
+    /// In-process: every rank's `data` on every rank and the collective's number.
+    fn exchange(hub: &local::Hub, rank: i32, data: Vec<u8>) -> (u64, std::sync::Arc<Vec<Vec<u8>>>) {
+        hub.exchange(rank as usize, data)
+    }
+
+    /// In-process reduction of one fixed-size value per rank.
+    fn local_reduce<const N: usize, T>(
+        &self,
+        hub: &local::Hub,
+        v: T,
+        to: fn(T) -> [u8; N],
+        from: fn([u8; N]) -> T,
+        op: fn(T, T) -> T,
+    ) -> T {
+        let (_, all) = Comm::exchange(hub, self.rank, to(v).to_vec());
+        all.iter().map(|b| from(b[..].try_into().expect("every rank sent one value"))).reduce(op).expect("ranks")
     }
 
     pub fn rank(&self) -> i32 {
@@ -127,18 +174,46 @@ impl Comm {
     }
 
     pub fn barrier(&self) {
-        self.inner.barrier();
+        match &self.imp {
+            Imp::Mpi(c) => c.barrier(),
+            Imp::Local(h) => {
+                Comm::exchange(h, self.rank, Vec::new());
+            }
+        }
     }
 
     /// A duplicate of this communicator (collective): the same processes, separate traffic.
     pub fn dup(&self) -> Comm {
-        Comm::wrap(self.inner.duplicate())
+        match &self.imp {
+            Imp::Mpi(c) => Comm::wrap(c.duplicate()),
+            Imp::Local(_) => self.split(0, self.rank),
+        }
     }
 
     /// Split into sub-communicators of equal `color`, ordered by `key`.
     pub fn split(&self, color: i32, key: i32) -> Comm {
-        let c = self.inner.split_by_color_with_key(Color::with_value(color), key).expect("color is defined");
-        Comm::wrap(c)
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let c = c.split_by_color_with_key(Color::with_value(color), key).expect("color is defined");
+                Comm::wrap(c)
+            }
+            Imp::Local(h) => {
+                let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
+                let (round, all) = Comm::exchange(h, self.rank, mine);
+                let int = |b: &[u8]| i32::from_le_bytes(b.try_into().expect("4 bytes"));
+                // members of this color ordered by (key, old rank), as MPI_Comm_split orders them
+                let mut members: Vec<(i32, i32)> = all
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| int(&b[..4]) == color)
+                    .map(|(r, b)| (int(&b[4..]), r as i32))
+                    .collect();
+                members.sort();
+                let rank = members.iter().position(|m| m.1 == self.rank).expect("this rank is a member") as i32;
+                let hub = h.child(round, color, members.len());
+                Comm { imp: Imp::Local(hub), rank, size: members.len() as i32 }
+            }
+        }
     }
 
     /// Split into groups of processes that gave equal strings (for example host names);
@@ -164,12 +239,28 @@ impl Comm {
 
     /// Send bytes to `dest` (blocking; the receiver must know the length).
     pub fn send(&self, dest: i32, data: &[u8]) {
-        self.inner.process_at_rank(dest).send(data);
+        match &self.imp {
+            Imp::Mpi(c) => c.process_at_rank(dest).send(data),
+            Imp::Local(h) => h.send(self.rank as usize, dest as usize, data),
+        }
     }
 
     /// Receive exactly `buf.len()` bytes from `src`.
     pub fn recv_into(&self, src: i32, buf: &mut [u8]) {
-        self.inner.process_at_rank(src).receive_into(buf);
+        match &self.imp {
+            Imp::Mpi(c) => {
+                c.process_at_rank(src).receive_into(buf);
+            }
+            Imp::Local(h) => Comm::local_recv(h, src, self.rank, buf),
+        }
+    }
+
+    /// In-process: the next message from `src` into `buf` (a longer one is a bug, as it is
+    /// an error in MPI).
+    fn local_recv(hub: &local::Hub, src: i32, me: i32, buf: &mut [u8]) {
+        let m = hub.recv(src as usize, me as usize);
+        assert!(m.len() <= buf.len(), "rank {me}: a message of {} bytes from rank {src} into {}", m.len(), buf.len());
+        buf[..m.len()].copy_from_slice(&m);
     }
 
     /// Send a value of any length to `dest`.
@@ -201,12 +292,15 @@ impl Comm {
     /// Send `data` to `dest` and receive `buf.len()` bytes from `src` at once (no deadlock
     /// when every rank of a ring does it).
     pub fn sendrecv(&self, data: &[u8], dest: i32, buf: &mut [u8], src: i32) {
-        mpi::point_to_point::send_receive_into(
-            data,
-            &self.inner.process_at_rank(dest),
-            buf,
-            &self.inner.process_at_rank(src),
-        );
+        match &self.imp {
+            Imp::Mpi(c) => {
+                mpi::point_to_point::send_receive_into(data, &c.process_at_rank(dest), buf, &c.process_at_rank(src));
+            }
+            Imp::Local(h) => {
+                h.send(self.rank as usize, dest as usize, data);
+                Comm::local_recv(h, src, self.rank, buf);
+            }
+        }
     }
 
     /// Start receiving into each of `recvs` and sending each of `sends` (buffer, peer rank),
@@ -219,13 +313,27 @@ impl Comm {
         waiting: Waiting,
         work: impl FnOnce() -> R,
     ) -> R {
+        let inner = match &self.imp {
+            Imp::Mpi(c) => c,
+            Imp::Local(h) => {
+                // sends never block here: post them, work, then take what arrived
+                for (data, dest) in sends {
+                    h.send(self.rank as usize, *dest as usize, data);
+                }
+                let out = work();
+                for (buf, src) in recvs.iter_mut() {
+                    Comm::local_recv(h, *src, self.rank, buf);
+                }
+                return out;
+            }
+        };
         mpi::request::scope(|scope| {
             let mut pending = Vec::with_capacity(sends.len() + recvs.len());
             for (buf, src) in recvs.iter_mut() {
-                pending.push(self.inner.process_at_rank(*src).immediate_receive_into(scope, &mut **buf));
+                pending.push(inner.process_at_rank(*src).immediate_receive_into(scope, &mut **buf));
             }
             for (data, dest) in sends {
-                pending.push(self.inner.process_at_rank(*dest).immediate_send(scope, *data));
+                pending.push(inner.process_at_rank(*dest).immediate_send(scope, *data));
             }
             let out = work();
             for req in pending {
@@ -261,46 +369,94 @@ impl Comm {
     }
 
     pub fn min_i64(&self, v: i64) -> i64 {
-        let mut out = 0i64;
-        self.inner.all_reduce_into(&v, &mut out, SystemOperation::min());
-        out
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let mut out = 0i64;
+                c.all_reduce_into(&v, &mut out, SystemOperation::min());
+                out
+            }
+            Imp::Local(h) => self.local_reduce(h, v, i64::to_le_bytes, i64::from_le_bytes, i64::min),
+        }
     }
 
     pub fn max_i64(&self, v: i64) -> i64 {
-        let mut out = 0i64;
-        self.inner.all_reduce_into(&v, &mut out, SystemOperation::max());
-        out
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let mut out = 0i64;
+                c.all_reduce_into(&v, &mut out, SystemOperation::max());
+                out
+            }
+            Imp::Local(h) => self.local_reduce(h, v, i64::to_le_bytes, i64::from_le_bytes, i64::max),
+        }
     }
 
     pub fn sum_u64(&self, v: u64) -> u64 {
-        let mut out = 0u64;
-        self.inner.all_reduce_into(&v, &mut out, SystemOperation::sum());
-        out
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let mut out = 0u64;
+                c.all_reduce_into(&v, &mut out, SystemOperation::sum());
+                out
+            }
+            Imp::Local(h) => self.local_reduce(h, v, u64::to_le_bytes, u64::from_le_bytes, u64::wrapping_add),
+        }
     }
 
     /// Bitwise or of `v` over all ranks (no allocation: the sync points' agreement).
     pub fn or_bits(&self, v: u32) -> u32 {
-        let mut out = 0u32;
-        self.inner.all_reduce_into(&v, &mut out, SystemOperation::bitwise_or());
-        out
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let mut out = 0u32;
+                c.all_reduce_into(&v, &mut out, SystemOperation::bitwise_or());
+                out
+            }
+            Imp::Local(h) => self.local_reduce(h, v, u32::to_le_bytes, u32::from_le_bytes, |a, b| a | b),
+        }
     }
 
     /// Element-wise maximum of `v` over all ranks (one reduction for several values).
     pub fn max_u64s(&self, v: &[u64]) -> Vec<u64> {
-        let mut out = vec![0u64; v.len()];
-        self.inner.all_reduce_into(v, &mut out[..], SystemOperation::max());
-        out
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let mut out = vec![0u64; v.len()];
+                c.all_reduce_into(v, &mut out[..], SystemOperation::max());
+                out
+            }
+            Imp::Local(h) => {
+                let mine: Vec<u8> = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                let (_, all) = Comm::exchange(h, self.rank, mine);
+                let mut out = vec![0u64; v.len()];
+                for b in all.iter() {
+                    assert_eq!(b.len(), v.len() * 8, "every rank reduces as many values");
+                    for (o, x) in out.iter_mut().zip(b.chunks_exact(8)) {
+                        *o = (*o).max(u64::from_le_bytes(x.try_into().expect("8 bytes")));
+                    }
+                }
+                out
+            }
+        }
     }
 
     pub fn max_f64(&self, v: f64) -> f64 {
-        let mut out = 0f64;
-        self.inner.all_reduce_into(&v, &mut out, SystemOperation::max());
-        out
+        match &self.imp {
+            Imp::Mpi(c) => {
+                let mut out = 0f64;
+                c.all_reduce_into(&v, &mut out, SystemOperation::max());
+                out
+            }
+            Imp::Local(h) => self.local_reduce(h, v, f64::to_le_bytes, f64::from_le_bytes, f64::max),
+        }
     }
 
     /// Broadcast bytes from `root` (its `data` is sent, the others' ignored).
     pub fn bcast_bytes(&self, root: i32, data: Vec<u8>) -> Vec<u8> {
-        let proc = self.inner.process_at_rank(root);
+        let inner = match &self.imp {
+            Imp::Mpi(c) => c,
+            Imp::Local(h) => {
+                let mine = if self.rank == root { data } else { Vec::new() };
+                return Comm::exchange(h, self.rank, mine).1[root as usize].clone();
+            }
+        };
+        let proc = inner.process_at_rank(root);
         let mut len = data.len() as u64;
         proc.broadcast_into(&mut len);
         let mut buf = if self.rank == root { data } else { vec![0u8; len as usize] };
@@ -319,7 +475,14 @@ impl Comm {
 
     /// Gather byte strings to `root`: `Some(per-rank)` on the root, `None` elsewhere.
     pub fn gather_bytes(&self, root: i32, data: &[u8]) -> Option<Vec<Vec<u8>>> {
-        let proc = self.inner.process_at_rank(root);
+        let inner = match &self.imp {
+            Imp::Mpi(c) => c,
+            Imp::Local(h) => {
+                let (_, all) = Comm::exchange(h, self.rank, data.to_vec());
+                return (self.rank == root).then(|| all.to_vec());
+            }
+        };
+        let proc = inner.process_at_rank(root);
         let len = data.len() as i32;
         if self.rank == root {
             let mut lens = vec![0i32; self.size as usize];
@@ -356,15 +519,19 @@ impl Comm {
 
     /// Every rank's byte string, on every rank.
     pub fn allgather_bytes(&self, data: &[u8]) -> Vec<Vec<u8>> {
+        let inner = match &self.imp {
+            Imp::Mpi(c) => c,
+            Imp::Local(h) => return Comm::exchange(h, self.rank, data.to_vec()).1.to_vec(),
+        };
         let len = data.len() as i32;
         let mut lens = vec![0i32; self.size as usize];
-        self.inner.all_gather_into(&len, &mut lens[..]);
+        inner.all_gather_into(&len, &mut lens[..]);
         let displs = displacements(&lens);
         let total: i32 = lens.iter().sum();
         let mut buf = vec![0u8; total as usize];
         {
             let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
-            self.inner.all_gather_varcount_into(data, &mut part);
+            inner.all_gather_varcount_into(data, &mut part);
         }
         split_parts(&buf, &lens, &displs)
     }
@@ -382,7 +549,33 @@ impl Comm {
 
     /// Scatter one byte string per rank from `root` (`parts` is used on the root only).
     pub fn scatter_bytes(&self, root: i32, parts: Option<Vec<Vec<u8>>>) -> Vec<u8> {
-        let proc = self.inner.process_at_rank(root);
+        let inner = match &self.imp {
+            Imp::Mpi(c) => c,
+            Imp::Local(h) => {
+                // the root sends every part (length-prefixed); each rank keeps its own
+                let mine = if self.rank == root {
+                    let parts = parts.expect("root provides the parts");
+                    assert_eq!(parts.len(), self.size as usize);
+                    parts
+                        .iter()
+                        .flat_map(|p| (p.len() as u64).to_le_bytes().into_iter().chain(p.iter().copied()))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                let (_, all) = Comm::exchange(h, self.rank, mine);
+                let mut rest = &all[root as usize][..];
+                for r in 0..self.size {
+                    let len = u64::from_le_bytes(rest[..8].try_into().expect("8 bytes")) as usize;
+                    if r == self.rank {
+                        return rest[8..8 + len].to_vec();
+                    }
+                    rest = &rest[8 + len..];
+                }
+                unreachable!("this rank's part is in the root's parts")
+            }
+        };
+        let proc = inner.process_at_rank(root);
         let mut my_len = 0i32;
         if self.rank == root {
             let parts = parts.expect("root provides the parts");
@@ -438,5 +631,127 @@ mod tests {
         let bytes = encode(&f64::NAN);
         assert!(decode::<f64>("broadcast", 0, &bytes).is_err());
         assert_eq!(decode::<(u32, String)>("x", 0, &encode(&(7u32, "a".to_string()))).unwrap(), (7, "a".to_string()));
+    }
+
+    #[test]
+    fn in_process_collectives_give_every_rank_the_same_answer() {
+        for n in [1usize, 4] {
+            let out = local::run(n, |c| {
+                let r = c.rank();
+                let v = r as i64 + 1;
+                let text = format!("rank {r}");
+                (
+                    (c.size(), c.min_i64(v), c.max_i64(v), c.sum_u64(v as u64), c.or_bits(1 << r)),
+                    (
+                        c.all_true(r != 2),
+                        c.any_true(r == 2),
+                        c.max_u64s(&[v as u64, 10 - v as u64]),
+                        c.max_f64(v as f64),
+                    ),
+                    (c.bcast(n as i32 - 1, &text).unwrap(), c.allgather(&r).unwrap(), c.gather(0, &text).unwrap()),
+                    c.scatter(0, (r == 0).then(|| (0..n as i32).map(|i| i * 10).collect())).unwrap(),
+                    c.bcast_bytes(0, if r == 0 { vec![] } else { vec![9] }),
+                )
+            });
+            let n32 = n as i32;
+            for (r, o) in out.into_iter().enumerate() {
+                assert_eq!(o.0, (n32, 1, n as i64, (n * (n + 1) / 2) as u64, (1u32 << n) - 1));
+                assert_eq!(o.1 .0, n < 3);
+                assert_eq!(o.1 .1, n >= 3);
+                assert_eq!(o.1 .2, vec![n as u64, 9]);
+                assert_eq!(o.1 .3, n as f64);
+                assert_eq!(o.2 .0, format!("rank {}", n - 1));
+                assert_eq!(o.2 .1, (0..n32).collect::<Vec<_>>());
+                let gathered = (r == 0).then(|| (0..n).map(|i| format!("rank {i}")).collect::<Vec<_>>());
+                assert_eq!(o.2 .2, gathered);
+                assert_eq!(o.3, r as i32 * 10);
+                assert!(o.4.is_empty(), "the root's empty bytes reach every rank");
+            }
+        }
+    }
+
+    #[test]
+    fn in_process_split_orders_by_key_and_separates_traffic() {
+        let out = local::run(4, |c| {
+            // colors: even and odd ranks; keys reverse the order
+            let sub = c.split(c.rank() % 2, -c.rank());
+            let members: Vec<i32> = sub.allgather(&c.rank()).unwrap();
+            let (node, groups, id) = c.split_by_string(if c.rank() < 3 { "b" } else { "a" }).unwrap();
+            let dup = c.dup();
+            // a message on the duplicate is not seen on the original
+            if c.rank() == 0 {
+                dup.send_value(1, &"on dup");
+                c.send_value(1, &"on world");
+            }
+            let got =
+                (c.rank() == 1).then(|| (c.recv_value::<String>(0).unwrap(), dup.recv_value::<String>(0).unwrap()));
+            (sub.rank(), sub.size(), members, node.size(), groups, id, got)
+        });
+        assert_eq!(out[0].2, vec![2, 0]);
+        assert_eq!(out[1].2, vec![3, 1]);
+        assert_eq!((out[2].0, out[2].1), (0, 2));
+        assert_eq!((out[0].0, out[0].1), (1, 2));
+        assert_eq!((out[0].3, out[0].4, out[0].5), (3, 2, 1));
+        assert_eq!((out[3].3, out[3].4, out[3].5), (1, 2, 0));
+        assert_eq!(out[1].6, Some(("on world".to_string(), "on dup".to_string())));
+    }
+
+    #[test]
+    fn in_process_point_to_point_keeps_order_and_rings_do_not_deadlock() {
+        let n = 4;
+        let out = local::run(n, |c| {
+            let (r, n) = (c.rank(), c.size());
+            let (right, left) = ((r + 1) % n, (r + n - 1) % n);
+            let mut a = [0u8; 1];
+            c.sendrecv(&[r as u8], right, &mut a, left);
+            let mut b = [0u8; 2];
+            let worked = c.overlap(&[(&[r as u8, 1][..], left)], &mut [(&mut b[..], right)], Waiting::Block, || 7);
+            for i in 0..3u8 {
+                c.send(right, &[i]);
+            }
+            let order: Vec<u8> = (0..3)
+                .map(|_| {
+                    let mut m = [0u8];
+                    c.recv_into(left, &mut m);
+                    m[0]
+                })
+                .collect();
+            (a[0], b, worked, order)
+        });
+        for (r, o) in out.iter().enumerate() {
+            assert_eq!(o.0 as usize, (r + n - 1) % n);
+            assert_eq!(o.1, [((r + 1) % n) as u8, 1]);
+            assert_eq!((o.2, &o.3[..]), (7, &[0, 1, 2][..]));
+        }
+    }
+
+    #[test]
+    fn in_process_undecodable_data_is_an_error_on_every_rank() {
+        let out = local::run(3, |c| {
+            let value: CResult<Vec<u32>> = if c.rank() == 1 {
+                let _ = c.allgather_bytes(b"{broken");
+                c.agreed("allgather", Err(CommError { op: "allgather", why: "broken".into() }))
+            } else {
+                c.allgather::<u32>(&5)
+            };
+            value.map_err(|e| e.to_string())
+        });
+        assert!(out.iter().all(|o| o.is_err()), "{out:?}");
+        assert!(out[0].as_ref().unwrap_err().contains("data from rank 1 does not decode"), "{out:?}");
+    }
+
+    #[test]
+    fn in_process_a_rank_that_dies_fails_the_others_instead_of_hanging() {
+        let r = std::panic::catch_unwind(|| {
+            local::run(3, |c| {
+                if c.rank() == 2 {
+                    panic!("rank 2 dies before the barrier");
+                }
+                c.barrier();
+            })
+        });
+        let msg = r.unwrap_err();
+        let text = msg.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(text.contains("rank 2 of 3 panicked: rank 2 dies before the barrier"), "{text}");
     }
 }

@@ -140,7 +140,7 @@ impl Runtime {
         if !asked.unwrap_or(DEFAULT) || !self.world.any_true(encodes) {
             return Ok(());
         }
-        let (multiple, level) = crate::comm::thread_level();
+        let (multiple, level) = self.world.thread_level();
         if !self.world.all_true(multiple) {
             if self.rank0() {
                 let msg = format!(
