@@ -116,7 +116,8 @@ pub fn finalize_mpi() {
 // keeps its communicators inside the runtime mutex, so at most one thread calls MPI through
 // them at a time, which MPI_THREAD_SERIALIZED (and FUNNELED from the main thread) permits.
 // The one exception, the background encoder's own duplicates ([`Comm::dup`]), is used by
-// that thread alone and only when [`thread_level`] reports MPI_THREAD_MULTIPLE.
+// that thread alone and only when [`thread_level`] reports MPI_THREAD_MULTIPLE. An in-process
+// communicator is an `Arc` of a hub whose state is behind mutexes: Send by itself.
 unsafe impl Send for Comm {}
 
 impl Comm {

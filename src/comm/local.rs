@@ -23,6 +23,12 @@ pub const PATIENCE: Duration = Duration::from_secs(120);
 /// How often a waiting rank looks whether another rank died.
 const LOOK: Duration = Duration::from_millis(20);
 
+/// Messages not yet received, by (source, destination), oldest first.
+type Mailboxes = HashMap<(usize, usize), VecDeque<Vec<u8>>>;
+/// Hubs made by `split`, by (round of the split, color): the hub and how many of its ranks
+/// have not collected it yet.
+type Children = HashMap<(u64, i32), (Arc<Hub>, usize)>;
+
 /// One communicator of the in-process world.
 pub struct Hub {
     size: usize,
@@ -30,10 +36,9 @@ pub struct Hub {
     poison: Arc<AtomicBool>,
     round: Mutex<Round>,
     round_done: Condvar,
-    mail: Mutex<HashMap<(usize, usize), VecDeque<Vec<u8>>>>,
+    mail: Mutex<Mailboxes>,
     mail_came: Condvar,
-    /// Hubs made by `split`, by (round of the split, color): the ranks still to collect it.
-    children: Mutex<HashMap<(u64, i32), (Arc<Hub>, usize)>>,
+    children: Mutex<Children>,
 }
 
 #[derive(Default)]

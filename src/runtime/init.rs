@@ -20,20 +20,53 @@ use crate::state::index::Index;
 use crate::state::layout::Layout;
 use crate::{log, redundancy, scr_debug, scr_error, scr_warn};
 
+/// Rank 0's reading of the user name and the job id, given the prefix.
+type Identify = Box<dyn FnOnce(&std::path::Path) -> (String, JobId)>;
+
+/// What `SCR_Init` takes from the process's surroundings: the communicator, the node's name,
+/// the configuration and the identity of the user and the job. A real run takes them from MPI
+/// and the environment ([`Launch::mpi`]); the in-process tests give their own.
+pub(super) struct Launch {
+    pub world: Comm,
+    /// The node this process runs on (processes with equal names share node-local storage).
+    pub host: String,
+    /// Read on rank 0 only: the configuration from every source.
+    pub config: Box<dyn FnOnce() -> std::result::Result<Settings, ConfigError>>,
+    /// Read on rank 0 only: the user name and the job id, given the prefix.
+    pub identity: Identify,
+    /// Simulated nodes: node-local directories go below this one (see `Layout::node_root`).
+    pub node_root: Option<std::path::PathBuf>,
+}
+
+impl Launch {
+    /// A real run: a duplicate of `MPI_COMM_WORLD`, the host name, every configuration
+    /// source, the environment's user and job.
+    pub(super) fn mpi() -> Launch {
+        Launch {
+            world: Comm::world_dup(),
+            host: identity::host_name(),
+            config: Box::new(|| config::resolve().and_then(|r| Settings::from_resolved(&r, paths::cwd()))),
+            identity: Box::new(|prefix| (identity::user_name(), identity::job_id(prefix))),
+            node_root: None,
+        }
+    }
+}
+
 impl Runtime {
     /// Build a running instance (collective over `MPI_COMM_WORLD`).
     pub(super) fn start(mode: Mode) -> Result<Runtime> {
+        Runtime::start_with(mode, Launch::mpi())
+    }
+
+    /// Build a running instance from `launch` (collective over its communicator).
+    pub(super) fn start_with(mode: Mode, launch: Launch) -> Result<Runtime> {
         let t0 = Instant::now();
-        let world = Comm::world_dup();
-        let host = identity::host_name();
+        let Launch { world, host, config, identity: who, node_root } = launch;
         log::set_identity(world.rank(), &host);
 
         // Rank 0 reads the configuration; everyone runs with its result.
-        let mine: std::result::Result<Settings, ConfigError> = if world.rank() == 0 {
-            config::resolve().and_then(|r| Settings::from_resolved(&r, paths::cwd()))
-        } else {
-            Err(ConfigError { at: String::new(), msg: String::new() })
-        };
+        let mine: std::result::Result<Settings, ConfigError> =
+            if world.rank() == 0 { config() } else { Err(ConfigError { at: String::new(), msg: String::new() }) };
         // Rank 0 alone prints a configuration error (it is the same on every rank).
         let settings = world.bcast(0, &mine)?.map_err(|e| Error::Collective(e.to_string()))?;
         log::set_level(settings.debug);
@@ -55,9 +88,12 @@ impl Runtime {
         }
 
         let prefix = Prefix::new(&settings.prefix);
-        let who: (String, JobId) = world.bcast(0, &(identity::user_name(), identity::job_id(&prefix.path)))?;
-        let (user, job) = who;
-        let layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
+        let mine = (world.rank() == 0).then(|| who(&prefix.path));
+        let (user, job): (String, JobId) = world.bcast(0, &mine)?.expect("rank 0 sends its identity");
+        let mut layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
+        if let Some(root) = &node_root {
+            layout = layout.on_node(root);
+        }
         let (node, nnodes, node_id) = world.split_by_string(&host)?;
         if world.rank() == 0 {
             scr_debug!(

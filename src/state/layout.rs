@@ -15,18 +15,38 @@ pub struct Layout {
     pub jobid: String,
     /// `<cntl_base>/<user>/scr.<jobid>`
     pub cntl_dir: PathBuf,
+    /// Simulated nodes (the runtime's in-process tests): node-local paths (control and cache
+    /// directories) are taken below this directory, one per node, as distinct storage would
+    /// be on distinct machines. `None` on a real run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_root: Option<PathBuf>,
 }
 
 impl Layout {
     pub fn new(prefix: Prefix, cntl_base: &Path, user: &str, jobid: &str) -> Layout {
         let cntl_dir = cntl_base.join(user).join(format!("scr.{jobid}"));
-        Layout { prefix, user: user.to_string(), jobid: jobid.to_string(), cntl_dir }
+        Layout { prefix, user: user.to_string(), jobid: jobid.to_string(), cntl_dir, node_root: None }
+    }
+
+    /// This layout with its node-local paths below `root` (see [`Layout::node_root`]).
+    pub fn on_node(mut self, root: &Path) -> Layout {
+        self.node_root = Some(root.to_path_buf());
+        self.cntl_dir = self.node_local(&self.cntl_dir);
+        self
+    }
+
+    /// A node-local path as this process sees it (below [`Layout::node_root`] when set).
+    fn node_local(&self, p: &Path) -> PathBuf {
+        match &self.node_root {
+            Some(root) if !p.starts_with(root) => root.join(p.strip_prefix("/").unwrap_or(p)),
+            _ => p.to_path_buf(),
+        }
     }
 
     /// The prefix side only, for commands that never touch node-local storage (`scr_halt`,
     /// `scr_index`): the control directory is left empty.
     pub fn prefix_only(prefix: Prefix) -> Layout {
-        Layout { prefix, user: String::new(), jobid: String::new(), cntl_dir: PathBuf::new() }
+        Layout { prefix, user: String::new(), jobid: String::new(), cntl_dir: PathBuf::new(), node_root: None }
     }
 
     /// `<prefix>/.scr`
@@ -36,7 +56,7 @@ impl Layout {
 
     /// The cache directory of a store: `<base>/<user>/scr.<jobid>`.
     pub fn store_dir(&self, base: &Path) -> PathBuf {
-        base.join(&self.user).join(format!("scr.{}", self.jobid))
+        self.node_local(base).join(&self.user).join(format!("scr.{}", self.jobid))
     }
 
     /// A dataset's directory in a store.
