@@ -33,6 +33,9 @@ mod transparent;
 pub mod watchdog;
 mod worker;
 
+#[cfg(test)]
+mod tests;
+
 pub(crate) use restart::wanted_name;
 pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{

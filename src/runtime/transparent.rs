@@ -294,7 +294,7 @@ impl Runtime {
             .collect()
     }
 
-    fn adopt_output(&mut self, a: &Adopt) -> Result<Adopted> {
+    pub(super) fn adopt_output(&mut self, a: &Adopt) -> Result<Adopted> {
         let earlier = self.filemap.by_name(a.name).filter(|r| r.complete && !r.reddesc.bypass).map(|r| r.desc.id);
         let mine = earlier.map_or(-1, |id| id as i64);
         let earlier = if self.world.min_i64(mine) == self.world.max_i64(mine) {
