@@ -12,8 +12,10 @@ use common::{app, Job};
 /// long long, unsigned, float, double, int64_t), in place or not and count (1..130, across
 /// the 512-byte limit) gives the same bytes as without the preload, while checkpoints are
 /// written, held open across reductions (by rank 0 only), and removed in between;
-/// each checkpoint is complete when the reduction after its last close returns. Reductions
-/// on a duplicate of the world carry the agreement too; those on halves of it do not.
+/// each checkpoint is complete at the latest when the 8th reduction after its last close
+/// returns (`DEFER_LIMIT`: reductions that cannot carry the agreement defer it, at most that
+/// many in a row). Reductions on a duplicate of the world carry the agreement too; those on
+/// halves of it do not.
 #[test]
 fn allreduce_results_stay_exact_while_carrying_the_agreement() {
     exact(false);
@@ -65,9 +67,9 @@ fn exact(threads: bool) {
         let (Some(at_done), Some(at_synced)) = (r.stderr.find(&done), r.stderr.find(&synced)) else {
             panic!("ckpt.{k} not complete or not synced: {}", r.dump());
         };
-        // complete when the reduction after its last close returned, and not before (rank 0
-        // held one of its files open across the reductions in between)
-        assert!(at_done < at_synced, "ckpt.{k} complete only after the reduction: {}", r.dump());
+        // complete by the 8th reduction after its last close (rank 0 held one of its files
+        // open across the reductions in between: not before the close)
+        assert!(at_done < at_synced, "ckpt.{k} complete within 8 reductions: {}", r.dump());
         let versions = if k < n { 2 } else { 1 };
         assert_eq!(
             r.stderr.matches(&done).count(),
@@ -78,20 +80,28 @@ fn exact(threads: bool) {
     }
     // the agreement travelled in the application's collectives: every reduction of at most
     // 512 bytes (812 of the 1248, and the 30 on duplicates of the world) carried it, except
-    // float and double SUM and PROD (76), the final barrier was it; the larger reductions,
-    // those 76 (and MPI_Finalize's sync point, when it runs one) had a separate one; the 30
-    // on halves of the world were no sync points
+    // float and double SUM and PROD (76), the final barrier was it; the larger reductions and
+    // those 76 (436) had a separate one or deferred it (and MPI_Finalize's sync point, when
+    // it runs one, had one); the 30 on halves of the world were no sync points. Under
+    // MPI_THREAD_MULTIPLE nothing carries it: the 1248 + 30 reductions have it separately or
+    // defer it.
     let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
     let counts: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
-    let [total, barriers, carried, separate] = counts[counts.len() - 4..] else { panic!("{line}") };
-    if threads {
+    let [total, barriers, carried, separate, deferred] = counts[counts.len() - 5..] else { panic!("{line}") };
+    let deferrable = if threads {
         assert_eq!((barriers, carried), (0, 0), "{line}");
-        assert!(separate == 1249 + 30 || separate == 1250 + 30, "{line}");
+        1248 + 30
     } else {
         assert_eq!((barriers, carried), (1, 812 + 30), "{line}");
-        assert!(separate == 436 || separate == 437, "{line}");
-    }
-    assert_eq!(total, barriers + carried + separate, "{line}");
+        436
+    };
+    // (the barrier, and MPI_Finalize's point when it runs one, never defer); deferral only
+    // between checkpoints (after 8 agreements that found nothing closed, removed or renamed),
+    // so about half of them (the checkpoint every 40 reductions makes 3 events)
+    let at_end = separate + deferred - deferrable;
+    assert!(at_end <= if threads { 2 } else { 1 }, "{line}");
+    assert!(deferred * 3 >= deferrable && deferred < deferrable, "{line}");
+    assert_eq!(total, barriers + carried + separate + deferred, "{line}");
     // rank 0's held file kept the checkpoint's closed files waiting across ~35 reductions per
     // checkpoint: completion was attempted only after something closed or was removed (about
     // 3 per checkpoint) and, for the held-file report, every 25th sync point with a file open,
@@ -157,13 +167,14 @@ fn float_sums_stay_bitwise_when_the_algorithm_changes_by_size() {
         }
         preloaded.push(outs.pop().unwrap().0);
     }
-    // every float reduction had the separate agreement, none carried it
+    // no float reduction carried the agreement: between checkpoints they deferred it
     for r in &preloaded {
         assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
         let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
         let counts: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
-        let [_, _, carried, separate] = counts[counts.len() - 4..] else { panic!("{line}") };
+        let [_, _, carried, separate, deferred] = counts[counts.len() - 5..] else { panic!("{line}") };
         assert_eq!(carried, 30, "only the long SUMs on duplicates of the world: {line}");
-        assert!(separate == 104 || separate == 105, "{line}");
+        assert!(separate + deferred == 104 || separate + deferred == 105, "{line}");
+        assert!(deferred * 3 >= 104 && deferred < 104, "{line}");
     }
 }

@@ -132,9 +132,11 @@ fn sync_with(via: Via, agree: impl FnOnce(&scr::comm::Comm, Flags) -> Result<Fla
 }
 
 /// After a successful collective on `comm`: a sync point if `comm` spans the world, with the
-/// agreement as a separate allreduce.
-fn collective_done(comm: MPI_Comm) {
-    if spans_world(comm) && fence("MPI sync point", std::ptr::null(), || transparent::sync::point(false), || false) {
+/// agreement as a separate allreduce (a barrier's always; an allreduce's only every
+/// [`transparent::sync::DEFER_LIMIT`]-th in a row, [`transparent::sync::point_deferrable`]).
+fn collective_done(comm: MPI_Comm, barrier: bool) {
+    let point = || if barrier { transparent::sync::point(false) } else { transparent::sync::point_deferrable() };
+    if spans_world(comm) && fence("MPI sync point", std::ptr::null(), point, || false) {
         halt_exit();
     }
 }
@@ -221,7 +223,7 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
     if app_threads() {
         let rc = f(comm);
         if rc == MPI_SUCCESS {
-            collective_done(comm);
+            collective_done(comm, true);
         }
         return rc;
     }
@@ -235,7 +237,7 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
 
 /// `MPI_Allreduce`: on a world-spanning communicator, a small one with a predefined
 /// operation and type carries the agreement ([`crate::piggyback`]); any other is followed
-/// by the separate agreement.
+/// by the separate agreement, at most every [`transparent::sync::DEFER_LIMIT`]-th in a row.
 unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let f = next_or!(
         PMPI_Allreduce: fn(*const c_void, *mut c_void, c_int, MPI_Datatype, MPI_Op, MPI_Comm) -> c_int,
@@ -253,7 +255,7 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
     }
     let rc = f(s, r, n, t, op, comm);
     if rc == MPI_SUCCESS {
-        collective_done(comm);
+        collective_done(comm, false);
     }
     rc
 }

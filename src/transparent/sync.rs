@@ -10,8 +10,12 @@
 //! yet shared): in one small allreduce on SCR's own communicator, or carried by the
 //! application's own collective so that a sync point where nothing is pending costs next to
 //! nothing (the preload's MPI hooks: a world barrier *is* the agreement, a small world
-//! allreduce with a predefined operation carries the flags as extra elements). Changes (directory renames and
-//! removals) are then exchanged and applied by every rank to its own files. At a sync point
+//! allreduce with a predefined operation carries the flags as extra elements). A world
+//! allreduce that cannot carry them (a floating-point SUM or PROD, whose result must stay
+//! bitwise that of a plain run; a large or user-defined reduction) defers the agreement to a
+//! later sync point and runs it separately only when [`DEFER_LIMIT`] of them passed in a row
+//! ([`point_deferrable`]). Changes (directory renames and removals) are then exchanged and
+//! applied by every rank to its own files. At a sync point
 //! where some rank has closed files (a file's last close, removal or rename since the last
 //! attempt: closed files waiting for a file held open flag nothing until it closes), removed
 //! a cached file or shared namespace changes, the ranks group their pending
@@ -54,7 +58,21 @@ struct SyncState {
     /// [`Table::settled`] at this rank's last completion attempt: closed files that were
     /// there then (waiting for a file open for writing) flag nothing until it changes.
     tried: u64,
+    /// Sync points that deferred their agreement since the last one ([`point_deferrable`]).
+    /// Like `quiet`, the same on every rank: it follows the world collectives, which every
+    /// rank makes in the same order, and the agreed flags.
+    skipped: u32,
+    /// Agreements in a row that found nothing closed, removed or renamed on any rank.
+    quiet: u32,
 }
+
+/// Deferral of the agreement ([`point_deferrable`]): it starts after this many agreements in
+/// a row found nothing closed, removed or renamed, and lets at most this many world
+/// collectives pass in a row without an agreement (every barrier, carrying allreduce and
+/// `MPI_Finalize` runs it). So a checkpoint closed during a quiet run of floating-point sums
+/// is complete at most this many collectives after its last close, and whatever follows a
+/// completion (a rename into place, a late file) at the next collective.
+pub const DEFER_LIMIT: u32 = 8;
 
 static SYNC: Mutex<Option<SyncState>> = Mutex::new(None);
 
@@ -69,7 +87,7 @@ pub(super) fn setup() {
         libc::pthread_atfork(None, None, Some(forked));
     });
     *SYNC.lock().unwrap_or_else(|e| e.into_inner()) =
-        Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false, tried: 0 });
+        Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false, tried: 0, skipped: 0, quiet: 0 });
 }
 
 /// This process is a forked child of a rank (it copied the sync state but must not act on
@@ -82,11 +100,11 @@ static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::ne
 pub(super) fn teardown() {
     let st = SYNC.lock().unwrap_or_else(|e| e.into_inner()).take();
     if st.is_some_and(|st| st.comm.rank() == 0) {
-        let [sep, bar, all] = std::array::from_fn(|i| VIA[i].load(Ordering::Relaxed));
+        let [sep, bar, all, def] = std::array::from_fn(|i| VIA[i].load(Ordering::Relaxed));
         crate::scr_debug!(
             1,
-            "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {sep} had a separate one",
-            sep + bar + all
+            "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {sep} had a separate one, {def} deferred theirs",
+            sep + bar + all + def
         );
         crate::scr_debug!(1, "transparent mode: {} sync points attempted completion", ATTEMPTS.load(Ordering::Relaxed));
     }
@@ -109,6 +127,8 @@ pub enum Point {
     Halt,
     /// The agreement ran and the sync point is complete.
     Done,
+    /// The agreement was deferred to a later sync point ([`point_deferrable`]).
+    Deferred,
     /// The agreement's collective failed (the sync point is skipped).
     Failed,
 }
@@ -123,9 +143,11 @@ pub enum Via {
     Barrier,
     /// As extra elements of the application's world allreduce.
     Allreduce,
+    /// Not run: deferred to a later sync point ([`point_deferrable`]).
+    Deferred,
 }
 
-static VIA: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+static VIA: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 /// Sync points that attempted completion (`SCR_DEBUG=1` reports it).
 static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 
@@ -143,6 +165,17 @@ pub fn point(last: bool) -> bool {
     point_with(last, Via::Separate, |comm, mine| Some(agree(comm, mine))) == Point::Halt
 }
 
+/// A sync point after a world collective of the application that could not carry the
+/// agreement (a floating-point SUM or PROD, a large or user-defined reduction, any under
+/// `MPI_THREAD_MULTIPLE`): once [`DEFER_LIMIT`] agreements in a row found nothing closed,
+/// removed or renamed, it runs the separate agreement only when [`DEFER_LIMIT`] world
+/// collectives passed without one, so a quiet run of them costs one small allreduce per
+/// [`DEFER_LIMIT`] instead of one each (OpenFOAM's sums). Every rank defers the same points.
+/// Returns `true` as [`point`] does.
+pub fn point_deferrable() -> bool {
+    run(false, Via::Separate, true, |comm, mine| Some(agree(comm, mine))) == Point::Halt
+}
+
 /// A sync point whose agreement `agree` runs: given SCR's communicator and this rank's
 /// flags, it returns the flags every rank agreed on (any rank's flag set), or `None` when
 /// its collective failed. It runs on every rank or on none, so it may be a collective of
@@ -150,11 +183,22 @@ pub fn point(last: bool) -> bool {
 /// `MPI_Allreduce` with the flags as extra elements). The datasets the agreement completes
 /// are complete when this returns.
 pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
+    run(last, via, false, agree)
+}
+
+/// [`point_with`], or with `defer` [`point_deferrable`]'s rule.
+fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
     if crate::reentry::inside() || FORKED.load(Ordering::Relaxed) {
         return Point::Off;
     }
     let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
     let Some(st) = g.as_mut() else { return Point::Off };
+    if defer && !last && st.quiet >= DEFER_LIMIT && st.skipped + 1 < DEFER_LIMIT {
+        st.skipped += 1;
+        let n = &VIA[Via::Deferred as usize];
+        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        return Point::Deferred;
+    }
     let s = match st.session {
         Some(s) => s,
         None => {
@@ -171,7 +215,10 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
     }
     let mut t = session::table();
     super::view::absorb(s, &mut t, true);
-    t.epoch += 1;
+    // (the epoch counts every sync point, deferred ones too: a file held open is reported
+    // after as many world collectives whatever their kind)
+    let before = t.epoch;
+    t.epoch += 1 + u64::from(std::mem::take(&mut st.skipped));
     let c = t.counts();
     // closed files flag only what changed since the last attempt (files waiting for a file
     // open for writing would make every sync point attempt again), except at the last point
@@ -179,14 +226,16 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
     let Some([open, closed, removed, changes]) =
         agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0, c.changes > 0])
     else {
+        st.quiet = 0;
         return Point::Failed;
     };
+    st.quiet = if closed || removed || changes { 0 } else { st.quiet.saturating_add(1) };
     if changes {
         share_changes(s, &st.comm, &mut t);
     }
     // a file held open is reported (once) from the completion's offers: with nothing else
     // pending none would run, so look every quarter of HELD_OPEN_SYNCS while one is open
-    let held_check = open && t.epoch.is_multiple_of(HELD_OPEN_SYNCS / 4);
+    let held_check = open && t.epoch / (HELD_OPEN_SYNCS / 4) != before / (HELD_OPEN_SYNCS / 4);
     if closed || removed || changes || held_check {
         // (datasets with a file open for writing somewhere wait, except at the last point)
         st.tried = t.settled();
