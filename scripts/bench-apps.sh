@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Run time of real applications with and without transparent mode, 4 ranks, prefix and cache in
 # /dev/shm (issue 22 item 7 target: <= 2% more with the preload):
-#   OpenFOAM: icoFoam's lid-driven cavity (Debian's openfoam-examples) decomposed into 4, 500
-#     time steps (deltaT 0.001, endTime 0.5), a time directory every 20 steps (25 checkpoints,
-#     pattern '**/0.[0-9]*/**'); ~150 world allreduces per step
+#   OpenFOAM: icoFoam's lid-driven cavity (Debian's openfoam-examples) decomposed into 4,
+#     FOAM_STEPS time steps (default 1000; deltaT 0.001), a time directory every FOAM_EVERY
+#     steps (default 100: 10 checkpoints, one per ~0.2 s of computation, far more often than a
+#     real run checkpoints), pattern 'processor*/[0-9]*/**' (config/README.md's); ~60 world
+#     allreduces per step, mostly one double SUM
 #   Quantum ESPRESSO: pw.x molecular dynamics of 2 silicon atoms (quantum-espresso-data's
 #     pseudopotential), NSTEP steps (default 10), restart files each step (pattern 'out/**')
 # Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
@@ -31,7 +33,10 @@ export SCR_CACHE_BASE=$work/cache SCR_CNTL_BASE=$work/cntl SCR_JOB_ID=bench SCR_
 cavity=/usr/share/doc/openfoam-examples/examples/incompressible/icoFoam/cavity/cavity
 mkdir -p "$work/foam" "$work/qe"
 cp -a "$cavity/." "$work/foam/"
-sed -i -e 's/^deltaT .*/deltaT          0.001;/' -e 's/^endTime .*/endTime         0.5;/' "$work/foam/system/controlDict"
+foam_steps=${FOAM_STEPS:-1000}
+foam_every=${FOAM_EVERY:-100}
+sed -i -e 's/^deltaT .*/deltaT          0.001;/' -e "s/^endTime .*/endTime         $(awk -v n="$foam_steps" 'BEGIN { print n / 1000 }');/" \
+  -e "s/^writeInterval .*/writeInterval   $foam_every;/" "$work/foam/system/controlDict"
 printf '%s\n' 'FoamFile { version 2.0; format ascii; class dictionary; object decomposeParDict; }' \
   'numberOfSubdomains 4;' 'method simple;' 'coeffs { n (2 2 1); }' >"$work/foam/system/decomposeParDict"
 (cd "$work/foam" && blockMesh >/dev/null && decomposePar >/dev/null)
@@ -94,7 +99,7 @@ pairs() { # pairs <app> <name>
 
 echo "real applications, 4 ranks, /dev/shm; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 printf "  %-34s %21s %21s   %s\n" "run (wall s: median (min-max))" "plain" "preloaded" "preloaded/plain"
-pairs foam "icoFoam cavity, 4 ranks, 500 steps"
+pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
 same() { # same <app> <grep pattern>: the last runs with and without the preload printed the same
   if diff <(grep -E "$2" "$work/out.$1.0") <(grep -E "$2" "$work/out.$1.1") >/dev/null; then
     echo "  ($1: the same $(grep -cE "$2" "$work/out.$1.0") solver lines with and without the preload; $(find "$work/cache" -type f | wc -l) files in cache)"
