@@ -39,6 +39,9 @@ pub mod sync;
 pub mod table;
 pub mod view;
 
+#[cfg(test)]
+mod agreement_tests;
+
 pub use calls::{Call, Done, Opening};
 pub use prefix::{BaseFn, PATH_MAX};
 pub use session::{at_exit, finish, routing, start, stop};
