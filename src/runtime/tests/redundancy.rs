@@ -124,3 +124,21 @@ fn redundancy_is_applied_to_every_checkpoint_and_old_encodings_leave_with_their_
         assert_eq!(g, Some(content("ckpt.3", r)));
     }
 }
+
+#[test]
+fn encoding_in_the_background_protects_the_checkpoint_once_finished() {
+    // in-process ranks may all use MPI at any time: the background encoder runs
+    let c = Cluster::new(4, 1).set("SCR_COPY_TYPE=XOR").set("SCR_SET_SIZE=4").set("SCR_ENCODE_ASYNC=1");
+    let out = c.run(|rt| {
+        rt.checkpoint("ckpt.1", true);
+        let rd = rt.filemap.by_name("ckpt.1").unwrap().reddesc.clone();
+        let active = rt.encodes_async(rd.index, rd.bypass);
+        rt.finish_encodes();
+        let scheme = rt.filemap.by_name("ckpt.1").and_then(|r| r.red.as_ref().map(|r| r.scheme.name()));
+        (active, scheme)
+    });
+    assert_eq!(out, vec![(true, Some("XOR")); 4]);
+    c.lose_node(2);
+    let got = c.run(|rt| rt.read_restart());
+    assert_rebuilt(&c, got);
+}

@@ -190,3 +190,17 @@ fn restart_info_and_files_list_what_was_written() {
         assert!(files.contains(&(prefix.join(format!("ckpt.1/rank.{r}")), r as i32)), "{files:?}");
     }
 }
+
+#[test]
+fn a_background_flush_reaches_the_prefix_by_finalize_and_restarts_a_lost_cluster() {
+    let c = Cluster::new(4, 2).set("SCR_FLUSH=1").set("SCR_FLUSH_ASYNC=1");
+    c.run(|rt| {
+        rt.checkpoint("ckpt.1", true);
+    });
+    assert!(index(&c).by_name("ckpt.1").is_some_and(|e| e.complete && e.desc.files == 4));
+    c.lose_node(0);
+    c.lose_node(1);
+    for (r, got) in c.run(|rt| rt.read_restart()).into_iter().enumerate() {
+        assert_eq!(got, Some(("ckpt.1".to_string(), content("ckpt.1", r))), "rank {r}");
+    }
+}
