@@ -107,7 +107,13 @@ fn path(s: &Session) -> PathBuf {
 /// rank, forget the datasets whose files the application removed (their directories are the
 /// application's business, as on a plain file system), then remove the shells of datasets
 /// that are gone.
-pub(super) fn record(s: &Session, t: &Table, done: Vec<(String, Vec<String>, Vec<String>)>, removed_by_app: &[String]) {
+pub(super) fn record(
+    s: &Session,
+    t: &Table,
+    done: Vec<(String, Vec<String>, Vec<String>)>,
+    removed_by_app: &[String],
+    busy: &[PathBuf],
+) {
     let r = crate::persist::update(&path(s), KIND, |r: &mut Record| {
         for n in removed_by_app {
             r.names.remove(n);
@@ -127,11 +133,14 @@ pub(super) fn record(s: &Session, t: &Table, done: Vec<(String, Vec<String>, Vec
     if let Err(e) = r {
         crate::scr_warn!("transparent mode: recording the directories made for checkpoints: {e}");
     }
-    sweep(s, t);
+    sweep(s, t, busy);
 }
 
-/// Rank 0: remove the shells of datasets that no longer exist, and forget them.
-pub(super) fn sweep(s: &Session, t: &Table) {
+/// Rank 0: remove the shells of datasets that no longer exist, and forget them. Never one
+/// with a file SCR holds below it: rank 0's (`t`), or any rank's as agreed at the sync point
+/// (`busy`: the directories of every rank's pending and open files), since other ranks run
+/// on while rank 0 sweeps and a directory another rank writes into must not vanish.
+pub(super) fn sweep(s: &Session, t: &Table, busy: &[PathBuf]) {
     let p = path(s);
     let names: Vec<String> = match crate::persist::read::<Record>(&p, KIND) {
         Ok(Some(r)) => r.names.into_keys().collect(),
@@ -163,7 +172,7 @@ pub(super) fn sweep(s: &Session, t: &Table) {
         gone.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
         gone.dedup();
         for d in gone {
-            if needed.iter().any(|n| n.starts_with(&d)) || t.any_below(&d) {
+            if needed.iter().any(|n| n.starts_with(&d)) || t.any_below(&d) || busy.iter().any(|b| b.starts_with(&d)) {
                 continue;
             }
             // never through a symbolic link below the prefix (someone who can write there could

@@ -326,7 +326,8 @@ pub(super) fn recover(s: &Session) {
     let _ = crate::paths::remove_tree_if_exists(&s.pending);
     if s.rank == 0 {
         // a checkpoint gone with a lost cache leaves no empty directory behind
-        super::shells::sweep(s, &t);
+        // (every other rank waits in the collective below: its table is as agreed)
+        super::shells::sweep(s, &t, &[]);
     }
     // no rank lists the prefix before they are gone
     st.comm.max_u64s(&[0]);
@@ -351,6 +352,9 @@ struct Offer {
     held: Option<(String, u64, String)>,
     /// The directories it made since the last completion ([`super::shells`]).
     made: Vec<(String, u64)>,
+    /// The directories of its files open for writing: with those of `ready` (all of them,
+    /// also of datasets that wait), where rank 0's sweep of empty directories must not go.
+    open_dirs: Vec<String>,
 }
 
 /// Complete the pending datasets (`versions_only`: only new versions of cached datasets may
@@ -440,6 +444,13 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
         })
         .collect();
     let mut offer = Offer { ready, made: super::shells::take_made(), ..Default::default() };
+    for (rel, ..) in &open {
+        if let Some(d) = rel.parent() {
+            offer.open_dirs.push(d.to_string_lossy().into_owned());
+        }
+    }
+    offer.open_dirs.sort();
+    offer.open_dirs.dedup();
     for (rel, epoch, route, dataset) in open {
         let Some(name) = route.as_ref().map(&named).or(dataset) else { continue };
         let syncs = t.epoch.saturating_sub(epoch);
@@ -466,6 +477,13 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
     let lists: Vec<Vec<Part>> =
         offers.iter().map(|o| o.ready.iter().filter(|p| !waiting.contains(&p.name)).cloned().collect()).collect();
     let made: Vec<(String, u64)> = offers.iter().flat_map(|o| o.made.iter().cloned()).collect();
+    // every rank's directories with files SCR holds (pending, open, waiting) at this point
+    let busy: Vec<PathBuf> = if s.rank == 0 {
+        let ready = offers.iter().flat_map(|o| o.ready.iter().flat_map(|p| p.dirs.iter()));
+        ready.chain(offers.iter().flat_map(|o| o.open_dirs.iter())).map(PathBuf::from).collect()
+    } else {
+        Vec::new()
+    };
     for (n, paths) in my_paths.iter().filter(|(n, _)| !waiting.contains(n)) {
         super::naming::seen(n, paths.iter().map(String::as_str));
     }
@@ -530,7 +548,7 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
     }
     refresh_committed(t);
     if s.rank == 0 {
-        super::shells::record(s, t, made, &removed_by_app);
+        super::shells::record(s, t, made, &removed_by_app, &busy);
     }
     checkpointed
 }
