@@ -217,6 +217,25 @@ fn entries(dir: &std::path::Path) -> Vec<String> {
 }
 
 #[test]
+fn a_directory_another_rank_writes_in_outlives_its_evicted_checkpoint() {
+    // processor<r>/restart.1 is the shell of step 1, evicted when step 3 completes at the
+    // allreduce inside step 4's write, while every rank has step 4's state open in it: rank
+    // 0's own file keeps processor0/restart.1, and each other rank's open file must keep its
+    // own, or the plain file written next to step 4's state after the last barrier cannot be
+    // created (as on a plain file system it can)
+    let job = setup("processor*/restart.*/state");
+    let r = run(&job, &["--shape", "rotate", "--every", "1", "--steps", "4"]);
+    assert!(r.has("CHECKPOINT 4") && r.has("DONE") && r.code == Some(0), "{}", r.dump());
+    for rank in 0..4 {
+        let d = job.prefix.join(format!("processor{rank}/restart.1"));
+        assert_eq!(entries(&d), ["done"], "{}", r.dump());
+    }
+    assert_eq!(job.cached_files("/restart.1/state").len(), 4, "{:?}", job.cached_files(""));
+    let r = run(&job, &["--shape", "rotate", "--every", "1", "--steps", "6"]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+}
+
+#[test]
 fn directories_made_for_a_checkpoint_leave_with_it() {
     // evicted checkpoints (SCR_CACHE_SIZE=1, no flush): no empty time directory stays, but one
     // holding a file no pattern takes (rank 0's notes.txt) does, with that file

@@ -1,9 +1,14 @@
 /* An MPI application that knows nothing of SCR and finds its restart by listing directories,
  * as real codes do: OpenFOAM (`startFrom latestTime`: each rank writes
  * processor<rank>/<time>/{p,U} and restarts from the newest time directory it lists) and
- * LAMMPS (flat per-step files restart.<step>.<rank>, the newest step listed).
+ * LAMMPS (flat per-step files restart.<step>.<rank>, the newest step listed). Shape rotate:
+ * each rank keeps its last three checkpoints in turn in processor<rank>/restart.{0,1,2}/state
+ * (the step in the file's first bytes; the newest of the three restarts), and the run's only
+ * collective is the check of every rank's first half inside each write: no sync point
+ * between closing one checkpoint's file and opening the next one's. After a last barrier
+ * every rank writes processor<rank>/restart.<newest>/done, next to its newest state.
  *
- *   ckpt_layouts --dir DIR --shape foam|flat [--steps N] [--every K] [--crash-at STEP]
+ *   ckpt_layouts --dir DIR --shape foam|flat|rotate [--steps N] [--every K] [--crash-at STEP]
  *                [--note] [--late]
  *
  * --note: rank 0 also writes processor0/<time>/notes.txt (a file no checkpoint pattern
@@ -23,7 +28,7 @@
 
 static const char *dir = ".";
 static const char *shape = "foam";
-static int rank, nranks, note = 0, late = 0;
+static int rank, nranks, note = 0, late = 0, every = 2;
 static const long size = 4096;
 
 static unsigned char byte_at(int step, int r, int k, long i) {
@@ -33,10 +38,21 @@ static unsigned char byte_at(int step, int r, int k, long i) {
 /* step 6 is time "0.6", step 12 "1.2" */
 static void time_name(char *out, size_t n, int step) { snprintf(out, n, "%d.%d", step / 10, step % 10); }
 
+static int rotate(void) { return !strcmp(shape, "rotate"); }
+
+/* rotate: the directory of the checkpoint at `step` (0, 1, 2, 0, ...) */
+static void rotate_dir(char *out, size_t n, int step) {
+  snprintf(out, n, "%s/processor%d/restart.%d", dir, rank, (step / every) % 3);
+}
+
 static void file_path(char *out, size_t n, int step, int k) {
   char t[32];
   time_name(t, sizeof t, step);
-  if (!strcmp(shape, "foam"))
+  if (rotate()) {
+    char d[4000];
+    rotate_dir(d, sizeof d, step);
+    snprintf(out, n, "%s/state", d);
+  } else if (!strcmp(shape, "foam"))
     snprintf(out, n, "%s/processor%d/%s/%s", dir, rank, t, k ? "U" : "p");
   else
     snprintf(out, n, "%s/restart.%d.%d", dir, step, rank);
@@ -52,7 +68,16 @@ static void die(const char *what, const char *path) {
 static void write_file(const char *path, int step, int k) {
   FILE *f = fopen(path, "w");
   if (!f) die("open", path);
-  for (long i = 0; i < size; i++) fputc(byte_at(step, rank, k, i), f);
+  if (rotate() && fwrite(&step, sizeof step, 1, f) != 1) die("write", path);
+  for (long i = 0; i < size; i++) {
+    fputc(byte_at(step, rank, k, i), f);
+    if (rotate() && i == size / 2) {
+      /* every rank's first half went out (the file stays open across this sync point) */
+      int ok = !ferror(f), all = 0;
+      MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+      if (!all) die("write (some rank)", path);
+    }
+  }
   if (fclose(f) != 0) die("close", path);
 }
 
@@ -63,7 +88,8 @@ static int check_file(const char *path, int step, int k) {
     fflush(stdout);
     return 0;
   }
-  int ok = 1;
+  int ok = 1, got = -1;
+  if (rotate() && (fread(&got, sizeof got, 1, f) != 1 || got != step)) ok = 0;
   for (long i = 0; i < size; i++)
     if (fgetc(f) != byte_at(step, rank, k, i)) ok = 0;
   if (fgetc(f) != EOF) ok = 0;
@@ -72,9 +98,20 @@ static int check_file(const char *path, int step, int k) {
   return ok;
 }
 
-/* The newest step this rank finds by listing, 0 if none. */
+/* The newest step this rank finds by listing (rotate: in its state files), 0 if none. */
 static int newest_step(void) {
   char d[4096];
+  if (rotate()) {
+    int best = 0;
+    for (int c = 0; c < 3; c++) {
+      snprintf(d, sizeof d, "%s/processor%d/restart.%d/state", dir, rank, c);
+      FILE *f = fopen(d, "r");
+      int s = 0;
+      if (f && fread(&s, sizeof s, 1, f) == 1 && s > best) best = s;
+      if (f) fclose(f);
+    }
+    return best;
+  }
   if (!strcmp(shape, "foam"))
     snprintf(d, sizeof d, "%s/processor%d", dir, rank);
   else
@@ -100,6 +137,17 @@ static int newest_step(void) {
 
 static void checkpoint(int step) {
   char path[4096], t[32];
+  if (rotate()) {
+    rotate_dir(path, sizeof path, step);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
+    file_path(path, sizeof path, step, 0);
+    write_file(path, step, 0);
+    if (rank == 0) {
+      printf("CHECKPOINT %d\n", step);
+      fflush(stdout);
+    }
+    return;
+  }
   if (!strcmp(shape, "foam")) {
     time_name(t, sizeof t, step);
     snprintf(path, sizeof path, "%s/processor%d/%s", dir, rank, t);
@@ -131,7 +179,7 @@ static void checkpoint(int step) {
 }
 
 int main(int argc, char **argv) {
-  int steps = 6, every = 2, crash_at = -1;
+  int steps = 6, crash_at = -1;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--dir")) dir = argv[++i];
     else if (!strcmp(argv[i], "--shape")) shape = argv[++i];
@@ -149,7 +197,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   char path[4096];
-  if (!strcmp(shape, "foam")) {
+  if (!strcmp(shape, "foam") || rotate()) {
     snprintf(path, sizeof path, "%s/processor%d", dir, rank);
     if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
   }
@@ -201,8 +249,19 @@ int main(int argc, char **argv) {
     }
     double sum = 0;
     x = x * 0.5 + step;
-    MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (!rotate()) MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     if (step % every == 0) checkpoint(step);
+  }
+  int last = steps - steps % every;
+  if (rotate() && last > start) {
+    /* a plain file next to the newest state file (no checkpoint pattern takes it) */
+    MPI_Barrier(MPI_COMM_WORLD);
+    rotate_dir(path, sizeof path, last);
+    strcat(path, "/done");
+    FILE *f = fopen(path, "w");
+    if (!f) die("open", path);
+    fprintf(f, "step %d\n", last);
+    if (fclose(f) != 0) die("close", path);
   }
   if (rank == 0) printf("DONE\n");
   fflush(stdout);
