@@ -16,14 +16,15 @@
 #   (c) the time of SCR_Start_output..SCR_Complete_output (test_api's "Completed checkpoint",
 #       with its 4 KiB write and fsync; median of 5, no shim, no strace, SCR_FLUSH=0).
 # Per checkpoint = (run with 6 checkpoints - run with 2) / 4, both from an empty cache, each
-# checkpoint flushed (SCR_FLUSH=1) and encoded with SCHEME (default XOR, sets of SET_SIZE=8,
-# C SCR's default): the application's own calls cancel out, the library's background work is
-# in. Per restart: in a third run, restarting from the cache with nothing lost, what happens
+# checkpoint cached (SCR_CACHE_BYPASS=0; C SCR 3.1's default is 1), encoded with SCHEME
+# (default XOR, sets of SET_SIZE=8: C SCR's default) and flushed (SCR_FLUSH=1): the
+# application's own calls cancel out, the library's background work is in. Per restart: in a third run, restarting from the cache with nothing lost, what happens
 # inside SCR_Init and from SCR_Have_restart to SCR_Complete_restart (the shim wraps them and
 # marks the phase in the strace; test_api's own open and read of its file are in).
 #
 # Usage: scripts/bench-scale.sh SCR_C_PREFIX [P ...]   (default P: 4 8 16 32 64)
-#   SCHEME=SINGLE|PARTNER|XOR|RS, KIB=4, IMPLS="rs c" (a subset), FLUSH=1 (0: no flush).
+#   SCHEME=SINGLE|PARTNER|XOR|RS, KIB=4, IMPLS="rs c" (a subset), FLUSH=1 (0: no flush),
+#   BYPASS=1 (SCR_CACHE_BYPASS: write straight to the prefix), KEEP=1 keeps the straces and counts (the runs: a, b, r as above) and says where.
 #   Without C SCR under SCR_C_PREFIX it measures this library only, and says so.
 # Figures are in BENCHMARKS.md.
 set -euo pipefail
@@ -47,7 +48,11 @@ command -v strace >/dev/null || { echo "bench-scale.sh: strace is needed (apt-ge
 [ -n "$csrc" ] || csrc=$repo/examples/c
 work=$(mktemp -d /tmp/scr-scale.XXXXXX)
 sim=$(mktemp -d /dev/shm/scr-scale.XXXXXX)
-trap 'rm -rf "$work" "$sim"' EXIT
+if [ -n "${KEEP:-}" ]; then
+  trap 'rm -rf "$sim"; echo "bench-scale.sh: traces and counts kept in $work/r/<library>.<P>/{a,b,r}"' EXIT
+else
+  trap 'rm -rf "$work" "$sim"' EXIT
+fi
 mpicc -O2 -Wall -shared -fPIC "$repo/examples/c/bench_count.c" -o "$work/bench_count.so" -ldl
 if [[ " $impls " == *" c "* ]]; then
   mpicc -O2 -I "$cprefix/include" -I "$csrc" "$csrc/test_api.c" "$csrc/test_common.c" \
@@ -56,7 +61,8 @@ fi
 mpicc -O2 -I "$repo/include" -I "$csrc" "$csrc/test_api.c" "$csrc/test_common.c" \
   -L "$libdir" -lscr -Wl,-rpath,"$libdir" -o "$work/test_api.rs" 2>/dev/null
 export SIM_NODE_ROOT=$sim SCR_PREFIX=$work/prefix SCR_CACHE_BASE=$sim/node/cache SCR_CNTL_BASE=$sim/node/cntl
-export SCR_COPY_TYPE=$scheme SCR_SET_SIZE=${SET_SIZE:-8} USER=${USER:-$(id -un)}
+# SCR_CACHE_BYPASS=0 for both (C SCR 3.1 writes straight to the prefix by default)
+export SCR_COPY_TYPE=$scheme SCR_SET_SIZE=${SET_SIZE:-8} SCR_CACHE_BYPASS=${BYPASS:-0} USER=${USER:-$(id -un)}
 [ "$scheme" = RS ] && export SCR_SET_FAILURES=2
 unset SCR_CONF_FILE SCR_CACHE_SIZE SCR_CRC_ON_COPY
 # run OUT IMPL NP COUNT ARGS...: test_api of IMPL with NP ranks; COUNT=1 under the shim and
@@ -77,7 +83,8 @@ run() {
 }
 fresh() { rm -rf "$sim/nodes" "$work/prefix" && mkdir -p "$work/prefix"; }
 machine
-echo "== test_api.c from $csrc, $kib KiB per rank, SCR_COPY_TYPE=$scheme SCR_SET_SIZE=$SCR_SET_SIZE," \
+echo "== test_api.c from $csrc, $kib KiB per rank, SCR_COPY_TYPE=$scheme SCR_SET_SIZE=$SCR_SET_SIZE" \
+  "SCR_CACHE_BYPASS=$SCR_CACHE_BYPASS," \
   "ranks: $sizes, each rank on its own simulated node"
 for np in $sizes; do
   for impl in $impls; do
@@ -130,6 +137,8 @@ def mpi(run, rank, which="rank"):
             for l in f:
                 op, calls, out, inn = l.split()
                 calls, out, inn = int(calls), int(out), int(inn)
+                c[("op", op)] += calls
+                c[("opb", op)] += out + inn
                 if op in COLL:
                     c["coll"] += calls; c["coll_bytes"] += out + inn
                 elif op in COMM:
@@ -237,5 +246,20 @@ for what, title in (("ckpt", "per checkpoint (each flushed)"), ("restart", "per 
             total = sum(r.get(("prefix", k), 0) for r in rows for k in CATS)
             t = f" {res[(impl, np, 'time')] * 1000:.1f} |" if what == "ckpt" else ""
             print(f"| {np} | {name[impl]} | {cell('cache')} | {cell('prefix')} | {g(total)} |{t}")
+    lo, hi = sizes[0], sizes[-1]
+    print(f"\n### MPI operations {title}, P={lo} -> P={hi}: calls per rank (mean), bytes on the busiest rank")
+    print(f"| library | operation | calls P={lo} | calls P={hi} | bytes P={lo} | bytes P={hi} |")
+    print("|---|---|---|---|---|---|")
+    for impl in impls:
+        a, b = res[(impl, lo, what)], res[(impl, hi, what)]
+        ops = sorted({k[1] for r in a + b for k in r if isinstance(k, tuple) and k[0] == "op"})
+        for op in ops:
+            ca = sum(r.get(("op", op), 0) for r in a) / len(a)
+            cb = sum(r.get(("op", op), 0) for r in b) / len(b)
+            if abs(ca) < 0.005 and abs(cb) < 0.005:
+                continue
+            ba = max(r.get(("opb", op), 0) for r in a)
+            bb = max(r.get(("opb", op), 0) for r in b)
+            print(f"| {name[impl]} | {op} | {g(ca)} | {g(cb)} | {g(ba)} | {g(bb)} |")
 EOF
 machine

@@ -15,8 +15,8 @@
 #   restart     after a SINGLE round nothing is lost: SCR_Init's time on the restart from cache.
 #
 # Both libraries read the same variables: SCR_PREFIX, SCR_CACHE_BASE, SCR_CNTL_BASE,
-# SCR_COPY_TYPE, SCR_SET_SIZE=4, SCR_FLUSH=0 (no flush), everything else at its default
-# (SCR_CACHE_SIZE=1 in both). Prints per figure the median [min-max] over the rounds of the
+# SCR_COPY_TYPE, SCR_SET_SIZE=4, SCR_FLUSH=0 (no flush), SCR_CACHE_BYPASS=0 (C SCR 3.1's
+# default is 1: no cache), everything else at its default (SCR_CACHE_SIZE=1 in both). Prints per figure the median [min-max] over the rounds of the
 # speed ratio C time / our time (> 1: this library is faster), each side's median time, and the
 # load average before and after.
 #
@@ -56,7 +56,9 @@ mpicc -O2 -I "$repo/include" -I "$csrc" "$csrc/test_api.c" "$csrc/test_common.c"
 # The same MPI transport for both: single-copy shared-memory transfers, as bench-redundancy.sh.
 export OMPI_MCA_btl_vader_single_copy_mechanism=cma
 export SIM_NODE_ROOT=$sim SIM_NODE_MAP=$map SCR_PREFIX=$work/prefix SCR_CACHE_BASE=$sim/node/cache
-export SCR_CNTL_BASE=$sim/node/cntl SCR_FLUSH=0 SCR_SET_SIZE=4 USER=${USER:-$(id -un)}
+# SCR_CACHE_BYPASS=0: C SCR 3.1 writes straight to the prefix by default (no cache, no
+# redundancy); this library caches by default.
+export SCR_CNTL_BASE=$sim/node/cntl SCR_FLUSH=0 SCR_SET_SIZE=4 SCR_CACHE_BYPASS=0 USER=${USER:-$(id -un)}
 unset SCR_CONF_FILE SCR_CACHE_SIZE SCR_CRC_ON_COPY SCR_COPY_TYPE SCR_SET_FAILURES
 # run IMPL ARGS...: test_api of IMPL (c or rs) on the simulated cluster, output in $work/out
 run() {
