@@ -109,12 +109,81 @@ pub fn job_name() -> String {
         .unwrap_or_default()
 }
 
+/// The resource manager a process runs under, from its environment: Slurm (`SLURM_JOB_ID` or
+/// `SLURM_JOBID`), LSF (`LSB_JOBID`), Flux (`FLUX_JOB_ID`) or PBS (`PBS_JOBID`), first found in
+/// that order, with the job's id. Slurm is tested against a real server (`tests/slurm.rs`);
+/// LSF, Flux and PBS against their commands' documented output (`tests/resource_managers.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rm {
+    Slurm(String),
+    Lsf(String),
+    Flux(String),
+    Pbs(String),
+}
+
+impl Rm {
+    /// The one this process runs under, if any.
+    pub fn detect() -> Option<Rm> {
+        Rm::detect_from(|k| std::env::var(k).ok())
+    }
+
+    fn detect_from(get: impl Fn(&str) -> Option<String>) -> Option<Rm> {
+        let var =
+            |names: &[&str]| names.iter().find_map(|v| get(v).map(|s| s.trim().to_string()).filter(|s| !s.is_empty()));
+        if let Some(j) = var(&["SLURM_JOB_ID", "SLURM_JOBID"]) {
+            return Some(Rm::Slurm(j));
+        }
+        if let Some(j) = var(&["LSB_JOBID"]) {
+            return Some(Rm::Lsf(j));
+        }
+        if let Some(j) = var(&["FLUX_JOB_ID"]) {
+            return Some(Rm::Flux(j));
+        }
+        var(&["PBS_JOBID"]).map(Rm::Pbs)
+    }
+
+    /// `Slurm`, `LSF`, `Flux`, `PBS`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Rm::Slurm(_) => "Slurm",
+            Rm::Lsf(_) => "LSF",
+            Rm::Flux(_) => "Flux",
+            Rm::Pbs(_) => "PBS",
+        }
+    }
+
+    /// The job's id.
+    pub fn job(&self) -> &str {
+        match self {
+            Rm::Slurm(j) | Rm::Lsf(j) | Rm::Flux(j) | Rm::Pbs(j) => j,
+        }
+    }
+
+    /// The allocation's end time as the resource manager reports it now (see [`end_time`]).
+    fn ask_end_time(&self) -> Result<Option<i64>, String> {
+        let now = now_secs();
+        match self {
+            // SLURM_TIME_FORMAT=%s makes squeue print seconds since the epoch, whatever the zone.
+            Rm::Slurm(job) => rm_query("squeue", &["-h", "-j", job, "-o", "%e"], &[("SLURM_TIME_FORMAT", "%s")])
+                .map(|o| parse_epoch(&o)),
+            Rm::Lsf(job) => {
+                rm_query("bjobs", &["-noheader", "-o", "time_left", job], &[]).map(|o| lsf_time_left(&o, now))
+            }
+            // Inside a Flux job the command answers for the enclosing job.
+            Rm::Flux(_) => rm_query("flux", &["job", "timeleft"], &[]).map(|o| flux_timeleft(&o, now)),
+            Rm::Pbs(job) => rm_query("qstat", &["-f", job], &[]).map(|o| pbs_end(&o, now)),
+        }
+    }
+}
+
 /// The allocation's end time in seconds since the epoch: `SCR_END_TIME`, else
-/// `SLURM_JOB_END_TIME` (set by Slurm 23.02 and later), else, inside a Slurm job
-/// ([`slurm_job`]), the end time Slurm reports for it now (`squeue`). Slurm 22.05 sets no
-/// variable, and an administrator may change the limit while the job runs (`scontrol update
-/// TimeLimit`), so the answer is asked for again when it is older than a minute; a job without a
-/// limit, or a Slurm that does not answer within [`QUERY_SECS`], gives `None`. Used with
+/// `SLURM_JOB_END_TIME` (set by Slurm 23.02 and later), else what the resource manager
+/// ([`Rm`]) reports for the job now: Slurm's `squeue -o %e`, LSF's `bjobs -o time_left`, Flux's
+/// `flux job timeleft`, PBS's `qstat -f` (`Walltime.Remaining`, else the start time `stime`
+/// plus `Resource_List.walltime`, else that limit less `resources_used.walltime`). Slurm 22.05
+/// sets no variable, and an administrator may change the limit while the job runs, so the
+/// answer is asked for again when it is older than a minute; a job without a limit, or a
+/// resource manager that does not answer within [`QUERY_SECS`], gives `None`. Used with
 /// `SCR_HALT_SECONDS`.
 pub fn end_time() -> Option<i64> {
     if let Some(t) = ["SCR_END_TIME", "SLURM_JOB_END_TIME"]
@@ -124,31 +193,31 @@ pub fn end_time() -> Option<i64> {
     {
         return Some(t);
     }
-    let job = slurm_job()?;
-    static ASKED: Mutex<Option<(String, Instant, Option<i64>)>> = Mutex::new(None);
+    let rm = Rm::detect()?;
+    static ASKED: Mutex<Option<(Rm, Instant, Option<i64>)>> = Mutex::new(None);
     let mut asked = ASKED.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((j, at, end)) = asked.as_ref() {
-        if *j == job && at.elapsed() < Duration::from_secs(60) {
+    if let Some((r, at, end)) = asked.as_ref() {
+        if *r == rm && at.elapsed() < Duration::from_secs(60) {
             return *end;
         }
     }
-    // SLURM_TIME_FORMAT=%s makes squeue print seconds since the epoch, whatever the time zone.
-    let end = match rm_query("squeue", &["-h", "-j", &job, "-o", "%e"], &[("SLURM_TIME_FORMAT", "%s")]) {
-        Ok(out) => parse_epoch(&out),
+    let end = match rm.ask_end_time() {
+        Ok(end) => end,
         Err(e) => {
-            crate::scr_debug!(1, "allocation end time of Slurm job {job}: {e}");
+            crate::scr_debug!(1, "allocation end time of {} job {}: {e}", rm.name(), rm.job());
             None
         }
     };
-    *asked = Some((job, Instant::now(), end));
+    *asked = Some((rm, Instant::now(), end));
     end
 }
 
 /// The Slurm job (allocation) this process runs in: `SLURM_JOB_ID`, else `SLURM_JOBID`.
 pub fn slurm_job() -> Option<String> {
-    ["SLURM_JOB_ID", "SLURM_JOBID"]
-        .iter()
-        .find_map(|v| std::env::var(v).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()))
+    match Rm::detect() {
+        Some(Rm::Slurm(j)) => Some(j),
+        _ => None,
+    }
 }
 
 /// A time `squeue -o %e` printed under `SLURM_TIME_FORMAT=%s`: seconds since the epoch, or
@@ -157,10 +226,96 @@ fn parse_epoch(out: &str) -> Option<i64> {
     out.lines().next()?.trim().parse::<i64>().ok().filter(|t| *t > 0)
 }
 
+/// `bjobs -noheader -o time_left JOBID`. IBM's documentation of the field: "hours:minutes
+/// followed by E (an estimated run time exists), L (a run limit exists but no estimated run
+/// time) or X (the estimated run time was exceeded)", `-` when the job has no limit:
+///
+/// ```text
+/// 0:59 L
+/// ```
+fn lsf_time_left(out: &str, now: i64) -> Option<i64> {
+    let first = out.lines().map(str::trim).find(|l| !l.is_empty())?;
+    let hm = first.split_whitespace().next()?;
+    let (h, m) = hm.split_once(':')?;
+    let (h, m) = (h.parse::<i64>().ok()?, m.parse::<i64>().ok()?);
+    if first.ends_with('X') {
+        return Some(now);
+    }
+    Some(now + h * 3600 + m * 60)
+}
+
+/// `flux job timeleft` (flux-job(1), TIMELEFT): "the number of whole seconds left in the
+/// current or specified job time limit. If the job has expired or is complete, then this
+/// command reports 0. If the job does not have a time limit, then a large number (UINT_MAX) is
+/// reported."
+///
+/// ```text
+/// 3187
+/// ```
+fn flux_timeleft(out: &str, now: i64) -> Option<i64> {
+    let secs = out.trim().parse::<u64>().ok()?;
+    (secs < u32::MAX as u64).then_some(now + secs as i64)
+}
+
+/// `qstat -f JOBID` (PBS Pro and Torque), attributes as `name = value` lines:
+///
+/// ```text
+/// Job Id: 1234.pbs01
+///     Job_Name = job.sh
+///     resources_used.walltime = 00:10:05
+///     job_state = R
+///     stime = Tue Nov 24 14:00:00 2026
+///     Resource_List.walltime = 01:00:00
+///     Walltime.Remaining = 2995
+/// ```
+///
+/// `Walltime.Remaining` (Torque, seconds) wins; else `stime` (PBS Pro: when the job started,
+/// local time) plus the limit; else the limit less the time used.
+fn pbs_end(out: &str, now: i64) -> Option<i64> {
+    let attr = |name: &str| {
+        out.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == name).then(|| v.trim().to_string())
+        })
+    };
+    let hms = |v: String| -> Option<i64> {
+        let parts: Vec<i64> = v.split(':').map(|p| p.trim().parse::<i64>().ok()).collect::<Option<_>>()?;
+        Some(parts.iter().fold(0, |acc, p| acc * 60 + p))
+    };
+    if let Some(left) = attr("Walltime.Remaining").and_then(|v| v.parse::<i64>().ok()) {
+        return Some(now + left);
+    }
+    let limit = attr("Resource_List.walltime").and_then(hms)?;
+    if let Some(start) = attr("stime").and_then(|v| local_ctime(&v)) {
+        return Some(start + limit);
+    }
+    let used = attr("resources_used.walltime").and_then(hms).unwrap_or(0);
+    Some(now + limit - used)
+}
+
+/// A local time as `ctime` prints it (`Tue Nov 24 14:00:00 2026`), through `strptime` and
+/// `mktime`.
+fn local_ctime(text: &str) -> Option<i64> {
+    let c = std::ffi::CString::new(text.trim()).ok()?;
+    // SAFETY: a zeroed tm is valid; strptime writes into it and returns NULL or a pointer into
+    // `c`, which outlives the call; mktime normalises the struct we own.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        let end = libc::strptime(c.as_ptr(), c"%a %b %d %H:%M:%S %Y".as_ptr(), &mut tm);
+        if end.is_null() || *end != 0 {
+            return None;
+        }
+        tm.tm_isdst = -1;
+        let t = libc::mktime(&mut tm);
+        (t != -1).then_some(t as i64)
+    }
+}
+
 /// How long a resource manager query ([`rm_query`]) may take before it is given up.
 pub const QUERY_SECS: u64 = 20;
 
-/// Run a resource manager's client command (`squeue`, `sinfo`, `scontrol`, `scancel`) with
+/// Run a resource manager's client command (`squeue`, `sinfo`, `scontrol`, `scancel`, `bjobs`,
+/// `flux`, `qstat`) with
 /// extra environment `env` and return its standard output. Fails, saying why, when it cannot
 /// be started, exits non-zero (with its first line of standard error), or does not finish
 /// within [`QUERY_SECS`] (it is killed then: a controller that does not answer must not hang a
@@ -316,6 +471,40 @@ mod tests {
         for none in ["Unknown\n", "N/A", "NONE", "", "0", "-1"] {
             assert_eq!(parse_epoch(none), None, "{none:?}");
         }
+    }
+
+    #[test]
+    fn resource_managers_from_the_environment() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+        };
+        assert_eq!(Rm::detect_from(env(&[("LSB_JOBID", "77"), ("PBS_JOBID", "9")])), Some(Rm::Lsf("77".into())));
+        assert_eq!(Rm::detect_from(env(&[("SLURM_JOBID", "5"), ("FLUX_JOB_ID", "f1")])), Some(Rm::Slurm("5".into())));
+        assert_eq!(Rm::detect_from(env(&[("FLUX_JOB_ID", "ƒ2")])), Some(Rm::Flux("ƒ2".into())));
+        assert_eq!(Rm::detect_from(env(&[("PBS_JOBID", " 12.pbs01 ")])), Some(Rm::Pbs("12.pbs01".into())));
+        assert_eq!(Rm::detect_from(env(&[("LSB_JOBID", " ")])), None);
+    }
+
+    #[test]
+    fn end_times_from_the_documented_outputs() {
+        let now = 1_000_000;
+        assert_eq!(lsf_time_left("0:59 L\n", now), Some(now + 59 * 60));
+        assert_eq!(lsf_time_left("12:05 E", now), Some(now + 12 * 3600 + 300));
+        assert_eq!(lsf_time_left("0:00 X", now), Some(now));
+        assert_eq!(lsf_time_left("-\n", now), None);
+        assert_eq!(lsf_time_left("", now), None);
+        assert_eq!(flux_timeleft("3187\n", now), Some(now + 3187));
+        assert_eq!(flux_timeleft("0", now), Some(now));
+        assert_eq!(flux_timeleft("4294967295\n", now), None);
+        let torque = "Job Id: 1.t\n    Resource_List.walltime = 01:00:00\n    Walltime.Remaining = 2995\n";
+        assert_eq!(pbs_end(torque, now), Some(now + 2995));
+        let used = "Job Id: 1.p\n    resources_used.walltime = 00:10:05\n    Resource_List.walltime = 01:00:00\n";
+        assert_eq!(pbs_end(used, now), Some(now + 3600 - 605));
+        let start = local_ctime("Tue Nov 24 14:00:00 2026").unwrap();
+        assert!(iso_local(start * 1_000_000, false).starts_with("2026-11-24T14:00:00"));
+        let pro = format!("{used}    stime = Tue Nov 24 14:00:00 2026\n");
+        assert_eq!(pbs_end(&pro, now), Some(start + 3600));
+        assert_eq!(pbs_end("Job Id: 1.p\n    job_state = R\n", now), None);
     }
 
     #[test]

@@ -39,8 +39,8 @@ OPTIONS
         Halt at the first successful checkpoint after TIME.
     -s, --seconds N
         Set the halt seconds of the running job (replaces SCR_HALT_SECONDS; also used with the
-        allocation's end time: SCR_END_TIME, else SLURM_JOB_END_TIME, else what Slurm reports
-        for the job).
+        allocation's end time: SCR_END_TIME, else SLURM_JOB_END_TIME, else what Slurm, LSF,
+        Flux or PBS reports for the job).
     -i, --immediate
         Record the exit reason, then stop the current run now. scr_run records the run it
         launched in PREFIX/.scr/run.scr. A run launched with srun in a Slurm job is stopped by

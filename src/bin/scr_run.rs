@@ -19,8 +19,9 @@ DESCRIPTION
         reason from an earlier run does not count: the next SCR_Init clears it);
     2.  launches the run with LAUNCHER, leaving out the nodes SCR_EXCLUDE_NODES names and, in a
         Slurm allocation, the nodes Slurm reports down, drained, failing or not responding, or
-        no longer in the job (srun: --exclude; Open MPI mpirun: --host with the other nodes; the
-        simulated cluster of scripts/sim-node.sh: the ranks of an excluded node move to a spare
+        no longer in the job (in Flux, those it reports down) (srun: --exclude; Open MPI
+        mpirun: --host with the other nodes; jsrun: --exclude_hosts; flux run or flux submit:
+        --requires=-host:NODES; the simulated cluster of scripts/sim-node.sh: the ranks of an excluded node move to a spare
         of SIM_NODES), and records it in PREFIX/.scr/run.scr (for scr_halt --immediate). srun
         also gets --kill-on-bad-exit=1 (unless the command line or SLURM_KILL_BAD_EXIT sets
         it): without it the other tasks of an MPI run wait for a dead one until the
@@ -62,8 +63,9 @@ OPTIONS (before LAUNCHER)
 
 ENVIRONMENT
     SCR_PREFIX, SCR_RUNS, SCR_MIN_NODES, SCR_EXCLUDE_NODES, SCR_HALT_SECONDS, SCR_END_TIME
-    (else SLURM_JOB_END_TIME, else the end time squeue reports for SLURM_JOB_ID),
-    SLURM_JOB_NODELIST/LSB_HOSTS/PBS_NODEFILE (the allocation), SIM_NODE_ROOT, SIM_NODE_MAP,
+    (else SLURM_JOB_END_TIME, else the end time the resource manager reports: squeue, bjobs,
+    flux job timeleft, qstat -f), SLURM_JOB_NODELIST, LSB_DJOB_HOSTFILE/LSB_MCPU_HOSTS/
+    LSB_HOSTS, PBS_NODEFILE or flux resource list (the allocation), SIM_NODE_ROOT, SIM_NODE_MAP,
     SIM_NODES (the simulated cluster).
 
 EXIT STATUS

@@ -6,7 +6,7 @@ NAME
     scr_scavenge, scr_postrun - save the datasets left in node caches before the allocation ends
 
 SYNOPSIS
-    scr_scavenge [--prefix DIR] [--nodes LIST] [--node-cmd CMD] [--id ID ...] [--no-build]
+    scr_scavenge [--prefix DIR] [--nodes LIST] [--node-cmd CMD | -j LAUNCHER] [--id ID ...] [--no-build] [-v]
 
 DESCRIPTION
     After the job's last run ended (completed, halted, killed or failed) the newest checkpoint
@@ -24,21 +24,29 @@ OPTIONS
         The prefix directory (default: SCR_PREFIX, else the current directory).
     -n, --nodes LIST
         The nodes to copy from, in host-list syntax (n[0-3],n7). Default: the allocation's
-        nodes (SLURM_JOB_NODELIST, LSB_HOSTS, PBS_NODEFILE; the simulated cluster's SIM_NODES;
-        else this host) without those SCR_EXCLUDE_NODES names and, in a Slurm job, those Slurm
-        reports down, drained, failing, not responding or no longer in the job. A node that is
-        gone should be left out; one that is listed but unreachable is reported and the rest
-        go on.
+        nodes (Slurm: SLURM_JOB_NODELIST; LSF: LSB_DJOB_HOSTFILE, LSB_MCPU_HOSTS or LSB_HOSTS,
+        without the launch node's first slot; PBS: PBS_NODEFILE; Flux: flux resource list; the
+        simulated cluster's SIM_NODES; else this host) without those SCR_EXCLUDE_NODES names
+        and those Slurm reports down, drained, failing, not responding or no longer in the job,
+        or Flux reports down. A node that is gone should be left out; one that is listed but
+        unreachable is reported and the rest go on.
     --node-cmd CMD
         How to run a command on a node: a shell prefix in which {node} is replaced by the node
-        name, e.g. 'ssh {node}' or 'srun -N1 -n1 -w {node}' (the default in a SLURM
-        allocation). On the simulated cluster:
-        'env PMI_RANK=0 SIM_NODE_MAP={node} scripts/sim-node.sh'. Without it only this host
-        can be scavenged.
+        name, e.g. 'ssh {node}'. On the simulated cluster:
+        'env PMI_RANK=0 SIM_NODE_MAP={node} scripts/sim-node.sh'.
+    -j, --joblauncher LAUNCHER
+        The launcher the job runs with, as SCR's scr_postrun takes it (scr_postrun -j srun):
+        the node command is then srun -N1 -n1 -w {node} (srun), flux run -N1 -n1
+        --requires=host:{node} (flux), blaunch {node} (jsrun, lrun), mpirun -np 1 --host
+        {node} (mpirun, mpiexec), aprun -n 1 -L {node} (aprun). Without --node-cmd and -j, the
+        resource manager's: srun in Slurm, flux run in Flux, blaunch in LSF, pbsdsh -h {node}
+        in PBS; without one only this host can be scavenged.
     --id ID
         Scavenge dataset ID instead of the ones owed (repeatable).
     --no-build
         Only copy; build later with scr_index --build ID.
+    -v, --verbose
+        Say which nodes are scavenged and how they are reached.
     -h, --help
         Print this text.
 
@@ -50,6 +58,7 @@ EXIT STATUS
 EXAMPLES
     scr_scavenge                                   in a batch script, after the last run
     scr_scavenge --nodes 'node[1-63]' --node-cmd 'ssh {node}'
+    scr_postrun -p $SCR_PREFIX -j srun             as SCR's job scripts call it
 
 SEE ALSO
     scr_copy(1), scr_index(1), scr_run(1), SCR user guide sections 2.3.8 and 2.8

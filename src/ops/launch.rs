@@ -1,7 +1,9 @@
 //! How `scr_run` launches one run: the launcher's command line with the nodes to leave out and
 //! the preload library added, for the launchers it knows (`srun`: `--exclude` and `--export`;
-//! Open MPI's `mpirun`/`mpiexec`: `--host` with the healthy nodes and `-x`; any other launcher
-//! gets `LD_PRELOAD` in its environment and a warning that it cannot leave nodes out), and on
+//! Open MPI's `mpirun`/`mpiexec`: `--host` with the healthy nodes and `-x`; LSF's `jsrun`:
+//! `--exclude_hosts`, as SCR's scripts do; `flux run`/`flux submit`: `--requires=-host:NODES`;
+//! any other launcher gets a warning that it cannot leave nodes out; `jsrun`, `flux` and the
+//! others get `LD_PRELOAD` in their environment, which they pass on), and on
 //! the simulated cluster (`scripts/sim-node.sh` in the command line) the rank-to-node map in
 //! `SIM_NODE_MAP`, whose excluded nodes' ranks move to spare nodes.
 //!
@@ -20,15 +22,57 @@ use super::{OpError, OpResult};
 enum Kind {
     Srun,
     OpenMpi,
+    Jsrun,
+    Flux,
     Other,
 }
 
-fn kind_of(launcher: &str) -> Kind {
-    match Path::new(launcher).file_name().and_then(|n| n.to_str()).unwrap_or("") {
+fn kind_of(argv: &[String]) -> Kind {
+    let name = |a: Option<&String>| {
+        a.and_then(|a| Path::new(a).file_name().and_then(|n| n.to_str()).map(str::to_string)).unwrap_or_default()
+    };
+    match name(argv.first()).as_str() {
         "srun" => Kind::Srun,
         "mpirun" | "mpiexec" | "orterun" | "prterun" => Kind::OpenMpi,
+        "jsrun" => Kind::Jsrun,
+        "flux" if matches!(argv.get(1).map(String::as_str), Some("run" | "submit")) => Kind::Flux,
         _ => Kind::Other,
     }
+}
+
+/// How to run a command on one node (`{node}` stands for its name) for the launcher `launcher`
+/// (`scr_postrun -j`, SCR's names: `srun`, `flux`, `jsrun`, `lrun`, `mpirun`, `aprun`), else for
+/// the resource manager this runs under: `srun -N1 -n1 -w` (Slurm), `flux run -N1 -n1
+/// --requires=host:` (Flux), `blaunch` (LSF's way to start a task on a host of the job),
+/// `pbsdsh -h` (PBS). `None`: only this host can be reached.
+pub fn node_cmd_for(launcher: Option<&str>) -> Result<Option<String>, String> {
+    use crate::identity::Rm;
+    let by_rm = || match Rm::detect() {
+        Some(Rm::Slurm(_)) => Some("srun"),
+        Some(Rm::Flux(_)) => Some("flux"),
+        Some(Rm::Lsf(_)) => Some("blaunch"),
+        Some(Rm::Pbs(_)) => Some("pbsdsh"),
+        None => None,
+    };
+    let Some(l) = launcher.or_else(by_rm) else { return Ok(None) };
+    let name = Path::new(l).file_name().and_then(|n| n.to_str()).unwrap_or(l);
+    Ok(Some(
+        match name {
+            "srun" => "srun -N1 -n1 -w {node}",
+            "flux" => "flux run -N1 -n1 --requires=host:{node}",
+            "jsrun" | "lrun" | "blaunch" => "blaunch {node}",
+            "pbsdsh" => "pbsdsh -h {node}",
+            "mpirun" | "mpiexec" => "mpirun -np 1 --host {node}",
+            "aprun" => "aprun -n 1 -L {node}",
+            other => {
+                return Err(format!(
+                    "unknown launcher {other:?} (known: srun, flux, jsrun, lrun, mpirun, mpiexec, aprun; or give \
+                     --node-cmd)"
+                ))
+            }
+        }
+        .to_string(),
+    ))
 }
 
 /// The simulated cluster: the path of `sim-node.sh` in the command line and the current
@@ -121,7 +165,7 @@ impl Launch {
                 )));
             }
         }
-        Ok(Launch { argv: argv.to_vec(), kind: kind_of(launcher), sim, preload })
+        Ok(Launch { argv: argv.to_vec(), kind: kind_of(argv), sim, preload })
     }
 
     /// Nodes the first run needs when `SCR_MIN_NODES` does not say: the simulated map's nodes,
@@ -170,6 +214,8 @@ impl Launch {
                         insert.push(usable.join(","));
                     }
                 }
+                Kind::Jsrun => insert.push(format!("--exclude_hosts={}", excluded.join(","))),
+                Kind::Flux => insert.push(format!("--requires=-host:{}", excluded.join(","))),
                 Kind::Other => warnings.push("this launcher cannot be told to leave nodes out"),
             }
         }
@@ -181,10 +227,12 @@ impl Launch {
             match self.kind {
                 Kind::OpenMpi => insert.extend(["-x".to_string(), v]),
                 Kind::Srun => insert.push(format!("--export=ALL,{v}")),
-                Kind::Other => env.push(("LD_PRELOAD".into(), p.display().to_string())),
+                Kind::Jsrun | Kind::Flux | Kind::Other => env.push(("LD_PRELOAD".into(), p.display().to_string())),
             }
         }
-        argv.splice(1..1, insert);
+        // After `flux run`'s subcommand; after the launcher for the others.
+        let at = if self.kind == Kind::Flux { 2 } else { 1 };
+        argv.splice(at..at, insert);
         let mut command = Command::new(&argv[0]);
         command.args(&argv[1..]);
         for (k, v) in &env {
@@ -197,7 +245,7 @@ impl Launch {
     }
 
     /// How to reach a node for the scavenge when not told: `sim-node.sh` on the simulated
-    /// cluster, `srun` in a SLURM allocation, else this host only.
+    /// cluster, else as the resource manager allows ([`node_cmd_for`]), else this host only.
     pub fn node_cmd(&self) -> Option<String> {
         if let Some(s) = &self.sim {
             return Some(format!(
@@ -205,7 +253,7 @@ impl Launch {
                 shell_quote(&s.script.display().to_string())
             ));
         }
-        std::env::var_os("SLURM_JOB_ID").map(|_| "srun -N1 -n1 -w {node}".to_string())
+        node_cmd_for(None).ok().flatten()
     }
 }
 
@@ -319,6 +367,30 @@ mod tests {
         assert_eq!(p.nodes, s(&["n0", "n2"]));
         assert_eq!(l.nodes_needed(Some(7), 9), 2);
         assert!(l.node_cmd().unwrap().contains("SIM_NODE_MAP={node} /x/sim-node.sh"));
+    }
+
+    #[test]
+    fn jsrun_and_flux_leave_nodes_out() {
+        let mut l = launch(&["jsrun", "-n4", "./app"], Kind::Jsrun, None);
+        let p = l.prepare(&s(&["a", "d"]), &s(&["b", "c"])).unwrap();
+        assert_eq!(p.shown, s(&["LD_PRELOAD=/l/libscr_preload.so", "jsrun", "--exclude_hosts=b,c", "-n4", "./app"]));
+        let mut l = launch(&["flux", "run", "-N2", "./app"], Kind::Flux, None);
+        let p = l.prepare(&s(&["a"]), &s(&["b"])).unwrap();
+        assert_eq!(
+            p.shown,
+            s(&["LD_PRELOAD=/l/libscr_preload.so", "flux", "run", "--requires=-host:b", "-N2", "./app"])
+        );
+        assert_eq!(kind_of(&s(&["/usr/bin/flux", "submit", "x"])), Kind::Flux);
+        assert_eq!(kind_of(&s(&["flux", "alloc", "x"])), Kind::Other);
+        assert_eq!(kind_of(&s(&["jsrun"])), Kind::Jsrun);
+    }
+
+    #[test]
+    fn node_commands_per_launcher() {
+        assert_eq!(node_cmd_for(Some("srun")).unwrap().unwrap(), "srun -N1 -n1 -w {node}");
+        assert_eq!(node_cmd_for(Some("flux")).unwrap().unwrap(), "flux run -N1 -n1 --requires=host:{node}");
+        assert_eq!(node_cmd_for(Some("/opt/bin/jsrun")).unwrap().unwrap(), "blaunch {node}");
+        assert!(node_cmd_for(Some("qsub")).unwrap_err().contains("unknown launcher \"qsub\""));
     }
 
     #[test]

@@ -72,10 +72,36 @@ pub struct Allocation {
 }
 
 /// The nodes of this allocation: the simulated cluster (`SIM_NODE_ROOT` with `SIM_NODES`, or
-/// the nodes of `SIM_NODE_MAP`), SLURM (`SLURM_JOB_NODELIST`), LSF (`LSB_HOSTS`), PBS
-/// (`PBS_NODEFILE`), else this host alone.
+/// the nodes of `SIM_NODE_MAP`), SLURM (`SLURM_JOB_NODELIST`), LSF (`LSB_DJOB_HOSTFILE`,
+/// `LSB_MCPU_HOSTS` or `LSB_HOSTS`, see [`lsf_hosts`]), PBS (`PBS_NODEFILE`), Flux (`flux
+/// resource list`, the resources of the job's own instance), else this host alone.
 pub fn allocation() -> Result<Allocation, String> {
-    allocation_from(&|k| std::env::var(k).ok().filter(|v| !v.trim().is_empty()))
+    let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
+    if get("SIM_NODE_ROOT").is_none() {
+        if let Some(crate::identity::Rm::Flux(job)) = crate::identity::Rm::detect() {
+            let out = crate::identity::rm_query("flux", &["resource", "list", "-s", "all", "-no", "{nodelist}"], &[])
+                .map_err(|e| format!("the nodes of Flux job {job}: {e}"))?;
+            let nodes = expand(&out.split_whitespace().collect::<Vec<_>>().join(","))
+                .map_err(|e| format!("flux resource list's node list: {e}"))?;
+            return Ok(Allocation { nodes, source: "Flux (flux resource list)".into() });
+        }
+    }
+    allocation_from(&get)
+}
+
+/// The hosts of an LSF job, from one host name per slot (`LSB_DJOB_HOSTFILE`, `LSB_HOSTS`) or
+/// `host slots` pairs (`LSB_MCPU_HOSTS`). As SCR's scripts do, the first slot is left out: it
+/// is the launch node where the batch script runs (`batch1 1 n1 40 n2 40` on a machine with
+/// launch nodes gives `n1 n2`), and a first host with more slots stays.
+fn lsf_hosts(slots: &[(String, usize)]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for (i, (h, n)) in slots.iter().enumerate() {
+        let n = if i == 0 { n.saturating_sub(1) } else { *n };
+        if n > 0 && !out.contains(h) {
+            out.push(h.clone());
+        }
+    }
+    out
 }
 
 fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, String> {
@@ -92,10 +118,29 @@ fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, S
             return Ok(Allocation { nodes: expand(&v)?, source: var.into() });
         }
     }
+    if let Some(f) = get("LSB_DJOB_HOSTFILE") {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("LSB_DJOB_HOSTFILE {f}: {e}"))?;
+        let slots: Vec<(String, usize)> =
+            text.lines().map(str::trim).filter(|h| !h.is_empty()).map(|h| (h.to_string(), 1)).collect();
+        return Ok(Allocation { nodes: lsf_hosts(&slots), source: "LSB_DJOB_HOSTFILE".into() });
+    }
+    if let Some(v) = get("LSB_MCPU_HOSTS") {
+        let words: Vec<&str> = v.split_whitespace().collect();
+        let slots = words
+            .chunks(2)
+            .map(|c| match c {
+                [h, n] => n
+                    .parse()
+                    .map(|n| (h.to_string(), n))
+                    .map_err(|_| format!("LSB_MCPU_HOSTS {v:?}: {n:?} is no slot count")),
+                _ => Err(format!("LSB_MCPU_HOSTS {v:?}: expected host and slot count pairs")),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Allocation { nodes: lsf_hosts(&slots), source: "LSB_MCPU_HOSTS".into() });
+    }
     if let Some(v) = get("LSB_HOSTS") {
-        let mut seen = BTreeSet::new();
-        let nodes = v.split_whitespace().filter(|h| seen.insert(h.to_string())).map(str::to_string).collect();
-        return Ok(Allocation { nodes, source: "LSB_HOSTS".into() });
+        let slots: Vec<(String, usize)> = v.split_whitespace().map(|h| (h.to_string(), 1)).collect();
+        return Ok(Allocation { nodes: lsf_hosts(&slots), source: "LSB_HOSTS".into() });
     }
     if let Some(f) = get("PBS_NODEFILE") {
         let text = std::fs::read_to_string(&f).map_err(|e| format!("PBS_NODEFILE {f}: {e}"))?;
@@ -129,21 +174,39 @@ pub fn left_out(
 ) -> Result<Vec<(String, String)>, String> {
     let mut out: Vec<(String, String)> =
         excluded(&alloc.nodes, exclude)?.into_iter().map(|n| (n, "SCR_EXCLUDE_NODES".to_string())).collect();
-    let job = crate::identity::slurm_job().filter(|_| alloc.source.starts_with("SLURM"));
-    if let Some(job) = job {
-        match super::slurm::unusable(&job, &alloc.nodes) {
-            Ok(down) => {
-                for (n, why) in down {
-                    if !out.iter().any(|(o, _)| *o == n) {
-                        out.push((n, why));
-                    }
+    let asked = match crate::identity::Rm::detect() {
+        Some(crate::identity::Rm::Slurm(job)) if alloc.source.starts_with("SLURM") => {
+            Some(("Slurm", super::slurm::unusable(&job, &alloc.nodes)))
+        }
+        Some(crate::identity::Rm::Flux(_)) if alloc.source.starts_with("Flux") => {
+            Some(("Flux", flux_down(&alloc.nodes)))
+        }
+        _ => None,
+    };
+    match asked {
+        Some((_, Ok(down))) => {
+            for (n, why) in down {
+                if !out.iter().any(|(o, _)| *o == n) {
+                    out.push((n, why));
                 }
             }
-            Err(e) => warnings
-                .push(format!("cannot ask Slurm which nodes are down ({e}); leaving out only SCR_EXCLUDE_NODES")),
         }
+        Some((rm, Err(e))) => {
+            warnings.push(format!("cannot ask {rm} which nodes are down ({e}); leaving out only SCR_EXCLUDE_NODES"))
+        }
+        None => {}
     }
     Ok(out)
+}
+
+/// The nodes of `nodes` Flux reports down: `flux resource list -s down -no {nodelist}`
+/// (flux-resource(1): "unavailable resources are shown in the down state regardless of the
+/// reason (drained, offline, torpid, etc)"), one host list per line, empty when none is.
+fn flux_down(nodes: &[String]) -> Result<Vec<(String, String)>, String> {
+    let out = crate::identity::rm_query("flux", &["resource", "list", "-s", "down", "-no", "{nodelist}"], &[])?;
+    let down = expand(&out.split_whitespace().collect::<Vec<_>>().join(","))
+        .map_err(|e| format!("flux resource list's node list: {e}"))?;
+    Ok(nodes.iter().filter(|n| down.contains(n)).map(|n| (n.clone(), "down in Flux".to_string())).collect())
 }
 
 /// `n2 (down* in Slurm), n5 (SCR_EXCLUDE_NODES)`, or `none`.
@@ -186,8 +249,16 @@ mod tests {
         assert_eq!(a.nodes, s(&["n0", "n1"]));
         let a = allocation_from(&env(&[("SIM_NODE_ROOT", "/x"), ("SIM_NODES", "n[0-4]")])).unwrap();
         assert_eq!(a.nodes.len(), 5);
+        // LSF: the first slot is the launch node's.
         let a = allocation_from(&env(&[("LSB_HOSTS", "h1 h1 h2")])).unwrap();
         assert_eq!(a.nodes, s(&["h1", "h2"]));
+        let a = allocation_from(&env(&[("LSB_HOSTS", "batch3 h1 h1 h2")])).unwrap();
+        assert_eq!(a.nodes, s(&["h1", "h2"]));
+        let a = allocation_from(&env(&[("LSB_MCPU_HOSTS", "batch3 1 h1 40 h2 40"), ("LSB_HOSTS", "x")])).unwrap();
+        assert_eq!((a.nodes, a.source.as_str()), (s(&["h1", "h2"]), "LSB_MCPU_HOSTS"));
+        let a = allocation_from(&env(&[("LSB_MCPU_HOSTS", "h1 4 h2 4")])).unwrap();
+        assert_eq!(a.nodes, s(&["h1", "h2"]));
+        assert!(allocation_from(&env(&[("LSB_MCPU_HOSTS", "h1 four")])).unwrap_err().contains("LSB_MCPU_HOSTS"));
         assert_eq!(allocation_from(&env(&[])).unwrap().nodes.len(), 1);
     }
 

@@ -235,8 +235,10 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
             valued("prefix", Some('p'), "DIR"),
             valued("nodes", Some('n'), "LIST"),
             valued("node-cmd", None, "CMD"),
+            valued("joblauncher", Some('j'), "LAUNCHER"),
             valued("id", None, "ID"),
             flag("no-build", None),
+            flag("verbose", Some('v')),
         ],
         argv,
         false,
@@ -245,6 +247,10 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
         return Err(OpError::usage(format!("unexpected argument {extra:?}")));
     }
     let ids = p.values("id").into_iter().map(|v| parse_count("id", v)).collect::<OpResult<Vec<u64>>>()?;
+    // --node-cmd, else the launcher's way to reach a node (-j, as SCR's scr_postrun takes it),
+    // else the resource manager's.
+    let by_launcher = super::launch::node_cmd_for(p.value("joblauncher"))
+        .map_err(|e| OpError::usage(format!("--joblauncher: {e}")))?;
     let (layout, settings) = job_context(p.value("prefix"))?;
     if let Some(rec) = super::run::active_run(&layout)? {
         return Err(OpError::failed(format!(
@@ -270,10 +276,14 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
             alloc.nodes.into_iter().filter(|n| !left_out.iter().any(|(o, _)| o == n)).collect()
         }
     };
-    let node_cmd = p
-        .value("node-cmd")
-        .map(str::to_string)
-        .or_else(|| std::env::var_os("SLURM_JOB_ID").map(|_| "srun -N1 -n1 -w {node}".to_string()));
+    let node_cmd = p.value("node-cmd").map(str::to_string).or(by_launcher);
+    if p.has("verbose") {
+        eprintln!(
+            "scr_scavenge: nodes {}; reached with {}",
+            opts_nodes_text(&nodes),
+            node_cmd.as_deref().unwrap_or("(this host only)")
+        );
+    }
     let opts = Options {
         nodes,
         node_cmd,
@@ -298,6 +308,15 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
     let out = scavenge(&layout, &opts)?;
     print!("{}", describe(&out));
     Ok(if out.ok() { 0 } else { 1 })
+}
+
+/// `n1,n2,n3` or `none`.
+fn opts_nodes_text(nodes: &[String]) -> String {
+    if nodes.is_empty() {
+        "none".to_string()
+    } else {
+        nodes.join(",")
+    }
 }
 
 /// The command line of `scr_copy` (one node).

@@ -115,7 +115,7 @@ impl Runtime {
                     ),
                     None => scr_warn!(
                         "SCR_HALT_SECONDS={} but the allocation's end time is unknown (no SCR_END_TIME, and no \
-                         Slurm job that reports one): the job is not halted before its allocation ends",
+                         resource manager job, Slurm, LSF, Flux or PBS, that reports one): the job is not halted before its allocation ends",
                         settings.halt_seconds
                     ),
                 }
