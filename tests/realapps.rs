@@ -7,13 +7,15 @@
 //! `MPI_Abort` from an `include` of a missing file, right after its last restart file;
 //! OpenFOAM and Quantum ESPRESSO: their own stop, at `endTime` two steps after the last
 //! time directory, and at `electron_maxstep` or after the MD steps), then the application's
-//! own restart. The continuation under the
+//! own restart; each application is also killed with SIGKILL mid-run (every process of the
+//! job) once a checkpoint is complete in every rank's filemap. The continuation under the
 //! preload must print the same thermo lines, solver residuals or energies as the one without
 //! it, digit for digit, and the checkpoint bytes SCR restarts from must be the bytes the
 //! application wrote without SCR (the applications are deterministic with the same 4 ranks).
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use common::{Job, Run, NP};
@@ -76,6 +78,27 @@ fn same_bytes(job: &Job, base: &Job, files: &[String], what: &str) {
 /// The lines of `r`'s standard output that `keep` selects (what the comparison is about).
 fn lines(r: &Run, keep: impl Fn(&str) -> bool) -> Vec<String> {
     r.stdout.lines().filter(|l| keep(l)).map(str::to_string).collect()
+}
+
+/// Files of a cached dataset: (path relative to the prefix, where its bytes are).
+type Files = Vec<(PathBuf, PathBuf)>;
+
+/// The datasets complete in every rank's filemap (the control directory's record of the
+/// cache: checkpoints SCR has finished protecting, whatever a kill hits next), by id: their
+/// names and every rank's files (path relative to the prefix, where the bytes are in cache).
+fn complete_everywhere(job: &Job) -> BTreeMap<u64, (String, Files)> {
+    let mut all: BTreeMap<u64, (String, Files, usize)> = BTreeMap::new();
+    for rank in 0..NP {
+        for p in job.find(&format!("/filemap_{rank}.scrinfo")) {
+            let Ok(fm) = scr::state::filemap::Filemap::load(&p) else { continue };
+            for (id, d) in fm.datasets.iter().filter(|(_, d)| d.complete) {
+                let e = all.entry(*id).or_insert_with(|| (d.desc.name.clone(), Vec::new(), 0));
+                e.1.extend(d.files.iter().map(|f| (f.rel.clone(), f.path.clone())));
+                e.2 += 1;
+            }
+        }
+    }
+    all.into_iter().filter(|(_, e)| e.2 == NP).map(|(id, (n, f, _))| (id, (n, f))).collect()
 }
 
 // ---------------------------------------------------------------------------------------
@@ -188,14 +211,14 @@ fn lammps_killed_with_sigkill_restarts_from_cache() {
         return;
     }
     // a long run, killed (SIGKILL to mpirun and every rank) once step 100's restart files
-    // are in a cached dataset: the restart is whichever step last completed
+    // are a dataset complete on every rank: the restart is whichever step last completed
     let job = lammps_job();
     lammps_inputs(&job, "lj.*.%", "lj.*.%");
     std::fs::write(job.prefix.join("in.melt"), MELT.replace("RESTART", "lj.*.%").replace("run 200", "run 100000"))
         .unwrap();
     let mut run = job.spawn_exe(&args(&["lmp"]), &args(&["-in", "in.melt", "-log", "none"]));
-    run.wait_until("step 100 in a cached dataset", || {
-        job.find("/lj.100.base").iter().any(|p| p.to_string_lossy().contains("/scr.dataset."))
+    run.wait_until("step 100 complete in cache", || {
+        complete_everywhere(&job).values().any(|(_, f)| f.iter().any(|(rel, _)| rel == Path::new("lj.100.base")))
     });
     let out = run.kill();
     let r = lmp(&job, "in.cont");
@@ -321,8 +344,28 @@ fn newest_cached_time(job: &Job) -> Option<u32> {
         .max()
 }
 
+fn have_openfoam() -> bool {
+    have(&["icoFoam", "blockMesh", "decomposePar"], "openfoam openfoam-examples") && Path::new(CAVITY).is_dir()
+}
+
+/// Without the preload: the cavity run to time `start` (stopped two steps after it), then
+/// its continuation to `next` with `startFrom latestTime`: (the job, the continuation).
+fn openfoam_plain(start: &str, next: &str) -> (Job, Run) {
+    let mut base = Job::new();
+    foam_env(&mut base);
+    cavity(&base);
+    control(&base, "startTime", &format!("{start}1"));
+    let r = ico(&base);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    control(&base, "latestTime", next);
+    let want = ico(&base);
+    assert_eq!(want.code, Some(0), "{}", want.dump());
+    assert!(want.stdout.contains(&format!("Time = {next}")), "{}", want.dump());
+    (base, want)
+}
+
 fn openfoam_case(mut job: Job, damage: impl FnOnce(&mut Job)) {
-    if !have(&["icoFoam", "blockMesh", "decomposePar"], "openfoam openfoam-examples") || !Path::new(CAVITY).is_dir() {
+    if !have_openfoam() {
         return;
     }
     foam_env(&mut job);
@@ -336,32 +379,21 @@ fn openfoam_case(mut job: Job, damage: impl FnOnce(&mut Job)) {
     assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
     assert_eq!(newest_cached_time(&job), Some(2), "{:?}", job.find("/U"));
     let (start, next) = ("0.2", "0.3");
-
-    // the same without the preload: to `start`, then the continuation
-    let mut base = Job::new();
-    foam_env(&mut base);
-    cavity(&base);
-    control(&base, "startTime", "0.21");
-    let r = ico(&base);
-    assert_eq!(r.code, Some(0), "{}", r.dump());
-    control(&base, "latestTime", next);
-    let want = ico(&base);
-    assert_eq!(want.code, Some(0), "{}", want.dump());
-    assert!(want.stdout.contains(&format!("Time = {next}")), "{}", want.dump());
-
+    let (base, want) = openfoam_plain(start, next);
     same_bytes(&job, &base, &fields(start), &format!("fields of time {start}"));
     damage(&mut job);
-    control(&job, "latestTime", next);
-    let r = ico(&job);
+    openfoam_continues(&job, &base, &want, start, next);
+}
+
+/// `job`'s restart with `startFrom latestTime` to `next` continues from `start` exactly as
+/// the run without the preload did (`base`, its continuation `want`).
+fn openfoam_continues(job: &Job, base: &Job, want: &Run, start: &str, next: &str) {
+    control(job, "latestTime", next);
+    let r = ico(job);
     assert_eq!(r.code, Some(0), "{}", r.dump());
     assert!(r.stdout.contains("Starting time loop"), "{}", r.dump());
-    assert_eq!(
-        residuals(&r),
-        residuals(&want),
-        "the continuation from {start} differs under the preload\n{}",
-        r.dump()
-    );
-    same_bytes(&job, &base, &fields(next), &format!("fields of time {next}"));
+    assert_eq!(residuals(&r), residuals(want), "the continuation from {start} differs under the preload\n{}", r.dump());
+    same_bytes(job, base, &fields(next), &format!("fields of time {next}"));
 }
 
 /// Time directories of a decomposed case: one dataset per time, named by it (issue 22 item 6).
@@ -372,6 +404,52 @@ fn openfoam_cavity_in_4_restarts_from_cache_with_latest_time() {
     let mut job = Job::new();
     job.preload().set("SCR_PRELOAD_PATTERNS", FOAM_PATTERN).set("SCR_FLUSH", "0");
     openfoam_case(job, |_| {});
+}
+
+#[test]
+fn openfoam_killed_with_sigkill_restarts_from_cache() {
+    if !have_openfoam() {
+        return;
+    }
+    // a long run (endTime 10), killed (SIGKILL to mpirun and every rank) once every rank's
+    // filemap has a time complete: the restart is the newest time complete then
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", FOAM_PATTERN).set("SCR_FLUSH", "0");
+    foam_env(&mut job);
+    cavity(&job);
+    control(&job, "startTime", "10");
+    let mut run = job.spawn_exe(&args(&["icoFoam"]), &args(&["-parallel"]));
+    // the newest time complete on every rank, in tenths
+    let complete = |job: &Job| {
+        let names = complete_everywhere(job);
+        names.values().filter_map(|(n, _)| n.strip_prefix("processor*/0.")?.parse::<u32>().ok()).max()
+    };
+    // the kill hits between two writes (as a plain file system needs for OpenFOAM to restart
+    // from its latest time): the job is stopped (SIGSTOP) once a time is complete, killed if
+    // no rank has begun the next time directory yet, else let go on to the next time
+    let mut seen = 1;
+    let newest = loop {
+        run.wait_until(&format!("a time after 0.{seen} complete in cache"), || {
+            complete(&job).is_some_and(|t| t > seen)
+        });
+        run.signal(libc::SIGSTOP);
+        let t = complete(&job).unwrap_or_default();
+        let begun = (0..NP).any(|p| {
+            let times = std::fs::read_dir(job.prefix.join(format!("processor{p}"))).into_iter().flatten().flatten();
+            times.filter_map(|e| e.file_name().to_str()?.strip_prefix("0.")?.parse::<u32>().ok()).any(|x| x > t)
+        });
+        if !begun {
+            break t;
+        }
+        assert!(t < 8, "no kill between two writes up to time 0.{t}");
+        run.signal(libc::SIGCONT);
+        seen = t;
+    };
+    run.kill();
+    let (start, next) = (format!("0.{newest}"), format!("0.{}", newest + 1));
+    let (base, want) = openfoam_plain(&start, &next);
+    same_bytes(&job, &base, &fields(&start), &format!("fields of time {start}"));
+    openfoam_continues(&job, &base, &want, &start, &next);
 }
 
 #[test]
@@ -427,6 +505,17 @@ fn pw(job: &Job, input: &str, text: &str) -> Run {
     job.run_exe(NP, &args(&["pw.x"]), &args(&["-in", input]))
 }
 
+fn have_qe() -> bool {
+    if !have(&["pw.x"], "quantum-espresso quantum-espresso-data") {
+        return false;
+    }
+    if !Path::new(PSEUDO).is_file() {
+        eprintln!("SKIPPED: {PSEUDO} missing (apt-get install --no-install-recommends quantum-espresso-data)");
+        return false;
+    }
+    true
+}
+
 /// Energies and SCF progress.
 fn energies(r: &Run) -> Vec<String> {
     lines(r, |l| {
@@ -444,11 +533,7 @@ fn qe_case(first: &str, second: &str, continued: &str) {
 
 /// [`qe_case`] in `job` (preload configured), `damage` applied between the two runs.
 fn qe_case_in(mut job: Job, first: &str, second: &str, continued: &str, damage: impl FnOnce(&mut Job)) {
-    if !have(&["pw.x"], "quantum-espresso quantum-espresso-data") {
-        return;
-    }
-    if !Path::new(PSEUDO).is_file() {
-        eprintln!("SKIPPED: {PSEUDO} missing (apt-get install --no-install-recommends quantum-espresso-data)");
+    if !have_qe() {
         return;
     }
     // the first run and the restart, in `j`, with `damage` in between
@@ -489,6 +574,50 @@ fn quantum_espresso_md_restarts_from_its_last_step() {
     let first = pw_input("md", false, "nstep = 2\n  dt = 20", "");
     let second = pw_input("md", true, "nstep = 2\n  dt = 20", "");
     qe_case(&first, &second, "Entering Dynamics:    iteration =     3");
+}
+
+#[test]
+fn quantum_espresso_md_killed_with_sigkill_restarts_from_cache() {
+    if !have_qe() {
+        return;
+    }
+    // a long MD run (nstep 100), killed (SIGKILL to mpirun and every rank) as soon as every
+    // rank's filemap has an MD step's restart files (out/si.md and the rest) complete
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "out/**").set("SCR_FLUSH", "0");
+    std::fs::write(job.prefix.join("first.in"), pw_input("md", false, "nstep = 100\n  dt = 20", "")).unwrap();
+    let mut run = job.spawn_exe(&args(&["pw.x"]), &args(&["-in", "first.in"]));
+    let md_step = |job: &Job| {
+        complete_everywhere(job).into_iter().rev().find(|(_, (_, f))| f.iter().any(|(rel, _)| rel.ends_with("si.md")))
+    };
+    run.wait_until("an MD step complete in cache", || md_step(&job).is_some());
+    let out = run.kill();
+    // what SCR restarts from: the newest checkpoint complete on every rank
+    let newest = complete_everywhere(&job).into_iter().next_back();
+    let (id, (name, files)) = newest.unwrap_or_else(|| panic!("nothing complete after the kill\n{out}"));
+    assert!(files.iter().any(|(rel, _)| rel.ends_with("si.md")), "dataset {id} ({name}): {files:?}");
+    // the same restart without the preload, from those bytes
+    let base = Job::new();
+    for (rel, at) in &files {
+        let to = base.prefix.join(rel);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(at, &to).unwrap_or_else(|e| panic!("{}: {e}", at.display()));
+    }
+    let second = pw_input("md", true, "nstep = 3\n  dt = 20", "");
+    let want = pw(&base, "second.in", &second);
+    assert!(want.code == Some(0) && want.stdout.contains("JOB DONE"), "{}", want.dump());
+    let got = pw(&job, "second.in", &second);
+    assert_eq!(got.code, Some(0), "{}\n--- the killed run\n{out}", got.dump());
+    assert!(!got.stderr.contains("SCR ERROR"), "{}", got.dump());
+    let dynamics = |r: &Run| lines(r, |l| l.contains("Entering Dynamics"));
+    let steps = dynamics(&got);
+    assert!(
+        steps.first().is_some_and(|l| !l.ends_with("iteration =     1")),
+        "not a continuation of dataset {id} ({name}): {steps:?}\n{}",
+        got.dump()
+    );
+    assert_eq!(steps, dynamics(&want), "restarted from another MD step than dataset {id} holds");
+    assert_eq!(energies(&got), energies(&want), "the continuation of dataset {id} differs under the preload");
 }
 
 #[test]

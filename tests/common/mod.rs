@@ -194,6 +194,13 @@ impl Spawned {
         self.wait_until(&path.display().to_string(), || path.exists());
     }
 
+    /// Send `sig` to the whole job (`mpirun` and every rank): SIGSTOP holds it where it is.
+    pub fn signal(&self, sig: i32) {
+        if let Some(c) = &self.child {
+            signal_job(c.id() as i32, sig);
+        }
+    }
+
     /// Kill the whole job now (SIGKILL to its process group) and return what it printed.
     pub fn kill(mut self) -> String {
         if let Some(mut c) = self.child.take() {
@@ -232,8 +239,34 @@ impl Spawned {
 }
 
 fn kill_group(child: &std::process::Child) {
+    signal_job(child.id() as i32, libc::SIGKILL);
+}
+
+/// Send `sig` to every process of a job at once: the process group the test created for
+/// `mpirun` and every process below it (Open MPI starts each rank in a process group of its
+/// own, so signalling the group alone leaves the ranks running until they notice).
+fn signal_job(pid: i32, sig: i32) {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let parent = all[i];
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: the command may hold spaces and parentheses
+            let ppid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
+            if ppid == Some(parent) && !all.contains(&p) {
+                all.push(p);
+            }
+        }
+        i += 1;
+    }
+    for p in all.iter().rev() {
+        // SAFETY: signalling processes this test started (the job's process tree).
+        unsafe { libc::kill(*p, sig) };
+    }
     // SAFETY: signalling the process group this test created for the child.
-    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    unsafe { libc::kill(-pid, sig) };
 }
 
 impl Drop for Spawned {
