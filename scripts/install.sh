@@ -11,6 +11,7 @@
 #             (scr_srun.sh, scr_srun_loop.sh, scr_jsrun.sh, scr_jsrun_loop.sh)
 #   share/scr/cmake/   scrConfig.cmake, scrConfigVersion.cmake (find_package(scr))
 #   share/scr/python/  scr.py, README.md, scr_example.py
+#   share/scr/scr_log.sql  the tables of database logging (SCR_LOG_DB_ENABLE)
 # It builds only what is missing or stale and says so: `cargo build` (which does nothing when
 # the build is current) and scripts/libscrf.sh (the same for libscrf and scr.mod).
 set -euo pipefail
@@ -75,6 +76,7 @@ install -m 0644 examples/c/test_api.c examples/installed/CMakeLists.txt examples
   "$prefix/share/scr/examples/"
 fill examples/installed/makefile "$prefix/share/scr/examples/makefile"
 install -m 0644 python/scr.py python/README.md python/scr_example.py "$prefix/share/scr/python/"
+install -m 0644 share/scr/scr_log.sql "$prefix/share/scr/"
 echo "install.sh: installed scr-rs ($impl, SCR API $api, $profile build) under $prefix"
 echo "  pkg-config: PKG_CONFIG_PATH=$prefix/lib/pkgconfig; CMake: CMAKE_PREFIX_PATH=$prefix;"
 echo "  Python: PYTHONPATH=$prefix/share/scr/python"

@@ -5,9 +5,10 @@
 # bindings (gfortran, python3-mpi4py), and Slurm (munge, slurmctld, slurmd, slurm-client) for
 # tests/slurm.rs, which starts a private cluster, and the real applications of
 # tests/realapps.rs (lammps, openfoam, openfoam-examples, quantum-espresso,
-# quantum-espresso-data). As root it installs what is missing; otherwise it says exactly what
-# to install (without root the Slurm and real-application tests are skipped, so their packages
-# are not required then).
+# quantum-espresso-data), and MariaDB (mariadb-server, mariadb-client) for tests/dblog.rs,
+# which starts a private server on a socket. As root it installs what is missing; otherwise it
+# says exactly what to install (without root the Slurm, real-application and MariaDB tests are skipped, so their
+# packages are not required then).
 set -euo pipefail
 
 need=()
@@ -36,6 +37,9 @@ slurm=()
 for p in munge:munged slurmctld:slurmctld slurmd:slurmd slurm-client:srun; do
   command -v "${p#*:}" >/dev/null 2>&1 || [ -x "/usr/sbin/${p#*:}" ] || slurm+=("${p%%:*}")
 done
+# MariaDB for tests/dblog.rs (database logging); its service is not started (see below)
+[ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || slurm+=(mariadb-server)
+command -v mariadb >/dev/null 2>&1 || slurm+=(mariadb-client)
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is missing; install a Rust toolchain (1.88 or newer), e.g. from rustup.rs" >&2
   exit 1
@@ -54,7 +58,7 @@ if [ ${#apps[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
   apps=()
 fi
 if [ ${#slurm[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
-  echo "setup: Slurm is missing (${slurm[*]}): tests/slurm.rs will be skipped; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
+  echo "setup: ${slurm[*]} missing: tests/slurm.rs and tests/dblog.rs skip what needs them; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
   slurm=()
 fi
 if [ ${#need[@]} -eq 0 ] && [ ${#slurm[@]} -eq 0 ] && [ ${#apps[@]} -eq 0 ]; then
@@ -77,12 +81,13 @@ if [ ${#apps[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${apps[@]}" >/dev/null
 fi
 if [ ${#slurm[@]} -gt 0 ]; then
-  # The tests start daemons of their own: the packages' services must not start (a policy
-  # denying it, for the time of the install, unless the machine has one already).
+  # The tests start daemons of their own (slurmctld, slurmd, mariadbd): the packages'
+  # services must not start (a policy denying it, for the time of the install, unless the
+  # machine has one already).
   policy=/usr/sbin/policy-rc.d made=""
   if [ ! -e "$policy" ]; then
     printf '#!/bin/sh
-# scripts/setup.sh of scr-rs: no service starts while it installs Slurm
+# scripts/setup.sh of scr-rs: no service starts while it installs Slurm and MariaDB
 exit 101
 ' >"$policy"
     chmod 755 "$policy"

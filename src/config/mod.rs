@@ -379,7 +379,9 @@ pub fn reset_app_layer() {
     *APP.lock().unwrap_or_else(|e| e.into_inner()) = Layer::default();
 }
 
+mod dblog;
 mod settings;
+pub use dblog::{parse_db_host, DbAddr, DbSettings, DEFAULT_PORT};
 pub use settings::{CrcOnCopy, Settings, StoreEntry};
 
 #[cfg(test)]

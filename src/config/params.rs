@@ -48,8 +48,6 @@ const fn p(name: &'static str, kind: Kind, default: Option<&'static str>, status
 use Kind::*;
 use Status::*;
 
-const MYSQL: &str = "logging to MySQL is not supported";
-
 /// Every parameter of the SCR 3 user guide (section 2.7.4) plus the ones SCR 3 reads from its
 /// environment (`SCR_CONF_FILE`, `SCR_JOB_ID`, CRC switches) and this implementation's
 /// `SCR_END_TIME` and `SCR_ENCODE_ASYNC`.
@@ -214,12 +212,24 @@ pub const PARAMS: &[Param] = &[
         Implemented,
         "datagram socket of the local syslog daemon (containers may place it elsewhere)",
     ),
-    p("SCR_LOG_DB_ENABLE", Bool, Some("0"), Unsupported(MYSQL), "log events to MySQL"),
-    p("SCR_LOG_DB_DEBUG", Bool, Some("0"), Unsupported(MYSQL), "print MySQL statements"),
-    p("SCR_LOG_DB_HOST", Text, None, Unsupported(MYSQL), "MySQL host"),
-    p("SCR_LOG_DB_NAME", Text, None, Unsupported(MYSQL), "MySQL database"),
-    p("SCR_LOG_DB_USER", Text, None, Unsupported(MYSQL), "MySQL user"),
-    p("SCR_LOG_DB_PASS", Text, None, Unsupported(MYSQL), "MySQL password"),
+    p(
+        "SCR_LOG_DB_ENABLE",
+        Bool,
+        Some("0"),
+        Implemented,
+        "log events to a MariaDB/MySQL database (tables of share/scr/scr_log.sql; needs SCR_LOG_ENABLE=1)",
+    ),
+    p("SCR_LOG_DB_DEBUG", Bool, Some("0"), Implemented, "print each database statement as it is executed"),
+    p(
+        "SCR_LOG_DB_HOST",
+        Text,
+        None,
+        Implemented,
+        "database server: host[:port] (port 3306 by default), [v6addr][:port], or a socket path starting with /",
+    ),
+    p("SCR_LOG_DB_NAME", Text, None, Implemented, "database holding the SCR log tables"),
+    p("SCR_LOG_DB_USER", Text, None, Implemented, "database user (default: the user running the job)"),
+    p("SCR_LOG_DB_PASS", Text, None, Implemented, "database password (never printed)"),
     p(
         "SCR_MPI_BUF_SIZE",
         Size,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::dblog::{parse_db_host, DbSettings, MASK};
 use super::{params, ConfigError, Entry, Origin, Resolved};
 
 /// A `STORE=` entry or the implied cache store.
@@ -73,6 +74,9 @@ pub struct Settings {
     pub syslog_level: String,
     pub syslog_prefix: String,
     pub syslog_socket: PathBuf,
+    /// `SCR_LOG_DB_*`: database logging, when `SCR_LOG_ENABLE=1`, `SCR_LOG_DB_ENABLE=1` and
+    /// the settings are usable.
+    pub log_db: Option<DbSettings>,
     /// Seconds allowed between output phases (0: no watchdog).
     pub watchdog_timeout: u64,
     pub watchdog_timeout_pfs: u64,
@@ -112,6 +116,39 @@ fn boolean(r: &Resolved, key: &str) -> Result<bool, ConfigError> {
 
 fn text(r: &Resolved, key: &str) -> Option<String> {
     r.get(key).map(str::to_string)
+}
+
+/// `SCR_LOG_DB_*`, when both `SCR_LOG_ENABLE` and `SCR_LOG_DB_ENABLE` are 1 (the guide: the
+/// former switches every log). A host or database name that is missing or malformed turns
+/// database logging off with a warning naming the key: logging never stops a run.
+fn db_settings(r: &Resolved, warnings: &mut Vec<String>) -> Result<Option<DbSettings>, ConfigError> {
+    let debug = boolean(r, "SCR_LOG_DB_DEBUG")?;
+    if !boolean(r, "SCR_LOG_DB_ENABLE")? || !boolean(r, "SCR_LOG_ENABLE")? {
+        return Ok(None);
+    }
+    let off = "database logging is off for this run (the text log and syslog go on as configured)";
+    let addr = match text(r, "SCR_LOG_DB_HOST").as_deref().map(str::trim) {
+        None | Some("") => {
+            warnings.push(format!(
+                "{}: SCR_LOG_DB_ENABLE=1 needs SCR_LOG_DB_HOST (host[:port] or a socket path); {off}",
+                at(r, "SCR_LOG_DB_ENABLE")
+            ));
+            return Ok(None);
+        }
+        Some(h) => match parse_db_host(h) {
+            Ok(a) => a,
+            Err(e) => {
+                warnings.push(format!("{}: SCR_LOG_DB_HOST={h}: {e}; {off}", at(r, "SCR_LOG_DB_HOST")));
+                return Ok(None);
+            }
+        },
+    };
+    let Some(name) = text(r, "SCR_LOG_DB_NAME").filter(|n| !n.trim().is_empty()) else {
+        warnings.push(format!("{}: SCR_LOG_DB_ENABLE=1 needs SCR_LOG_DB_NAME; {off}", at(r, "SCR_LOG_DB_ENABLE")));
+        return Ok(None);
+    };
+    let user = text(r, "SCR_LOG_DB_USER").filter(|u| !u.is_empty()).unwrap_or_else(crate::identity::user_name);
+    Ok(Some(DbSettings { addr, name: name.trim().to_string(), user, pass: text(r, "SCR_LOG_DB_PASS"), debug }))
 }
 
 /// `SCR_COPY_TYPE`. SCR 3 uses `CKPT=` descriptors only with `SCR_COPY_TYPE=FILE` and ignores
@@ -252,6 +289,7 @@ impl Settings {
                 });
             }
         }
+        let log_db = db_settings(r, &mut warnings)?;
         let prefix = match text(r, "SCR_PREFIX") {
             Some(p) => crate::paths::normalize(std::path::Path::new(&p), &cwd),
             None => cwd,
@@ -260,7 +298,10 @@ impl Settings {
             .simple
             .iter()
             .filter(|(k, _)| params::find(k).is_some())
-            .map(|(k, v)| (k.clone(), v.value.clone(), v.origin.to_string()))
+            .map(|(k, v)| {
+                let value = if k == "SCR_LOG_DB_PASS" { MASK.to_string() } else { v.value.clone() };
+                (k.clone(), value, v.origin.to_string())
+            })
             .chain(r.multi.iter().map(|e| {
                 let attrs: Vec<String> = e.attrs.iter().map(|(k, v)| format!("{k}={}", v.value)).collect();
                 (format!("{}={}", e.key, e.value), attrs.join(" "), e.origin.to_string())
@@ -317,6 +358,7 @@ impl Settings {
             syslog_level,
             syslog_prefix: text(r, "SCR_LOG_SYSLOG_PREFIX").unwrap_or_else(|| "SCR".into()),
             syslog_socket: PathBuf::from(text(r, "SCR_LOG_SYSLOG_SOCKET").unwrap_or_else(|| "/dev/log".into())),
+            log_db,
             watchdog_timeout: num(r, "SCR_WATCHDOG_TIMEOUT")?,
             watchdog_timeout_pfs: num(r, "SCR_WATCHDOG_TIMEOUT_PFS")?,
             stores,
@@ -351,6 +393,33 @@ mod tests {
         let mut w = Vec::new();
         let layer = parse_file_text(conf, Path::new("/p/.scrconf"), true, &mut w).unwrap();
         Settings::from_resolved(&resolve_layers(vec![layer], w), PathBuf::from("/p"))
+    }
+
+    #[test]
+    fn database_logging_settings_or_one_warning_naming_the_key() {
+        let on = "SCR_LOG_ENABLE=1\nSCR_LOG_DB_ENABLE=1\n";
+        let s = settings(&format!(
+            "{on}SCR_LOG_DB_HOST=db:3307\nSCR_LOG_DB_NAME=scr\nSCR_LOG_DB_USER=u\nSCR_LOG_DB_PASS=pw7\n"
+        ))
+        .unwrap();
+        let db = s.log_db.as_ref().unwrap();
+        assert_eq!(db.addr, crate::config::DbAddr::Tcp { host: "db".into(), port: 3307 });
+        assert_eq!((db.name.as_str(), db.user.as_str(), db.pass.as_deref()), ("scr", "u", Some("pw7")));
+        assert!(s.warnings.is_empty(), "{:?}", s.warnings);
+        assert!(!s.describe().contains("pw7") && s.describe().contains(super::MASK), "{}", s.describe());
+        // off unless both switches are on
+        assert!(settings("SCR_LOG_DB_ENABLE=1\nSCR_LOG_DB_HOST=/s\nSCR_LOG_DB_NAME=scr\n").unwrap().log_db.is_none());
+        for (conf, key) in [
+            ("SCR_LOG_DB_NAME=scr\n", "SCR_LOG_DB_HOST"),
+            ("SCR_LOG_DB_HOST=/run/db.sock\n", "SCR_LOG_DB_NAME"),
+            ("SCR_LOG_DB_HOST=db:99999\nSCR_LOG_DB_NAME=scr\n", "port"),
+        ] {
+            let s = settings(&format!("{on}{conf}")).unwrap();
+            assert!(s.log_db.is_none(), "{conf}");
+            assert_eq!(s.warnings.len(), 1, "{conf}: {:?}", s.warnings);
+            assert!(s.warnings[0].contains(key) && s.warnings[0].contains("/p/.scrconf:"), "{}", s.warnings[0]);
+            assert!(s.warnings[0].contains("database logging is off"), "{}", s.warnings[0]);
+        }
     }
 
     #[test]

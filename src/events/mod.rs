@@ -1,7 +1,9 @@
 //! The event log (`SCR_LOG_ENABLE=1`): one record per SCR event (a run starts or ends, a
 //! checkpoint or output phase starts or ends, a flush, fetch, rebuild, restart, halt), written
-//! to the text log `<prefix>/.scr/log` (`SCR_LOG_TXT_ENABLE`) and to syslog
-//! (`SCR_LOG_SYSLOG_ENABLE`). `scr_interval` reads the text log back ([`parse_line`]).
+//! to the text log `<prefix>/.scr/log` (`SCR_LOG_TXT_ENABLE`), to syslog
+//! (`SCR_LOG_SYSLOG_ENABLE`) and to a MariaDB/MySQL database (`SCR_LOG_DB_ENABLE`, rank 0 of a
+//! run and the commands only; see `db.rs` for the tables and why a slow or absent server never
+//! slows the application). `scr_interval` reads the text log back ([`parse_line`]).
 //!
 //! A text line:
 //!
@@ -53,7 +55,9 @@ use std::time::Duration;
 use crate::config::Settings;
 use crate::scr_warn;
 
+mod db;
 mod syslog;
+pub use db::{DRAIN_TIMEOUT as DB_DRAIN_TIMEOUT, QUEUE_LEN as DB_QUEUE_LEN, TIMEOUT as DB_TIMEOUT};
 pub use syslog::syslog_message;
 use syslog::Syslog;
 
@@ -71,6 +75,7 @@ struct Inner {
     host: String,
     text: Option<TextLog>,
     syslog: Option<Syslog>,
+    db: Option<db::Db>,
 }
 
 struct TextLog {
@@ -126,19 +131,32 @@ impl EventLog {
 
     /// The log `settings` ask for: the text log in `prefix_scr_dir/log` and syslog, each if
     /// enabled, or a disabled log. A syslog socket that is missing is reported here, once.
+    /// A command's log (`scr_list_down_nodes`): its database rows belong to the job, not to a
+    /// run.
     pub fn new(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
-        Self::build(settings, prefix_scr_dir, jobid, host, true)
+        Self::build(settings, prefix_scr_dir, jobid, host, Some(false))
+    }
+
+    /// Rank 0's log of a run (`SCR_Init`): with database logging, a `runs` row is made for it,
+    /// which `RUN_START` and `RUN_END` complete.
+    pub fn for_run(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
+        Self::build(settings, prefix_scr_dir, jobid, host, Some(true))
     }
 
     /// The same log for a rank other than 0, which records only what it alone can see (the
     /// completion of a background flush it published): no warning about a missing syslog
     /// socket, which rank 0 reports once.
+    /// Only rank 0 logs to the database, so this log does not.
     pub fn quiet(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
-        Self::build(settings, prefix_scr_dir, jobid, host, false)
+        Self::build(settings, prefix_scr_dir, jobid, host, None)
     }
 
-    fn build(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str, warn: bool) -> EventLog {
-        if !settings.log_enable || !(settings.log_txt || settings.log_syslog) {
+    /// `db_run`: `None` for a quiet log (no warnings, no database), else whether the
+    /// database rows belong to a run.
+    fn build(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str, db_run: Option<bool>) -> EventLog {
+        let warn = db_run.is_some();
+        let want_db = settings.log_db.is_some() && db_run.is_some();
+        if !settings.log_enable || !(settings.log_txt || settings.log_syslog || want_db) {
             return EventLog::disabled();
         }
         let text = settings.log_txt.then(|| TextLog {
@@ -147,10 +165,32 @@ impl EventLog {
             warned: AtomicBool::new(false),
         });
         let syslog = if settings.log_syslog { Syslog::open(settings, warn) } else { None };
-        if text.is_none() && syslog.is_none() {
+        let db = match (&settings.log_db, db_run) {
+            (Some(cfg), Some(run)) => db::Db::start(
+                cfg,
+                db::Origin {
+                    jobid: jobid.to_string(),
+                    user: crate::identity::user_name(),
+                    jobname: crate::identity::job_name(),
+                    prefix: settings.prefix.display().to_string(),
+                    host: host.to_string(),
+                    run,
+                },
+            ),
+            _ => None,
+        };
+        if text.is_none() && syslog.is_none() && db.is_none() {
             return EventLog::disabled();
         }
-        EventLog { inner: Some(Arc::new(Inner { jobid: jobid.to_string(), host: host.to_string(), text, syslog })) }
+        EventLog { inner: Some(Arc::new(Inner { jobid: jobid.to_string(), host: host.to_string(), text, syslog, db })) }
+    }
+
+    /// The end of a run: wait (at most [`DB_DRAIN_TIMEOUT`]) until the events queued for the
+    /// database are written. Nothing to do without database logging.
+    pub fn drain(&self) {
+        if let Some(db) = self.inner.as_ref().and_then(|i| i.db.as_ref()) {
+            db.drain(DB_DRAIN_TIMEOUT);
+        }
     }
 
     /// Whether records go anywhere.
@@ -165,12 +205,19 @@ impl EventLog {
         };
         // The library's own I/O: a transparent-mode hook must pass it straight through.
         let _inside = crate::reentry::Inside::enter();
-        let body = inner.body(event, fields);
-        if let Some(t) = &inner.text {
-            t.append(&format!("{} {body}\n", timestamp(crate::identity::now_usecs())));
+        let usecs = crate::identity::now_usecs();
+        if inner.text.is_some() || inner.syslog.is_some() {
+            let body = inner.body(event, fields);
+            if let Some(t) = &inner.text {
+                t.append(&format!("{} {body}\n", timestamp(usecs)));
+            }
+            if let Some(s) = &inner.syslog {
+                s.send(&body, &inner.host);
+            }
         }
-        if let Some(s) = &inner.syslog {
-            s.send(&body, &inner.host);
+        if let Some(db) = &inner.db {
+            let fields = fields.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            db.send(db::Row { usecs, event: event.to_string(), fields });
         }
     }
 
@@ -418,7 +465,7 @@ mod tests {
     fn values_are_quoted_only_when_needed_and_parse_back() {
         let tricky = "a b=\"c\"\\d\n\u{1}";
         let log = EventLog {
-            inner: Some(Arc::new(Inner { jobid: "j 1".into(), host: "h".into(), text: None, syslog: None })),
+            inner: Some(Arc::new(Inner { jobid: "j 1".into(), host: "h".into(), text: None, syslog: None, db: None })),
         };
         let body = log.inner.as_ref().unwrap().body(
             "CKPT_END",

@@ -55,7 +55,7 @@ pub fn down(nodeset: Option<&str>, forced: Option<&str>) -> OpResult<Down> {
 }
 
 /// `--log`: record a `NODE_FAIL` event per down node in the event log (`SCR_LOG_ENABLE`: the
-/// prefix's `.scr/log` and syslog, as configured), with why and, when given, the seconds the
+/// prefix's `.scr/log`, syslog and the database, as configured), with why and, when given, the seconds the
 /// job ran (`--secs`). `Ok(false)`: the event log is disabled, nothing was recorded.
 pub fn log(d: &Down, secs: Option<u64>) -> OpResult<bool> {
     let resolved = crate::config::resolve().map_err(|e| OpError::failed(e.to_string()))?;
@@ -73,5 +73,7 @@ pub fn log(d: &Down, secs: Option<u64>) -> OpResult<bool> {
             None => events.record("NODE_FAIL", &[("node", node), ("reason", why)]),
         }
     }
+    // the database rows are written by a thread of this process, which is about to exit
+    events.drain();
     Ok(true)
 }

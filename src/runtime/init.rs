@@ -164,7 +164,7 @@ impl Runtime {
         rt.lock_prefix()?;
         rt.make_directories()?;
         if rt.rank0() {
-            rt.events = EventLog::new(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
+            rt.events = EventLog::for_run(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
         }
         rt.form_sets()?;
         rt.setup_encoder()?;

@@ -548,6 +548,8 @@ impl Runtime {
         self.finish_deletions();
         self.world.barrier();
         self.log_run_end(reason);
+        // rank 0: the database rows of this run are written before MPI is released
+        self.events.drain();
         // the run is over: another one may use the prefix
         self.job_lock = None;
     }
