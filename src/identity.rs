@@ -11,7 +11,6 @@
 //! prefixes) never share one. SCR 3 falls back to the literal `defjobid` instead, which makes
 //! every such job share a cache.
 
-use std::ffi::CStr;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -68,37 +67,13 @@ pub fn user_name() -> String {
             }
         }
     }
-    // SAFETY: geteuid has no preconditions. getpwuid_r writes only into the buffers we pass and
-    // their lengths are given; the returned pw_name points into `buf`, read before it drops.
-    unsafe {
-        let uid = libc::geteuid();
-        let mut pwd: libc::passwd = std::mem::zeroed();
-        let mut buf = vec![0 as libc::c_char; 4096];
-        let mut out: *mut libc::passwd = std::ptr::null_mut();
-        let rc = libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out);
-        if rc == 0 && !out.is_null() && !pwd.pw_name.is_null() {
-            if let Ok(s) = CStr::from_ptr(pwd.pw_name).to_str() {
-                if !s.is_empty() {
-                    return s.to_string();
-                }
-            }
-        }
-        format!("uid{uid}")
-    }
+    let uid = crate::sys::euid();
+    crate::sys::account_name(uid).unwrap_or_else(|| format!("uid{uid}"))
 }
 
 /// The node name (`uname -n`); each node of a simulated cluster has its own.
 pub fn host_name() -> String {
-    // SAFETY: uname fills the struct we own; the nodename field is NUL-terminated by the kernel.
-    unsafe {
-        let mut u: libc::utsname = std::mem::zeroed();
-        if libc::uname(&mut u) == 0 {
-            if let Ok(s) = CStr::from_ptr(u.nodename.as_ptr()).to_str() {
-                return s.to_string();
-            }
-        }
-    }
-    "localhost".to_string()
+    crate::sys::node_name().unwrap_or_else(|| "localhost".to_string())
 }
 
 /// The job name for dataset records: `SCR_JOB_NAME`, SLURM's, else empty.
@@ -399,19 +374,7 @@ pub fn iso_local(usecs: i64, micros: bool) -> String {
 /// The local broken-down time of `secs` (seconds since the epoch) and its offset from UTC in
 /// seconds (UTC with offset 0 if the local zone cannot be applied).
 pub fn local_tm(secs: i64) -> (libc::tm, i64) {
-    // SAFETY: localtime_r and gmtime_r write only into the tm we own; the time_t is passed by
-    // reference. Both are thread-safe (unlike localtime).
-    unsafe {
-        let t = secs as libc::time_t;
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            let mut utc: libc::tm = std::mem::zeroed();
-            libc::gmtime_r(&t, &mut utc);
-            return (utc, 0);
-        }
-        let off = tm.tm_gmtoff;
-        (tm, off)
-    }
+    crate::sys::local_tm(secs)
 }
 
 /// An ISO-8601 UTC timestamp (`2026-11-21T06:00:00`) for a time in seconds since the epoch.

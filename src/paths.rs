@@ -316,8 +316,7 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
             dir.display()
         )));
     }
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::sys::euid();
     if md.uid() != me {
         return Err(Error::Other(format!(
             "{}: owned by uid {} but this process runs as uid {}; refusing to use another user's directory \

@@ -20,12 +20,14 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+
+use crate::sys;
 
 const MAGIC: &str = "SCRMETA";
 const VERSION: u32 = 1;
@@ -149,25 +151,17 @@ impl Lock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&lock_path)
             .map_err(io_err("open lock file", &lock_path))?;
-        // SAFETY: a zeroed flock is a valid "whole file" request once the fields below are set;
-        // the fd is owned by `file` and stays open for the lock's lifetime.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_WRLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
         // Open-file-description locks exclude threads of one process too (the background
         // flush and the application's calls); classic process-owned locks are the fallback on
         // kernels and file systems without them.
         let mut cmd = libc::F_OFD_SETLKW;
         loop {
-            // SAFETY: see above; F_OFD_SETLKW/F_SETLKW only read `fl` (l_pid must be 0 for OFD).
-            let rc = unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) };
-            if rc == 0 {
+            let Err(e) = sys::lock_whole_file(file.as_fd(), cmd, libc::F_WRLCK) else {
                 return Ok(Lock {
                     file,
                     cmd_unlock: if cmd == libc::F_OFD_SETLKW { libc::F_OFD_SETLK } else { libc::F_SETLK },
                 });
-            }
-            let e = io::Error::last_os_error();
+            };
             match e.raw_os_error() {
                 Some(libc::EINTR) => {}
                 Some(libc::EINVAL) if cmd == libc::F_OFD_SETLKW => cmd = libc::F_SETLKW,
@@ -179,11 +173,8 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        // SAFETY: unlocking a range we locked through an fd we own.
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_UNLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
-        unsafe { libc::fcntl(self.file.as_raw_fd(), self.cmd_unlock, &fl) };
+        // closing the file would release it too
+        let _ = sys::lock_whole_file(self.file.as_fd(), self.cmd_unlock, libc::F_UNLCK);
     }
 }
 

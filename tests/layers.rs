@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 /// Layers from the bottom up; a module may use modules of its own layer or a lower one.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("foundation", &["error", "log", "identity", "paths", "persist", "comm", "checksum", "reentry"]),
+    ("foundation", &["error", "log", "identity", "paths", "persist", "comm", "checksum", "reentry", "sys"]),
     ("config", &["config"]),
     ("events", &["events"]),
     ("descriptors", &["desc"]),

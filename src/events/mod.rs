@@ -45,8 +45,8 @@
 use std::fmt::{self, Display, Write as _};
 use std::fs::File;
 use std::io::{self, Write as _};
+use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -310,20 +310,16 @@ impl TextLog {
 /// the lock is still held). On a file system without `flock` (some parallel file systems
 /// mounted without lock support) the single `O_APPEND` write goes ahead unlocked.
 fn append_locked(f: &File, buf: &[u8]) -> io::Result<()> {
-    let fd = f.as_raw_fd();
     let locked = loop {
-        // SAFETY: flock on a descriptor `f` owns and keeps open for this call.
-        if unsafe { libc::flock(fd, libc::LOCK_EX) } == 0 {
-            break true;
-        }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break false;
+        match crate::sys::flock(f.as_fd(), libc::LOCK_EX) {
+            Ok(()) => break true,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => break false,
         }
     };
     let r = (&*f).write_all(buf);
     if locked {
-        // SAFETY: as above; unlocking the lock taken on the same descriptor.
-        unsafe { libc::flock(fd, libc::LOCK_UN) };
+        let _ = crate::sys::flock(f.as_fd(), libc::LOCK_UN);
     }
     r
 }

@@ -333,8 +333,7 @@ fn step_owned(step: &super::slurm::Step, path: &Path) -> std::result::Result<(),
         return Err("scontrol show step does not say which user owns it (UserId)".into());
     };
     let owner = std::fs::symlink_metadata(path).map_err(|e| format!("cannot inspect the run record: {e}"))?.uid();
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::sys::euid();
     if uid != owner {
         return Err(format!("the step belongs to uid {uid} and the run record to uid {owner} (someone else wrote it)"));
     }
@@ -345,10 +344,8 @@ fn step_owned(step: &super::slurm::Step, path: &Path) -> std::result::Result<(),
 }
 
 fn signal(pid: u32, sig: i32) -> OpResult<()> {
-    // SAFETY: kill has no memory effects; the pid was checked to be the recorded launcher.
-    let rc = unsafe { libc::kill(pid as libc::pid_t, sig) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
+    // the pid was checked to be the recorded launcher
+    if let Err(e) = crate::sys::kill(pid as libc::pid_t, sig) {
         if e.raw_os_error() != Some(libc::ESRCH) {
             return Err(OpError::failed(format!("cannot signal process {pid}: {e}")));
         }
@@ -374,8 +371,7 @@ fn proven_launcher(rec: &RunRecord, path: &Path) -> std::result::Result<(), Stri
     let owner = std::fs::symlink_metadata(path).map_err(|e| format!("cannot inspect the run record: {e}"))?.uid();
     let proc_uid =
         std::fs::metadata(format!("/proc/{pid}")).map_err(|e| format!("cannot inspect process {pid}: {e}"))?.uid();
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::sys::euid();
     if proc_uid != owner {
         return Err(format!(
             "the process belongs to uid {proc_uid} and the run record to uid {owner} (someone else wrote it)"

@@ -358,15 +358,8 @@ fn fire(f: Firing, events: EventLog) -> ! {
     if reporter.is_ok() {
         let _ = rx.recv_timeout(REPORT_GRACE);
     }
-    // SAFETY: kill(2) with this process's own id and a valid signal number has no memory
-    // effects; SIGKILL cannot be caught, so nothing of the (hung) process runs afterwards.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
-    // SIGKILL to oneself is delivered before kill returns; never reached.
-    loop {
-        std::thread::park();
-    }
+    // SIGKILL cannot be caught, so nothing of the (hung) process runs afterwards
+    crate::sys::kill_self()
 }
 
 #[cfg(test)]
@@ -410,6 +403,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(unsafe_code)] // fork, _exit and waitpid of a test child: see the SAFETY comments
     fn a_forked_child_can_use_and_drop_its_copy() {
         let dog = Watchdog::start(Limits::new(1000, 0).unwrap(), false, false, EventLog::disabled()).unwrap();
         // SAFETY: the child only calls getpid (through the watchdog's methods) and _exit, both

@@ -8,13 +8,14 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read};
+use std::os::fd::AsFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::persist::{self, MetaError};
+use crate::sys;
 
 const KIND: &str = "job-lock";
 
@@ -64,11 +65,8 @@ pub struct JobLock {
 
 impl Drop for JobLock {
     fn drop(&mut self) {
-        // SAFETY: unlocking the whole file through an fd we own (closing it would do too).
-        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-        fl.l_type = libc::F_UNLCK as _;
-        fl.l_whence = libc::SEEK_SET as _;
-        unsafe { libc::fcntl(self.file.as_raw_fd(), self.cmd, &fl) };
+        // closing the file would release it too
+        let _ = sys::lock_whole_file(self.file.as_fd(), self.cmd, libc::F_UNLCK);
     }
 }
 
@@ -109,18 +107,8 @@ pub fn try_acquire(scr_dir: &Path, me: &Holder) -> Result<Acquired, MetaError> {
         Err(e) if e.raw_os_error() == Some(libc::EROFS) => return Ok(Acquired::Unsupported(e)),
         Err(e) => return Err(io_err("open lock file")(e)),
     };
-    // SAFETY: a zeroed flock with type and whence set is a valid whole-file request (l_pid
-    // must be 0 for OFD locks); the fd is owned by `file`.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as _;
-    fl.l_whence = libc::SEEK_SET as _;
     let mut cmd = libc::F_OFD_SETLK;
-    loop {
-        // SAFETY: see above; F_OFD_SETLK/F_SETLK only read `fl`.
-        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &fl) } == 0 {
-            break;
-        }
-        let e = io::Error::last_os_error();
+    while let Err(e) = sys::lock_whole_file(file.as_fd(), cmd, libc::F_WRLCK) {
         match e.raw_os_error() {
             Some(libc::EINTR) => {}
             Some(libc::EINVAL) if cmd == libc::F_OFD_SETLK => cmd = libc::F_SETLK,

@@ -197,12 +197,7 @@ impl Shared {
 /// Lower the calling thread's CPU priority (nice +10): background work of the library yields
 /// to the application.
 pub(crate) fn lower_priority() {
-    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
-    // this thread's nice value, and a failure is harmless.
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-    }
+    crate::sys::lower_thread_priority(10);
 }
 
 /// `flush/part.<rank>`: one rank's result for one attempt.

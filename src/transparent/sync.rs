@@ -82,9 +82,9 @@ pub(super) fn setup() {
         FORKED.store(true, Ordering::Relaxed);
     }
     static ONCE: std::sync::Once = std::sync::Once::new();
-    // SAFETY: registering a handler that only stores to an atomic.
-    ONCE.call_once(|| unsafe {
-        libc::pthread_atfork(None, None, Some(forked));
+    // the handler only stores to an atomic (a failure, ENOMEM, is ignored as before)
+    ONCE.call_once(|| {
+        let _ = crate::sys::at_fork_child(forked);
     });
     *SYNC.lock().unwrap_or_else(|e| e.into_inner()) =
         Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false, tried: 0, skipped: 0, quiet: 0 });

@@ -125,11 +125,7 @@ fn record(s: &Session, kind: u8, rel: &Path) {
 /// (`view.<rank>.removals`) that the rank and its children map shared: the rank looks at the
 /// journal only when the count moved, so its sync points and path calls make no system call
 /// for it while no child removed anything.
-struct Counter(*mut libc::c_void);
-
-// SAFETY: the mapping is never unmapped while shared (the rank's lives as long as the process).
-unsafe impl Send for Counter {}
-unsafe impl Sync for Counter {}
+struct Counter(crate::sys::SharedU64);
 
 impl Counter {
     /// Beside the view file: `view.<rank>.removals`.
@@ -139,29 +135,17 @@ impl Counter {
 
     /// Map the count of `s`'s journal (created, 8 zero bytes, if missing).
     fn map(s: &Session) -> Option<Counter> {
-        use std::os::fd::AsRawFd;
+        use std::os::fd::AsFd;
         let f =
             std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(Self::path(s)).ok()?;
         if f.metadata().ok()?.len() < 8 {
             f.set_len(8).ok()?;
         }
-        // SAFETY: a shared mapping of 8 bytes of a regular file at least that long.
-        let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, f.as_raw_fd(), 0)
-        };
-        (p != libc::MAP_FAILED).then_some(Counter(p))
+        crate::sys::SharedU64::map(f.as_fd()).ok().map(Counter)
     }
 
     fn get(&self) -> &AtomicU64 {
-        // SAFETY: 8 mapped bytes, page-aligned.
-        unsafe { &*(self.0 as *const AtomicU64) }
-    }
-}
-
-impl Drop for Counter {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`.
-        unsafe { libc::munmap(self.0, 8) };
+        self.0.get()
     }
 }
 

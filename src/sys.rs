@@ -1,0 +1,245 @@
+//! The libc calls of the library outside its boundaries, as small safe functions (foundation
+//! layer). The crate denies `unsafe_code`; the only other places allowed it are the C API
+//! ([`crate::capi`]) and the MPI wrapper ([`crate::comm`]). Each function here states why its
+//! call is sound (`// SAFETY:`) and keeps the call's errno as an [`io::Error`] where callers
+//! look at it.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::sync::atomic::AtomicU64;
+
+/// The effective user id of this process (`geteuid(2)`).
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Send `sig` to process `pid` (`kill(2)`); the error carries errno (`ESRCH`, `EPERM`, ...).
+pub(crate) fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill has no memory effects; it only takes two integers.
+    if unsafe { libc::kill(pid, sig) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// Kill this process with `SIGKILL` (which cannot be caught, so nothing of it runs after).
+pub(crate) fn kill_self() -> ! {
+    // SAFETY: kill(2) with this process's own id and a valid signal number has no memory
+    // effects; getpid has no preconditions.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+    // SIGKILL to oneself is delivered before kill returns; never reached.
+    loop {
+        std::thread::park();
+    }
+}
+
+/// A whole-file record lock request of type `l_type` (`F_WRLCK`, `F_UNLCK`) with `fcntl`
+/// command `cmd` (`F_OFD_SETLK`, `F_OFD_SETLKW`, `F_SETLK`, `F_SETLKW`) on `fd`. The error
+/// carries errno (`EINTR`, `EINVAL` for a kernel without OFD locks, `EAGAIN`/`EACCES` when
+/// another holds it, `ENOLCK`, ...); nothing is retried here.
+pub(crate) fn lock_whole_file(fd: BorrowedFd<'_>, cmd: libc::c_int, l_type: libc::c_int) -> io::Result<()> {
+    // SAFETY: an all-zero flock is a valid value of this plain C struct (start 0, length 0:
+    // the whole file; l_pid 0, as OFD locks require).
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = l_type as _;
+    fl.l_whence = libc::SEEK_SET as _;
+    // SAFETY: the set-lock commands only read `fl`, which lives across the call; the
+    // descriptor is borrowed, so open for the call.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), cmd, &fl) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// `flock(2)` with operation `op` (`LOCK_EX`, `LOCK_UN`) on `fd`; the error carries errno.
+pub(crate) fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: flock on a borrowed (so open) descriptor has no memory effects.
+    if unsafe { libc::flock(fd.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The account name of `uid` in the user database (`getpwuid_r`), if it has a non-empty
+/// UTF-8 one.
+pub(crate) fn account_name(uid: u32) -> Option<String> {
+    // SAFETY: an all-zero passwd is a valid value (null pointers, zero ids); getpwuid_r
+    // writes only into `pwd`, `buf` (whose length is given) and `out`. The returned pw_name
+    // points into `buf`, which outlives its use here.
+    unsafe {
+        let mut pwd: libc::passwd = std::mem::zeroed();
+        let mut buf = vec![0 as libc::c_char; 4096];
+        let mut out: *mut libc::passwd = std::ptr::null_mut();
+        let rc = libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut out);
+        if rc == 0 && !out.is_null() && !pwd.pw_name.is_null() {
+            if let Ok(s) = CStr::from_ptr(pwd.pw_name).to_str() {
+                if !s.is_empty() {
+                    return Some(s.to_string());
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The node name (`uname(2)`'s `nodename`), if it is UTF-8.
+pub(crate) fn node_name() -> Option<String> {
+    // SAFETY: an all-zero utsname is valid (arrays of zero bytes); uname fills the struct we
+    // own; the kernel NUL-terminates nodename.
+    unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) == 0 {
+            if let Ok(s) = CStr::from_ptr(u.nodename.as_ptr()).to_str() {
+                return Some(s.to_string());
+            }
+        }
+    }
+    None
+}
+
+/// The local broken-down time of `secs` (seconds since the epoch) and its offset from UTC in
+/// seconds (`localtime_r`); UTC with offset 0 (`gmtime_r`) if the local zone cannot be
+/// applied.
+pub(crate) fn local_tm(secs: i64) -> (libc::tm, i64) {
+    let t = secs as libc::time_t;
+    // SAFETY: an all-zero tm is a valid value (its tm_zone pointer null); localtime_r and
+    // gmtime_r write only into the tm we own and read the time_t passed by reference. Both
+    // are thread-safe (unlike localtime).
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            let mut utc: libc::tm = std::mem::zeroed();
+            libc::gmtime_r(&t, &mut utc);
+            return (utc, 0);
+        }
+        let off = tm.tm_gmtoff;
+        (tm, off)
+    }
+}
+
+/// Raise the calling thread's nice value to `nice` (`setpriority` on its thread id); a
+/// failure is ignored (the thread only runs at its old priority).
+pub(crate) fn lower_thread_priority(nice: libc::c_int) {
+    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
+    // this thread's nice value.
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice);
+    }
+}
+
+/// Run `child` in the child process after every `fork` (`pthread_atfork`). `child` runs in
+/// a child of a multi-threaded process, so it must only do async-signal-safe things (such
+/// as storing to an atomic): being an `extern "C" fn()` it cannot capture anything.
+pub(crate) fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
+    // SAFETY: registering a plain function pointer, valid for the life of the program.
+    match unsafe { libc::pthread_atfork(None, None, Some(child)) } {
+        0 => Ok(()),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// A 64-bit counter in the first 8 bytes of a file, mapped shared (`mmap`): every process
+/// that maps the same file sees the same counter, without a system call per access. The
+/// mapping ends when the value drops.
+pub(crate) struct SharedU64(*mut libc::c_void);
+
+// SAFETY: the pointer is only used as an `AtomicU64` (which any thread may use) for as long
+// as the value lives; the mapping is removed only by `drop`, which has the value exclusively.
+unsafe impl Send for SharedU64 {}
+// SAFETY: as above; all access through `&self` is atomic.
+unsafe impl Sync for SharedU64 {}
+
+impl SharedU64 {
+    /// Map the first 8 bytes of `fd`, a regular file at least 8 bytes long opened for
+    /// reading and writing.
+    pub(crate) fn map(fd: BorrowedFd<'_>) -> io::Result<SharedU64> {
+        // SAFETY: a new shared mapping of 8 bytes chosen by the kernel (no existing memory is
+        // replaced); the descriptor is borrowed, so open, and a mapping outlives its close.
+        let p = unsafe {
+            libc::mmap(std::ptr::null_mut(), 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+        };
+        if p == libc::MAP_FAILED {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(SharedU64(p))
+        }
+    }
+
+    /// The counter.
+    pub(crate) fn get(&self) -> &AtomicU64 {
+        // SAFETY: 8 mapped, page-aligned (so 8-aligned) bytes, readable and writable, that
+        // stay mapped while `self` lives; other processes touch them only atomically too.
+        unsafe { &*(self.0 as *const AtomicU64) }
+    }
+}
+
+impl Drop for SharedU64 {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, no longer borrowed (`get`'s borrows end with
+        // `&self`).
+        unsafe { libc::munmap(self.0, 8) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn errno_is_kept() {
+        // no such process (pid_max is below 2^22 on Linux)
+        assert_eq!(kill(i32::MAX, 0).unwrap_err().raw_os_error(), Some(libc::ESRCH));
+        assert_eq!(kill(std::process::id() as i32, 0).ok(), Some(()));
+        let dir = std::env::temp_dir().join(format!("scr-sys-lock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("l");
+        let open = || std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&p).unwrap();
+        // two open file descriptions: each lock excludes the other
+        let (a, b) = (open(), open());
+        flock(a.as_fd(), libc::LOCK_EX).unwrap();
+        assert_eq!(
+            flock(b.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap_err().raw_os_error(),
+            Some(libc::EWOULDBLOCK)
+        );
+        flock(a.as_fd(), libc::LOCK_UN).unwrap();
+        flock(b.as_fd(), libc::LOCK_EX | libc::LOCK_NB).unwrap();
+        lock_whole_file(a.as_fd(), libc::F_OFD_SETLK, libc::F_WRLCK).unwrap();
+        assert_eq!(
+            lock_whole_file(b.as_fd(), libc::F_OFD_SETLK, libc::F_WRLCK).unwrap_err().raw_os_error(),
+            Some(libc::EAGAIN)
+        );
+        lock_whole_file(a.as_fd(), libc::F_OFD_SETLK, libc::F_UNLCK).unwrap();
+        lock_whole_file(b.as_fd(), libc::F_OFD_SETLK, libc::F_WRLCK).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn shared_counter_is_shared_between_mappings() {
+        use std::sync::atomic::Ordering;
+        let dir = std::env::temp_dir().join(format!("scr-sys-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("c");
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
+        f.set_len(8).unwrap();
+        let a = SharedU64::map(f.as_fd()).unwrap();
+        let g = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
+        let b = SharedU64::map(g.as_fd()).unwrap();
+        drop((f, g));
+        a.get().fetch_add(3, Ordering::SeqCst);
+        assert_eq!(b.get().load(Ordering::SeqCst), 3);
+        drop(a);
+        assert_eq!(b.get().load(Ordering::SeqCst), 3);
+        drop(b);
+        assert_eq!(std::fs::read(&p).unwrap(), 3u64.to_ne_bytes());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
