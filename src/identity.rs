@@ -271,19 +271,7 @@ fn pbs_end(out: &str, now: i64) -> Option<i64> {
 /// A local time as `ctime` prints it (`Tue Nov 24 14:00:00 2026`), through `strptime` and
 /// `mktime`.
 fn local_ctime(text: &str) -> Option<i64> {
-    let c = std::ffi::CString::new(text.trim()).ok()?;
-    // SAFETY: a zeroed tm is valid; strptime writes into it and returns NULL or a pointer into
-    // `c`, which outlives the call; mktime normalises the struct we own.
-    unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        let end = libc::strptime(c.as_ptr(), c"%a %b %d %H:%M:%S %Y".as_ptr(), &mut tm);
-        if end.is_null() || *end != 0 {
-            return None;
-        }
-        tm.tm_isdst = -1;
-        let t = libc::mktime(&mut tm);
-        (t != -1).then_some(t as i64)
-    }
+    crate::sys::parse_local_time(text.trim(), c"%a %b %d %H:%M:%S %Y")
 }
 
 /// How long a resource manager query ([`rm_query`]) may take before it is given up.

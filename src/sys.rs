@@ -124,6 +124,37 @@ pub(crate) fn local_tm(secs: i64) -> (libc::tm, i64) {
     }
 }
 
+/// The UTC broken-down time of `secs` (seconds since the epoch, `gmtime_r`); `None` if it
+/// cannot be represented.
+pub(crate) fn utc_tm(secs: i64) -> Option<libc::tm> {
+    let t = secs as libc::time_t;
+    // SAFETY: an all-zero tm is a valid value (its tm_zone pointer null); gmtime_r writes
+    // only into the tm we own and reads the time_t passed by reference; it is thread-safe.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        (!libc::gmtime_r(&t, &mut tm).is_null()).then_some(tm)
+    }
+}
+
+/// Seconds since the epoch of `text`, a local time in `strptime` format `format`, all of it
+/// consumed (`strptime`, then `mktime`, which applies the local zone and daylight saving).
+pub(crate) fn parse_local_time(text: &str, format: &std::ffi::CStr) -> Option<i64> {
+    let c = std::ffi::CString::new(text).ok()?;
+    // SAFETY: a zeroed tm is valid; strptime reads the two NUL-terminated strings we own,
+    // writes into the tm we own, and returns NULL or a pointer into `c`, which outlives the
+    // call; mktime normalises that tm.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        let end = libc::strptime(c.as_ptr(), format.as_ptr(), &mut tm);
+        if end.is_null() || *end != 0 {
+            return None;
+        }
+        tm.tm_isdst = -1;
+        let t = libc::mktime(&mut tm);
+        (t != -1).then_some(t as i64)
+    }
+}
+
 /// Raise the calling thread's nice value to `nice` (`setpriority` on its thread id); a
 /// failure is ignored (the thread only runs at its old priority).
 pub(crate) fn lower_thread_priority(nice: libc::c_int) {

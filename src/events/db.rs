@@ -339,12 +339,9 @@ fn field_f64(row: &Row, key: &str) -> Value {
 fn utc(usecs: i64) -> Value {
     let secs = usecs.div_euclid(1_000_000);
     let micros = usecs.rem_euclid(1_000_000) as u32;
-    let t = secs as libc::time_t;
-    // SAFETY: gmtime_r writes only into `tm`, which outlives the call; `t` is a valid time_t.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    if unsafe { libc::gmtime_r(&t, &mut tm) }.is_null() {
+    let Some(tm) = crate::sys::utc_tm(secs) else {
         return Value::NULL;
-    }
+    };
     Value::Date(
         (tm.tm_year + 1900) as u16,
         (tm.tm_mon + 1) as u8,
