@@ -57,6 +57,13 @@ pub struct RedDesc {
     pub set_failures: usize,
     pub bypass: bool,
     pub output: bool,
+    /// The scheme, and the set size, were chosen by the user (`SCR_COPY_TYPE`, a `CKPT` entry's
+    /// `TYPE`; `SCR_SET_SIZE`, `SET_SIZE`) rather than defaulted: only then is a protection
+    /// that cannot be given as asked worth a warning (see `runtime::sets`).
+    #[serde(default)]
+    pub chosen_scheme: bool,
+    #[serde(default)]
+    pub chosen_set_size: bool,
 }
 
 /// All descriptors of a run.
@@ -122,6 +129,8 @@ impl Descriptors {
                     set_failures: count("SET_FAILURES", s.set_failures)?,
                     bypass: flag("BYPASS", s.cache_bypass)?,
                     output: flag("OUTPUT", false)?,
+                    chosen_scheme: e.attr("TYPE").is_some(),
+                    chosen_set_size: e.attr("SET_SIZE").is_some() || s.set_size_chosen,
                 });
             }
             if !reddescs.iter().any(|d| d.interval == 1) {
@@ -144,6 +153,8 @@ impl Descriptors {
                 set_failures: s.set_failures,
                 bypass: s.cache_bypass,
                 output: false,
+                chosen_scheme: s.copy_type_chosen,
+                chosen_set_size: s.set_size_chosen,
             });
         }
         for d in &reddescs {

@@ -231,6 +231,42 @@ fn weaker_protection_and_unimplemented_settings_are_announced() {
 }
 
 #[test]
+fn protection_warnings_come_once_per_job_and_only_for_what_the_user_chose() {
+    let xor = "all 4 processes are in one failure group";
+    let set = "SET_SIZE=8 asks for sets of 8 processes";
+    // SCR_COPY_TYPE=XOR chosen on one node: warned at the first run, not at the job's second.
+    let mut job = Job::new();
+    job.set("SCR_COPY_TYPE", "XOR");
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("DONE steps=1..1") && r.stderr.matches(xor).count() == 1, "{}", r.dump());
+    let r = job.run("test_api", &["--steps", "1"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1") && !r.stderr.contains(xor), "{}", r.dump());
+    // Another job (another prefix) is told again.
+    let mut other = Job::new();
+    other.set("SCR_COPY_TYPE", "XOR");
+    assert!(other.run("test_api", &["--steps", "1"]).stderr.contains(xor));
+    // The default (XOR, nothing set) on one node: nothing the user asked for, nothing said,
+    // except under SCR_DEBUG.
+    let mut quiet = Job::new();
+    quiet.unset("SCR_COPY_TYPE");
+    let r = quiet.run("test_api", &["--steps", "1"]);
+    assert!(r.has("DONE steps=1..1") && !r.stderr.contains("failure group"), "{}", r.dump());
+    quiet.set("SCR_DEBUG", "1");
+    assert!(quiet.run("test_api", &["--steps", "1"]).stderr.contains(xor));
+    // Four nodes and the default SET_SIZE=8: quiet; SET_SIZE=8 chosen: warned once a job.
+    let mut cluster = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    cluster.unset("SCR_COPY_TYPE");
+    let r = cluster.run("test_api", &["--steps", "1"]);
+    assert!(r.has("DONE steps=1..1") && !r.stderr.contains("SET_SIZE"), "{}", r.dump());
+    let mut cluster = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    cluster.set("SCR_COPY_TYPE", "XOR").set("SCR_SET_SIZE", "8");
+    let r = cluster.run("test_api", &["--steps", "1"]);
+    assert!(r.has("DONE steps=1..1") && r.stderr.matches(set).count() == 1, "{}", r.dump());
+    let r = cluster.run("test_api", &["--steps", "1"]);
+    assert!(r.has("RESTARTED ckpt.1 step=1") && !r.stderr.contains(set), "{}", r.dump());
+}
+
+#[test]
 fn a_cache_directory_owned_by_another_user_is_refused() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {

@@ -31,11 +31,18 @@ pub struct Settings {
     pub halt_seconds: u64,
     pub group: String,
     pub copy_type: String,
+    /// `SCR_COPY_TYPE` was set (not the default): a protection that cannot be given as asked
+    /// is then worth a warning.
+    #[serde(default)]
+    pub copy_type_chosen: bool,
     pub cache_base: PathBuf,
     pub cache_size: usize,
     pub cache_bypass: bool,
     pub cache_purge: bool,
     pub set_size: usize,
+    /// `SCR_SET_SIZE` was set (not the default).
+    #[serde(default)]
+    pub set_size_chosen: bool,
     pub set_failures: usize,
     pub prefix: PathBuf,
     pub prefix_size: usize,
@@ -112,6 +119,11 @@ fn num<T: std::str::FromStr>(r: &Resolved, key: &str) -> Result<T, ConfigError> 
 fn boolean(r: &Resolved, key: &str) -> Result<bool, ConfigError> {
     let raw = r.get(key).unwrap_or("0");
     params::parse_bool(raw).ok_or_else(|| ConfigError { at: at(r, key), msg: format!("{key}={raw}: expected 0 or 1") })
+}
+
+/// Whether `key` was set somewhere (environment, a file, `SCR_Config`), not defaulted.
+fn chosen(r: &Resolved, key: &str) -> bool {
+    r.simple.get(key).is_some_and(|v| v.origin != Origin::Default)
 }
 
 fn text(r: &Resolved, key: &str) -> Option<String> {
@@ -317,11 +329,13 @@ impl Settings {
             halt_seconds: num(r, "SCR_HALT_SECONDS")?,
             group: text(r, "SCR_GROUP").unwrap_or_else(|| "NODE".into()),
             copy_type: copy_type(r, &mut warnings),
+            copy_type_chosen: chosen(r, "SCR_COPY_TYPE"),
             cache_base,
             cache_size,
             cache_bypass,
             cache_purge: boolean(r, "SCR_CACHE_PURGE")?,
             set_size: num(r, "SCR_SET_SIZE")?,
+            set_size_chosen: chosen(r, "SCR_SET_SIZE"),
             set_failures: num(r, "SCR_SET_FAILURES")?,
             prefix,
             prefix_size: num(r, "SCR_PREFIX_SIZE")?,

@@ -1,7 +1,13 @@
 //! Forming the redundancy sets of every descriptor at `SCR_Init`, and saying so when they
 //! cannot be formed as configured (SCR 3 silently degrades PARTNER/XOR/RS to SINGLE when every
-//! process shares one node; here the protection actually applied is named at the default
-//! verbosity).
+//! process shares one node; here the protection actually applied is named).
+//!
+//! Where the user can act on it, that is a warning, given once per job: when the scheme or the
+//! set size was chosen (`SCR_COPY_TYPE`, a `CKPT` entry's `TYPE`, `SCR_SET_SIZE`, `SET_SIZE`), not
+//! when it is the default (XOR with sets of 8 on a workstation or a small cluster, which the
+//! user did not ask for and cannot get). Rank 0 records each warning it gave in the job's
+//! control directory (`warned`), so the later runs of a job (`scr_run`'s relaunches, a job
+//! script's loop) stay quiet. Defaulted cases, and repeats, go to `SCR_DEBUG=1`.
 
 use super::Runtime;
 use crate::desc::Scheme;
@@ -59,41 +65,83 @@ impl Runtime {
     }
 
     fn report_sets(&self, d: &crate::desc::RedDesc, sets: &[Vec<usize>], ngroups: usize) {
+        for (chosen, msg) in self.set_notes(d, sets, ngroups) {
+            if chosen && self.first_time(&msg) {
+                scr_warn!("{msg}");
+            } else {
+                scr_debug!(1, "{msg}");
+            }
+        }
+    }
+
+    /// Whether this job has not given warning `msg` yet; records it (rank 0's control
+    /// directory, one FNV-1a hash a line). A directory that cannot be written lets it through.
+    fn first_time(&self, msg: &str) -> bool {
+        use std::io::Write;
+        let path = self.layout.cntl_dir.join("warned");
+        let key = format!("{:016x}", crate::identity::fnv1a(msg.as_bytes()));
+        if std::fs::read_to_string(&path).is_ok_and(|t| t.lines().any(|l| l == key)) {
+            return false;
+        }
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(&path) {
+            let _ = writeln!(f, "{key}");
+        }
+        true
+    }
+
+    /// What to say about the sets of `d`: each note with whether the user chose what it is
+    /// about (the scheme, the set size), so that a warning helps.
+    fn set_notes(&self, d: &crate::desc::RedDesc, sets: &[Vec<usize>], ngroups: usize) -> Vec<(bool, String)> {
+        let mut notes = Vec::new();
         let sizes: Vec<usize> = sets.iter().map(Vec::len).collect();
         let (min, max) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
         let what = format!("CKPT={} TYPE={} GROUP={}", d.index, d.scheme.name(), d.group);
         let alone: usize = sets.iter().filter(|s| s.len() == 1).map(Vec::len).sum();
         if alone == self.world.size() as usize {
-            scr_warn!(
-                "{what}: all {} processes are in one failure group ({ngroups} group), so no set can span two groups; \
-                 datasets get SINGLE protection only (they survive a process failure, not the loss of a node)",
-                self.world.size()
-            );
-            return;
+            notes.push((
+                d.chosen_scheme,
+                format!(
+                    "{what}: all {} processes are in one failure group ({ngroups} group), so no set can span two \
+                     groups; datasets get SINGLE protection only (they survive a process failure, not the loss of a \
+                     node)",
+                    self.world.size()
+                ),
+            ));
+            return notes;
         }
         if alone > 0 {
-            scr_warn!(
-                "{what}: {alone} process(es) have no partner in another failure group (uneven processes per group); \
-                 their files get SINGLE protection only"
-            );
+            notes.push((
+                d.chosen_scheme,
+                format!(
+                    "{what}: {alone} process(es) have no partner in another failure group (uneven processes per \
+                     group); their files get SINGLE protection only"
+                ),
+            ));
         }
         if d.scheme == Scheme::Rs && min <= d.set_failures {
-            scr_warn!(
-                "{what}: SET_FAILURES={} needs sets of at least {} processes, but only {min} could be formed \
-                 ({ngroups} failure groups); sets of n processes tolerate n - 1 losses",
-                d.set_failures,
-                d.set_failures + 1
-            );
+            notes.push((
+                d.chosen_scheme,
+                format!(
+                    "{what}: SET_FAILURES={} needs sets of at least {} processes, but only {min} could be formed \
+                     ({ngroups} failure groups); sets of n processes tolerate n - 1 losses",
+                    d.set_failures,
+                    d.set_failures + 1
+                ),
+            ));
         }
         if min < d.set_size && d.set_size > 1 {
-            scr_warn!(
-                "{what}: SET_SIZE={} asks for sets of {} processes from distinct failure groups, but there are only \
-                 {ngroups} groups; using {} set(s) of {min} to {max} processes",
-                d.set_size,
-                d.set_size,
-                sets.len()
-            );
+            notes.push((
+                d.chosen_set_size,
+                format!(
+                    "{what}: SET_SIZE={} asks for sets of {} processes from distinct failure groups, but there are \
+                     only {ngroups} groups; using {} set(s) of {min} to {max} processes",
+                    d.set_size,
+                    d.set_size,
+                    sets.len()
+                ),
+            ));
         }
         scr_debug!(1, "{what}: {} set(s) of {min} to {max} processes over {ngroups} failure groups", sets.len());
+        notes
     }
 }

@@ -330,6 +330,8 @@ mod tests {
             set_failures: 0,
             bypass: false,
             output: false,
+            chosen_scheme: false,
+            chosen_set_size: false,
         }
     }
 
