@@ -50,10 +50,7 @@ pub fn fence<T>(hook: &str, path: *const c_char, core: impl FnOnce() -> T, fallb
     // SAFETY: the hook's own path argument, NULL or NUL-terminated.
     let p = if path.is_null() { "".into() } else { unsafe { CStr::from_ptr(path) }.to_string_lossy() };
     let _inside = scr::reentry::Inside::enter();
-    scr::scr_error!(
-        "transparent mode: internal error in {hook}({p}): {}; the call goes to the file system unchanged",
-        msg.unwrap_or_default()
-    );
+    scr::transparent::internal_error(hook, &p, &msg.unwrap_or_default());
     fallback()
 }
 

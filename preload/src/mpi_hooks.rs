@@ -24,7 +24,7 @@ const MPI_ERR_OTHER: c_int = 16;
 /// After the application's MPI initialisation succeeded.
 fn started() {
     if fence("MPI_Init", std::ptr::null(), || transparent::start(crate::detour::base).is_err(), || false) {
-        scr::comm::abort(1);
+        transparent::abort_job(1);
     }
 }
 
@@ -110,7 +110,7 @@ fn congruence_key() -> c_int {
 /// A sync point whose agreement `agree` runs (see [`transparent::sync::point_with`]):
 /// `Some(rc)` when it ran (the application's collective is done, `rc` its result), `None`
 /// when this is not a sync point here and the caller runs the real collective.
-fn sync_with(via: Via, agree: impl FnOnce(&scr::comm::Comm, Flags) -> Result<Flags, c_int>) -> Option<c_int> {
+fn sync_with(via: Via, agree: impl FnOnce(&transparent::Comm, Flags) -> Result<Flags, c_int>) -> Option<c_int> {
     let mut ran = None;
     let p = fence(
         "MPI sync point",
@@ -144,13 +144,13 @@ fn collective_done(comm: MPI_Comm, barrier: bool) {
 /// `SCR_ENCODE_ASYNC=1` in the environment: MPI is initialised with `MPI_THREAD_MULTIPLE`,
 /// which the background encoding needs (an application may always get more than it asked for).
 fn wants_thread_multiple() -> bool {
-    std::env::var("SCR_ENCODE_ASYNC").ok().and_then(|v| scr::config::params::parse_bool(&v)) == Some(true)
+    transparent::encode_async_requested()
 }
 
 /// The real initialisation, then transparent mode (once, and never for the library's own
 /// calls).
 fn init_with(real: impl FnOnce() -> c_int) -> c_int {
-    if scr::reentry::inside() || scr::runtime::mode().is_some() {
+    if scr::reentry::inside() || transparent::scr_started() {
         return real();
     }
     let rc = {

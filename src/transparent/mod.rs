@@ -46,6 +46,10 @@ pub use calls::{Call, Done, Opening};
 pub use prefix::{BaseFn, PATH_MAX};
 pub use session::{at_exit, finish, routing, start, stop};
 
+/// The communicator a sync point's agreement runs on ([`sync::point_with`] hands it to the
+/// front end's agreement, e.g. [`sync::agree`]).
+pub use crate::comm::Comm;
+
 /// Test builds only: a path whose name contains this makes the core panic inside the hook
 /// that handles it, so tests can show that a panic never reaches the application.
 pub const TEST_PANIC: &str = "SCR_TEST_PANIC";
@@ -56,4 +60,33 @@ pub fn test_panic(path: &std::ffi::CStr) {
     if cfg!(debug_assertions) && path.to_bytes().windows(TEST_PANIC.len()).any(|w| w == TEST_PANIC.as_bytes()) {
         panic!("test panic ({TEST_PANIC} in the path)");
     }
+}
+
+// The few services of lower layers the front end needs, as narrow functions here so that
+// `libscr_preload.so` reaches the core only through this module (`tests/layers.rs`).
+
+/// Whether SCR is already started in this process (by `SCR_Init` or by the front end in
+/// `MPI_Init`): the front end's `MPI_Init` then starts nothing more.
+pub fn scr_started() -> bool {
+    crate::runtime::mode().is_some()
+}
+
+/// Ends the whole job (`MPI_Abort` on the world communicator with `code`): transparent
+/// mode could not start, and a run without it would write checkpoints nowhere safe.
+pub fn abort_job(code: i32) -> ! {
+    crate::comm::abort(code)
+}
+
+/// Logs a panic the front end caught in hook `hook` (on path `path`, `""` if none): the
+/// call then goes to the file system unchanged.
+pub fn internal_error(hook: &str, path: &str, msg: &str) {
+    crate::scr_error!(
+        "transparent mode: internal error in {hook}({path}): {msg}; the call goes to the file system unchanged"
+    );
+}
+
+/// `SCR_ENCODE_ASYNC` is set to a true value in the environment (read before MPI and the
+/// configuration files are up): MPI must then be initialised with `MPI_THREAD_MULTIPLE`.
+pub fn encode_async_requested() -> bool {
+    std::env::var("SCR_ENCODE_ASYNC").ok().and_then(|v| crate::config::params::parse_bool(&v)) == Some(true)
 }
