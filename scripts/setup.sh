@@ -2,7 +2,8 @@
 # Install what building and testing scr-rs needs on Debian/Ubuntu: an MPI implementation
 # (Open MPI), libclang (rsmpi generates its MPI bindings with bindgen), a C compiler,
 # pkg-config, CMake, the compilers and libraries of the transparent-mode examples and the
-# bindings (gfortran, python3-mpi4py), and Slurm (munge, slurmctld, slurmd, slurm-client) for
+# bindings (gfortran; mpi4py for the python3 first on PATH: Debian's python3-mpi4py, or pip's in
+# a virtual environment when that python3 is not Debian's), and Slurm (munge, slurmctld, slurmd, slurm-client) for
 # tests/slurm.rs, which starts a private cluster, and the real applications of
 # tests/realapps.rs (lammps, openfoam, openfoam-examples, quantum-espresso,
 # quantum-espresso-data), and MariaDB (mariadb-server, mariadb-client) for tests/dblog.rs,
@@ -10,6 +11,7 @@
 # says exactly what to install (without root the Slurm, real-application and MariaDB tests are skipped, so their
 # packages are not required then).
 set -euo pipefail
+here=$(dirname "$0")
 
 need=()
 command -v mpicc >/dev/null 2>&1 || need+=(libopenmpi-dev openmpi-bin)
@@ -22,7 +24,14 @@ command -v readelf >/dev/null 2>&1 || need+=(binutils)
 # transparent mode's example applications: C++, Fortran, mpi4py, HDF5
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v gfortran >/dev/null 2>&1 || need+=(gfortran)
-/usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1 || need+=(python3-mpi4py)
+# mpi4py for the python3 first on PATH: Debian's package when that is Debian's Python (or there
+# is none), else a virtual environment with pip's mpi4py (python_mpi4py below)
+debian_python=""
+if ! command -v python3 >/dev/null 2>&1 \
+  || python3 -c 'import sys; sys.exit(not (sys.prefix == sys.base_prefix == "/usr"))' 2>/dev/null; then
+  debian_python=1
+  /usr/bin/python3 -c 'import mpi4py' >/dev/null 2>&1 || need+=(python3-mpi4py)
+fi
 [ -f /usr/include/hdf5/serial/hdf5.h ] || need+=(libhdf5-dev)
 # parallel HDF5 (its MPI-IO driver) for the shared-file test of transparent mode
 [ -f /usr/include/hdf5/openmpi/hdf5.h ] || need+=(libhdf5-openmpi-dev)
@@ -61,7 +70,29 @@ if [ ${#slurm[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
   echo "setup: ${slurm[*]} missing: tests/slurm.rs and tests/dblog.rs skip what needs them; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
   slurm=()
 fi
+
+# python_mpi4py: when the python3 first on PATH is not Debian's and cannot import mpi4py (a
+# pyenv or conda Python), a virtual environment for it outside the repository (see
+# scripts/python.sh, which the tests and examples ask for the interpreter) with mpi4py from
+# PyPI, built from source by this machine's mpicc so that it uses the MPI that mpirun starts.
+python_mpi4py() {
+  [ -z "$debian_python" ] || return 0
+  "$here/python.sh" >/dev/null 2>&1 && return 0
+  local real venv
+  real=$(python3 -c 'import sys; print(sys.executable)')
+  venv=$("$here/python.sh" --venv)
+  echo "setup: $real (the python3 first on PATH) cannot import mpi4py: pip install mpi4py into $venv"
+  rm -rf "$venv"
+  if ! "$real" -m venv "$venv"; then
+    echo "setup: $real -m venv failed: that Python lacks venv/ensurepip; the mpi4py tests will fail" >&2
+    exit 1
+  fi
+  MPICC=$(command -v mpicc) "$venv/bin/python3" -m pip install -q --no-binary mpi4py mpi4py
+  "$here/python.sh" >/dev/null
+}
+
 if [ ${#need[@]} -eq 0 ] && [ ${#slurm[@]} -eq 0 ] && [ ${#apps[@]} -eq 0 ]; then
+  python_mpi4py
   exit 0
 fi
 # shellcheck disable=SC2207
@@ -98,3 +129,4 @@ exit 101
   if [ -n "$made" ]; then rm -f "$policy"; fi
   [ "$rc" -eq 0 ] || exit "$rc"
 fi
+python_mpi4py

@@ -176,7 +176,7 @@ fn python_module_under_mpi4py() {
             .iter()
             .map(|s| s.to_string())
             .collect();
-        let r = job.run_exe(4, &["/usr/bin/python3".into(), example.clone()], &args);
+        let r = job.run_exe(4, &[common::python(), example.clone()], &args);
         assert!(r.has("CONFIG SCR_CACHE_SIZE=2"), "{}", r.dump());
         r
     };
@@ -192,7 +192,7 @@ fn python_module_under_mpi4py() {
     let shared = |steps: &str| {
         let args: Vec<String> =
             ["--size", "1000", "--steps", steps, "--shared"].iter().map(|s| s.to_string()).collect();
-        sjob.run_exe(4, &["/usr/bin/python3".into(), example.clone()], &args)
+        sjob.run_exe(4, &[common::python(), example.clone()], &args)
     };
     let r = shared("2");
     assert!(r.has("NO_RESTART") && r.has("CHECKPOINT ckpt.2 ok=1"), "{}", r.dump());
@@ -203,7 +203,7 @@ fn python_module_under_mpi4py() {
     // Without MPI: config() sets, queries and raises on a bad value; importing finds the
     // installed libscr.so by the module's own location (no LIBSCR, no LD_LIBRARY_PATH).
     let out = job
-        .command("/usr/bin/python3")
+        .command(common::python())
         .env_remove("LD_LIBRARY_PATH")
         .env_remove("LIBSCR")
         .arg("-c")

@@ -387,10 +387,12 @@ fn crash_and_restart(exe: Vec<String>, marker: &str) {
 
 #[test]
 fn python_mpi4py_application() {
-    // Debian's python3-mpi4py: libmpi is loaded RTLD_LOCAL by the extension module, and
-    // mpi4py calls MPI_Init_thread(MULTIPLE) at import and MPI_Finalize at exit.
+    // mpi4py (Debian's python3-mpi4py, or pip's in scripts/setup.sh's virtual environment when
+    // the python3 on PATH is not Debian's; scripts/python.sh picks): libmpi is loaded
+    // RTLD_LOCAL by the extension module, and mpi4py calls MPI_Init_thread(MULTIPLE) at import
+    // and MPI_Finalize at exit.
     let script = common::repo().join("examples/preload/ckpt_mpi4py.py").display().to_string();
-    crash_and_restart(vec!["/usr/bin/python3".into(), script], "mpi4py");
+    crash_and_restart(vec![common::python(), script], "mpi4py");
 }
 
 #[test]
@@ -483,7 +485,7 @@ fn processes_that_never_initialise_mpi_are_unchanged() {
     assert!(job.prefix.join("ckpt.9/g").exists(), "the preloaded bash wrote to the prefix itself");
     std::fs::remove_dir_all(job.prefix.join("ckpt.9")).unwrap();
     let py = format!("import os; os.makedirs('{p}/ckpt.9', exist_ok=True); open('{p}/ckpt.9/h','w').write('y'); print(os.path.getsize('{p}/ckpt.9/h'))");
-    let (plain, pre) = run(std::process::Command::new("/usr/bin/python3").arg("-c").arg(&py));
+    let (plain, pre) = run(std::process::Command::new(common::python()).arg("-c").arg(&py));
     assert_eq!((plain.stdout, plain.stderr, plain.status.code()), (pre.stdout.clone(), pre.stderr, pre.status.code()));
     assert_eq!(String::from_utf8_lossy(&pre.stdout), "1\n");
     let (plain, pre) = run(std::process::Command::new("mpirun")

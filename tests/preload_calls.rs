@@ -147,7 +147,7 @@ fn child_processes_see_and_remove_the_cached_files() {
 fn python_listings_and_rmtree() {
     let script = common::repo().join("examples/preload/listing.py").display().to_string();
     for flush in ["0", "1"] {
-        let (job, r) = compare(&["/usr/bin/python3".to_string(), script.clone()], &[], &[("SCR_FLUSH", flush)]);
+        let (job, r) = compare(&[common::python(), script.clone()], &[], &[("SCR_FLUSH", flush)]);
         assert!(job.cached_files("ckpt.1/").is_empty(), "{:?}", job.cached_files(""));
         assert!(r.stderr.contains("removed all of its files"), "{}", r.dump());
     }

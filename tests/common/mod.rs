@@ -22,6 +22,22 @@ pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The Python that runs mpi4py programs, as `scripts/python.sh` picks it: the python3 first on
+/// PATH when it imports mpi4py, else the virtual environment `scripts/setup.sh` made for it. The
+/// examples' instructions and the tests run the same interpreter.
+pub fn python() -> String {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON
+        .get_or_init(|| {
+            let out =
+                Command::new("bash").arg(repo().join("scripts/python.sh")).output().expect("run scripts/python.sh");
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "no Python with mpi4py: {err}");
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        })
+        .clone()
+}
+
 /// `cargo test` does not always refresh `target/<profile>/libscr.so`; build it once per test
 /// process so the C programs link against the code under test.
 fn build_cdylib() {
