@@ -6,7 +6,9 @@
 //! again on restart: from cache when the failure left it intact, fetched from the prefix
 //! otherwise.
 //!
-//! Layers, each using only itself and the ones below (see `DESIGN.md` of the project):
+//! Layers, each using only itself and the ones below. `ARCHITECTURE.md` at the repository root
+//! explains them, follows a checkpoint and a restart through the modules, tells the crash-safety
+//! story of every file the library writes and says where to start reading:
 //!
 //! | layer | modules |
 //! |---|---|
@@ -18,13 +20,13 @@
 //! | redundancy | [`redundancy`]: the schemes applied to a cached dataset |
 //! | state | [`state`]: directory layout, filemaps, index, halt, flush and summary files |
 //! | descriptors | [`desc`]: groups, stores, redundancy descriptors |
-//! | events | [`events`]: the event log the configuration sets up (text log and syslog) |
+//! | events | [`events`]: the event log the configuration sets up (text log, syslog, MariaDB/MySQL) |
 //! | config | [`config`]: parameters from environment, files, `SCR_Config` and defaults; transparent mode's checkpoint patterns ([`config::patterns`]) |
 //! | foundation | [`error`], [`log`], [`identity`], [`paths`], [`persist`], [`comm`], [`checksum`], [`reentry`], `sys` (the libc calls outside the boundaries) |
 //!
 //! The crate-root constants ([`VERSION`], [`MAX_FILENAME`], [`FLAG_CHECKPOINT`],
 //! [`FLAG_OUTPUT`]) belong to no layer. `tests/layers.rs` fails when a module uses a higher
-//! layer.
+//! layer, or when the preload crate uses anything but [`transparent`], [`capi`] and [`reentry`].
 
 // `unsafe` lives only in the boundaries: the C API, the MPI wrapper and `sys` (the libc
 // calls, as small safe functions); each block says why it is sound (`// SAFETY:`).

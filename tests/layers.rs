@@ -1,9 +1,9 @@
-//! The layer rule of `DESIGN.md`: a module of the core uses only its own layer and the ones
-//! below. This test reads every source file of `src/` (the commands in `src/bin/` are front
+//! The layer rule of `ARCHITECTURE.md`: a module of the core uses only its own layer and the
+//! ones below. This test reads every source file of `src/` (the commands in `src/bin/` are front
 //! ends and may use anything) and fails naming each `crate::<module>` reference that points
 //! to a higher layer. A new top-level module must be given a layer here, or the test fails.
 //! It also reads the preload crate (`preload/src/`), a front end above every layer that may
-//! reach the core only through [`PRELOAD_MAY_USE`]. `ARCHITECTURE.md` draws the layers.
+//! reach the core only through [`PRELOAD_MAY_USE`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
