@@ -1,15 +1,32 @@
 //! Size and CRC32 of files: the one chunked reader every verification uses (restart checks,
 //! copies, rebuilds, scavenge), so a file's checksum is computed the same way everywhere, and
 //! [`files_crc`], which checks many files with several threads (ranges of a file are summed
-//! apart and combined), for `SCR_Init` on nodes with more cores than processes.
+//! apart and combined), for `SCR_Init` on nodes with more cores than processes. The bytes are
+//! summed straight from memory mappings where the file allows it ([`crate::sys::mapped`],
+//! guarded against a file truncated under the mapping), read into a buffer otherwise.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::error::{Error, IoContext, Result};
+use crate::sys::mapped;
+
+/// Bytes mapped at a time: a pass maps a file window by window.
+const WINDOW: u64 = 64 << 20;
+
+/// `Err` naming `path` when a page of `w` was past the end of the file when it was read.
+fn check(w: &mapped::Window, path: &Path) -> Result<()> {
+    if w.lost_pages() {
+        return Err(Error::Other(format!(
+            "{}: part of the file vanished while it was read (truncated, or an I/O error)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
 
 /// Size and CRC32 of what was copied.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -24,11 +41,30 @@ pub fn file_crc(path: &Path, buf_size: usize) -> Result<Copied> {
 }
 
 /// Read `path` in chunks of `buf_size`, computing size and CRC32 and handing each chunk to `f`.
+/// The chunks come from memory mappings of the file where it can be mapped (`f` never sees a
+/// byte of a page the file lost while it was mapped: that is an error), then from `read`
+/// until the end of the file.
 pub(crate) fn stream(path: &Path, buf_size: usize, mut f: impl FnMut(&[u8]) -> Result<()>) -> Result<Copied> {
     let mut input = File::open(path).ctx("open", path)?;
-    let mut buf = vec![0u8; buf_size];
     let mut hasher = crc32fast::Hasher::new();
     let mut size = 0u64;
+    let len = input.metadata().ctx("stat", path)?.len();
+    while size < len {
+        let n = WINDOW.min(len - size);
+        let Some(w) = mapped::window(&input, size, n) else { break };
+        for chunk in w.bytes().chunks(buf_size.max(1)) {
+            hasher.update(chunk);
+            check(&w, path)?;
+            f(chunk)?;
+        }
+        // `f` read the last chunk again (a copy): a page lost meanwhile must not pass either
+        check(&w, path)?;
+        size += n;
+    }
+    if size > 0 {
+        input.seek(SeekFrom::Start(size)).ctx("seek", path)?;
+    }
+    let mut buf = vec![0u8; buf_size.max(1)];
     loop {
         let n = match input.read(&mut buf) {
             Ok(0) => break,
@@ -134,10 +170,23 @@ pub fn combine(parts: &[(u32, u64)]) -> u32 {
     acc.finalize()
 }
 
-/// CRC32 of `len` bytes of `f` from `off` (a file shorter than that is an error).
+/// CRC32 of `len` bytes of `f` from `off` (a file shorter than that is an error), summed from
+/// memory mappings where the file can be mapped.
 fn range_crc(f: &File, path: &Path, off: u64, len: u64, buf: &mut [u8]) -> Result<crc32fast::Hasher> {
     let mut h = crc32fast::Hasher::new();
     let mut done = 0u64;
+    let size = f.metadata().ctx("stat", path)?.len();
+    if off.saturating_add(len) > size {
+        let why = format!("{} bytes from offset {off} were wanted, the file has {size}", len);
+        return Err(Error::io("read", path, std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why)));
+    }
+    while done < len {
+        let n = WINDOW.min(len - done);
+        let Some(w) = mapped::window(f, off + done, n) else { break };
+        h.update(w.bytes());
+        check(&w, path)?;
+        done += n;
+    }
     while done < len {
         let n = buf.len().min((len - done) as usize);
         f.read_exact_at(&mut buf[..n], off + done).ctx("read", path)?;
@@ -162,6 +211,39 @@ mod tests {
         assert_eq!(combine(&parts), crc32fast::hash(&data));
         assert_eq!(combine(&[]), crc32fast::hash(b""));
         assert!(crc_of_range(&p, 100_000, 10, 4096).is_err(), "past the end");
+    }
+
+    #[test]
+    fn a_file_truncated_under_the_mapping_is_an_error_not_a_crash() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|x| (x * 13) as u8).collect();
+        std::fs::write(&p, &data).unwrap();
+        // untouched: the mapped pass gives the plain CRC32 and hands out every byte
+        let mut seen = Vec::new();
+        let c = stream(&p, 4096, |b| {
+            seen.extend_from_slice(b);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!((c.size, c.crc), (data.len() as u64, crc32fast::hash(&data)));
+        assert_eq!(seen, data);
+        // cut to one page after the first chunk: the next page is past the end of the file
+        let mut chunks = 0;
+        let err = stream(&p, 4096, |b| {
+            assert!(b.iter().any(|&x| x != 0) || chunks == 0, "a zero page was handed out");
+            chunks += 1;
+            if chunks == 1 {
+                std::fs::OpenOptions::new().write(true).open(&p).unwrap().set_len(4096).unwrap();
+            }
+            Ok(())
+        })
+        .unwrap_err();
+        assert_eq!(chunks, 1);
+        assert!(err.to_string().contains("vanished while it was read (truncated"), "{err}");
+        // a range past the end is an error before anything is mapped
+        let e = crc_of_range(&p, 0, 8192, 4096).unwrap_err();
+        assert!(e.to_string().contains("8192 bytes from offset 0 were wanted, the file has 4096"), "{e}");
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //! call is sound (`// SAFETY:`) and keeps the call's errno as an [`io::Error`] where callers
 //! look at it.
 
+pub(crate) mod mapped;
+
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
