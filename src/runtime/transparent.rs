@@ -9,8 +9,11 @@
 //! `<store>/<user>/scr.<jobid>/scr.pending/<rank>/<path below the prefix>` first. When the
 //! ranks agree that a dataset is complete, [`adopt_output`] runs the ordinary output phase
 //! over them: start, route each file (moved, not copied, to its routed place; files carried
-//! from the earlier version are hard-linked), complete (redundancy, flush, halt). Node leaders
-//! clear the pending area in `SCR_Init`: what a run left there never became a dataset.
+//! from the earlier version are hard-linked), complete (redundancy, flush, halt). In
+//! `SCR_Init` node leaders keep only the pending areas of the ranks now on their node
+//! (`Runtime::prepare_pending`); when transparent mode starts, each rank adds what a killed
+//! run left there to the cached checkpoint of its name and removes the rest
+//! (`crate::transparent::sync`).
 
 use std::path::{Path, PathBuf};
 
