@@ -12,7 +12,9 @@
 //! * `scr_halt --immediate` from outside the allocation cancels the job step, not the job, and
 //!   the next `scr_srun` of the script does not start;
 //! * the scavenge after the last run copies the newest checkpoint, which exists only in the
-//!   nodes' caches, to the prefix.
+//!   nodes' caches, to the prefix;
+//! * the job-script template `scr_srun_loop.sh` (user guide 2.8.4, as `scripts/install.sh`
+//!   installs it) relaunches after a failed run and the run restarts from its checkpoint.
 //!
 //! A job is held at a known point with test_api's `--pause-before` gate, so outcomes depend on
 //! the order of events, not on timing.
@@ -248,4 +250,49 @@ fn the_scavenge_after_the_last_run_copies_the_newest_cached_checkpoint() {
         assert!(data.iter().enumerate().all(|(i, b)| *b == pattern(r, 3, i)), "rank {r}'s bytes differ");
     }
     restarts_from_prefix(&cl, &job, 3);
+}
+
+#[test]
+fn the_srun_loop_template_relaunches_a_failed_run_which_restarts_from_its_checkpoint() {
+    let Some(cl) = Cluster::start(4) else { return };
+    // Nothing is flushed during the runs (SCR_FLUSH=0): the restart can only come from cache.
+    let mut job = xor_job(&cl, "0", "3");
+    job.set("SCR_LOOP_SLEEP", "1");
+    let tools = job.root.join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let script = common::template(&tools, "scr_srun_loop.sh");
+    // The first run: rank 1 dies after checkpoint 3, the others wait for it in step 4.
+    let f = cl
+        .sbatch(
+            &job,
+            &["-N", "4", "--no-kill", "--time=5"],
+            &format!(
+                "{} --mpi=pmix -N 4 -n 4 {} --size {SIZE} --steps 4 --crash-after 3 --crash-rank 1\n\
+                 echo \"loop exit $?\"",
+                script.display(),
+                app()
+            ),
+        )
+        .finish();
+    assert_eq!((f.state.as_str(), f.code), ("COMPLETED", Some(0)), "{}", f.dump());
+    assert!(f.output.contains("CRASH after ckpt.3"), "{}", f.dump());
+    // srun ended the failed step (--kill-on-bad-exit=1) instead of leaving the ranks waiting
+    // until the allocation's end, and the script launched again
+    assert!(f.output.contains("scr_srun_loop.sh: launch 2"), "{}", f.dump());
+    assert!(!f.output.contains("scr_srun_loop.sh: launch 3"), "{}", f.dump());
+    assert!(f.output.contains("RESTARTED ckpt.3 step=3") && f.output.contains("DONE steps=4..7"), "{}", f.dump());
+    // scr_should_exit stopped the loop because the application finished
+    assert!(f.output.contains("SCR_FINALIZE_CALLED"), "{}", f.dump());
+    assert!(f.output.contains("loop exit 0"), "{}", f.dump());
+    let restart = events(&job, "RESTART");
+    assert!(restart.len() == 1 && restart[0].contains("name=ckpt.3 from=cache"), "{restart:?}");
+    // scr_postrun copied the newest checkpoint, only in the caches, to the prefix: every byte
+    assert!(f.output.contains("dataset 7 (ckpt.7) is complete in the prefix"), "{}", f.dump());
+    let size: usize = SIZE.parse().unwrap();
+    for r in 0..4 {
+        let data = std::fs::read(job.prefix.join(format!("ckpt.7/rank_{r}.ckpt"))).unwrap();
+        assert_eq!(data.len(), size);
+        assert!(data.iter().enumerate().all(|(i, b)| *b == pattern(r, 7, i)), "rank {r}'s bytes differ");
+    }
+    restarts_from_prefix(&cl, &job, 7);
 }

@@ -11,7 +11,11 @@
 # launches (default 5; -1: no limit), SCR_LOOP_SLEEP seconds apart (default 60: time for
 # the nodes of a failed run to clean up). At the end scr_postrun copies any dataset left
 # only in cache to the prefix. The prefix is SCR_PREFIX, else the current directory. Start
-# the batch job with `#SBATCH --no-kill` (user guide 2.8.3).
+# the batch job with `#SBATCH --no-kill` (user guide 2.8.3). srun gets --kill-on-bad-exit=1
+# unless the options (-K..., --kill-on-bad-exit...) or SLURM_KILL_BAD_EXIT say otherwise:
+# Slurm's default lets the other tasks of a step run on when one dies, and an MPI
+# application's ranks then wait for the dead one until the allocation ends, leaving no time to
+# relaunch.
 # A template: copy and adapt it, or use it in place of srun in a batch script.
 bindir="@BINDIR@"
 
@@ -21,6 +25,11 @@ fi
 prefix="${SCR_PREFIX:-$PWD}"
 runs="${SCR_RUNS:-5}"
 pause="${SCR_LOOP_SLEEP:-60}"
+kill="--kill-on-bad-exit=1"
+[ -z "${SLURM_KILL_BAD_EXIT:-}" ] || kill=""
+for a in "$@"; do
+  case "$a" in -K | -K? | --kill-on-bad-exit*) kill="" ;; esac
+done
 
 if ! "$bindir/scr_prerun" --prefix "$prefix"; then
   echo "scr_srun_loop.sh: scr_prerun failed; not running the job" >&2
@@ -35,7 +44,7 @@ while :; do
   down=$("$bindir/scr_list_down_nodes" ${down:+--down "$down"})
   launch=$((launch + 1))
   echo "scr_srun_loop.sh: launch $launch${down:+, leaving out down nodes $down}"
-  srun ${down:+--exclude="$down"} "$@"
+  srun $kill ${down:+--exclude="$down"} "$@"
   rc=$?
   if [ "$runs" -ge 0 ] && [ "$launch" -ge "$runs" ]; then
     echo "scr_srun_loop.sh: $launch launch(es), the most SCR_RUNS=$runs allows"

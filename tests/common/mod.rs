@@ -551,6 +551,17 @@ impl Job {
 }
 
 /// Call `f` on every file below `dir`.
+/// `scripts/templates/<name>` written into `dir` with its bin directory (`@BINDIR@`) filled in
+/// as `scripts/install.sh` does, pointing at this build's commands; executable.
+pub fn template(dir: &Path, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let text = std::fs::read_to_string(repo().join("scripts/templates").join(name)).unwrap();
+    let out = dir.join(name);
+    std::fs::write(&out, text.replace("@BINDIR@", &target_dir().display().to_string())).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+    out
+}
+
 pub fn walk(dir: &Path, f: &mut dyn FnMut(&Path)) {
     if let Ok(rd) = std::fs::read_dir(dir) {
         for e in rd.flatten() {
