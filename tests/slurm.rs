@@ -13,8 +13,9 @@
 //!   the next `scr_srun` of the script does not start;
 //! * the scavenge after the last run copies the newest checkpoint, which exists only in the
 //!   nodes' caches, to the prefix;
-//! * the job-script template `scr_srun_loop.sh` (user guide 2.8.4, as `scripts/install.sh`
-//!   installs it) relaunches after a failed run and the run restarts from its checkpoint.
+//! * the job-script templates of user guide 2.8.4, as `scripts/install.sh` installs them:
+//!   `scr_srun_loop.sh` relaunches after a failed run and the run restarts from its
+//!   checkpoint; `scr_srun.sh` scavenges the newest checkpoint after a failed run.
 //!
 //! A job is held at a known point with test_api's `--pause-before` gate, so outcomes depend on
 //! the order of events, not on timing.
@@ -295,4 +296,44 @@ fn the_srun_loop_template_relaunches_a_failed_run_which_restarts_from_its_checkp
         assert!(data.iter().enumerate().all(|(i, b)| *b == pattern(r, 7, i)), "rank {r}'s bytes differ");
     }
     restarts_from_prefix(&cl, &job, 7);
+}
+
+#[test]
+fn the_srun_template_scavenges_the_newest_checkpoint_after_a_failed_run() {
+    let Some(cl) = Cluster::start(4) else { return };
+    let job = xor_job(&cl, "0", "1");
+    let tools = job.root.join("tools");
+    std::fs::create_dir_all(&tools).unwrap();
+    let script = common::template(&tools, "scr_srun.sh");
+    // rank 1 dies after checkpoint 3, which only the caches hold; the others wait for it
+    let f = cl
+        .sbatch(
+            &job,
+            &["-N", "4", "--no-kill", "--time=5"],
+            &format!(
+                "{} --mpi=pmix -N 4 -n 4 {} --size {SIZE} --steps 4 --crash-after 3 --crash-rank 1\n\
+                 echo \"srun.sh exit $?\"",
+                script.display(),
+                app()
+            ),
+        )
+        .finish();
+    // srun ended the step (--kill-on-bad-exit=1), so scr_postrun ran before the time limit
+    assert_eq!((f.state.as_str(), f.code), ("COMPLETED", Some(0)), "{}", f.dump());
+    assert!(
+        f.output.contains("CRASH after ckpt.3")
+            && f.output.contains("srun.sh exit ")
+            && !f.output.contains("srun.sh exit 0"),
+        "{}",
+        f.dump()
+    );
+    assert!(f.output.contains("dataset 3 (ckpt.3) is complete in the prefix"), "{}", f.dump());
+    assert!(events(&job, "FLUSH_END").is_empty(), "SCR_FLUSH=0: only the scavenge wrote to the prefix");
+    let size: usize = SIZE.parse().unwrap();
+    for r in 0..4 {
+        let data = std::fs::read(job.prefix.join(format!("ckpt.3/rank_{r}.ckpt"))).unwrap();
+        assert_eq!(data.len(), size);
+        assert!(data.iter().enumerate().all(|(i, b)| *b == pattern(r, 3, i)), "rank {r}'s bytes differ");
+    }
+    restarts_from_prefix(&cl, &job, 3);
 }
