@@ -13,6 +13,11 @@
 //! A [`Comm`] is either an MPI communicator or an in-process one ([`local`]: ranks as
 //! threads of one process, for unit tests of collective code without `mpirun`). Every
 //! operation is one `match` on which it is; the MPI path allocates nothing more than before.
+//!
+//! Every collective a [`Comm`] makes is counted per kind, with the bytes this rank puts into
+//! it ([`tally`]): `SCR_DEBUG=1` reports the count of each dataset and of the run, so a
+//! change that adds collectives to a checkpoint shows (and the scale model of
+//! `BENCHMARKS.md` has its collectives and payload per rank).
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
@@ -20,6 +25,7 @@ use mpi::topology::{Color, SimpleCommunicator};
 use mpi::traits::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 pub mod local;
 
@@ -42,6 +48,121 @@ fn encode<T: Serialize>(value: &T) -> Vec<u8> {
 fn decode<T: DeserializeOwned>(op: &'static str, from: i32, bytes: &[u8]) -> CResult<T> {
     serde_json::from_slice(bytes)
         .map_err(|e| CommError { op, why: format!("data from rank {from} does not decode: {e}") })
+}
+
+/// The kinds of collective operations counted by [`tally`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Allreduce,
+    Bcast,
+    Allgather,
+    Allgatherv,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+    Barrier,
+    /// Communicator creation (`MPI_Comm_dup`, `MPI_Comm_split`).
+    Create,
+}
+
+const KINDS: [Kind; 10] = [
+    Kind::Allreduce,
+    Kind::Bcast,
+    Kind::Allgather,
+    Kind::Allgatherv,
+    Kind::Gather,
+    Kind::Gatherv,
+    Kind::Scatter,
+    Kind::Scatterv,
+    Kind::Barrier,
+    Kind::Create,
+];
+
+impl Kind {
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Allreduce => "allreduce",
+            Kind::Bcast => "bcast",
+            Kind::Allgather => "allgather",
+            Kind::Allgatherv => "allgatherv",
+            Kind::Gather => "gather",
+            Kind::Gatherv => "gatherv",
+            Kind::Scatter => "scatter",
+            Kind::Scatterv => "scatterv",
+            Kind::Barrier => "barrier",
+            Kind::Create => "comm create",
+        }
+    }
+}
+
+/// Collectives made by this process through any [`Comm`], and bytes put into them, per kind.
+static CALLS: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
+static BYTES: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
+
+/// Count one collective of `kind` into which this rank put `bytes` (a broadcast: the payload,
+/// on every rank). Two relaxed atomic additions: nothing next to the collective itself. (An
+/// in-process communicator counts one per operation.)
+fn count(kind: Kind, bytes: usize) {
+    CALLS[kind as usize].fetch_add(1, Ordering::Relaxed);
+    BYTES[kind as usize].fetch_add(bytes as u64, Ordering::Relaxed);
+}
+
+/// A snapshot of this process's collective counts ([`tally`]); [`Tally::since`] gives the
+/// collectives between two snapshots.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Tally {
+    calls: [u64; KINDS.len()],
+    bytes: [u64; KINDS.len()],
+}
+
+/// The collectives this process made so far through SCR's communicators.
+pub fn tally() -> Tally {
+    Tally {
+        calls: std::array::from_fn(|i| CALLS[i].load(Ordering::Relaxed)),
+        bytes: std::array::from_fn(|i| BYTES[i].load(Ordering::Relaxed)),
+    }
+}
+
+impl Tally {
+    /// The collectives made after `earlier` (a snapshot taken before this one).
+    pub fn since(&self, earlier: &Tally) -> Tally {
+        Tally {
+            calls: std::array::from_fn(|i| self.calls[i].saturating_sub(earlier.calls[i])),
+            bytes: std::array::from_fn(|i| self.bytes[i].saturating_sub(earlier.bytes[i])),
+        }
+    }
+
+    /// How many collectives of `kind`.
+    pub fn calls(&self, kind: Kind) -> u64 {
+        self.calls[kind as usize]
+    }
+
+    /// How many collectives in all.
+    pub fn total(&self) -> u64 {
+        self.calls.iter().sum()
+    }
+
+    /// Bytes this rank put into them.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.iter().sum()
+    }
+}
+
+/// `7 collectives (5 allreduce, 2 allgatherv), 812 B from this rank`
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kinds: Vec<String> = KINDS
+            .iter()
+            .filter(|k| self.calls[**k as usize] > 0)
+            .map(|k| format!("{} {}", self.calls[*k as usize], k.name()))
+            .collect();
+        write!(f, "{} collectives", self.total())?;
+        if !kinds.is_empty() {
+            write!(f, " ({})", kinds.join(", "))?;
+        }
+        write!(f, ", {} from this rank", crate::log::bytes(self.bytes()))
+    }
 }
 
 /// How a process waits for the messages of [`Comm::overlap`].
@@ -123,6 +244,7 @@ unsafe impl Send for Comm {}
 impl Comm {
     /// Duplicate `MPI_COMM_WORLD`. MPI must be initialised.
     pub fn world_dup() -> Comm {
+        count(Kind::Create, 0);
         Comm::wrap(SimpleCommunicator::world().duplicate())
     }
 
@@ -175,6 +297,7 @@ impl Comm {
     }
 
     pub fn barrier(&self) {
+        count(Kind::Barrier, 0);
         match &self.imp {
             Imp::Mpi(c) => c.barrier(),
             Imp::Local(h) => {
@@ -185,6 +308,7 @@ impl Comm {
 
     /// A duplicate of this communicator (collective): the same processes, separate traffic.
     pub fn dup(&self) -> Comm {
+        count(Kind::Create, 0);
         match &self.imp {
             Imp::Mpi(c) => Comm::wrap(c.duplicate()),
             Imp::Local(_) => self.split(0, self.rank),
@@ -193,6 +317,7 @@ impl Comm {
 
     /// Split into sub-communicators of equal `color`, ordered by `key`.
     pub fn split(&self, color: i32, key: i32) -> Comm {
+        count(Kind::Create, 8);
         match &self.imp {
             Imp::Mpi(c) => {
                 let c = c.split_by_color_with_key(Color::with_value(color), key).expect("color is defined");
@@ -370,6 +495,7 @@ impl Comm {
     }
 
     pub fn min_i64(&self, v: i64) -> i64 {
+        count(Kind::Allreduce, 8);
         match &self.imp {
             Imp::Mpi(c) => {
                 let mut out = 0i64;
@@ -381,6 +507,7 @@ impl Comm {
     }
 
     pub fn max_i64(&self, v: i64) -> i64 {
+        count(Kind::Allreduce, 8);
         match &self.imp {
             Imp::Mpi(c) => {
                 let mut out = 0i64;
@@ -392,6 +519,7 @@ impl Comm {
     }
 
     pub fn sum_u64(&self, v: u64) -> u64 {
+        count(Kind::Allreduce, 8);
         match &self.imp {
             Imp::Mpi(c) => {
                 let mut out = 0u64;
@@ -404,6 +532,7 @@ impl Comm {
 
     /// Bitwise or of `v` over all ranks (no allocation: the sync points' agreement).
     pub fn or_bits(&self, v: u32) -> u32 {
+        count(Kind::Allreduce, 4);
         match &self.imp {
             Imp::Mpi(c) => {
                 let mut out = 0u32;
@@ -416,6 +545,7 @@ impl Comm {
 
     /// Element-wise maximum of `v` over all ranks (one reduction for several values).
     pub fn max_u64s(&self, v: &[u64]) -> Vec<u64> {
+        count(Kind::Allreduce, 8 * v.len());
         match &self.imp {
             Imp::Mpi(c) => {
                 let mut out = vec![0u64; v.len()];
@@ -438,6 +568,7 @@ impl Comm {
     }
 
     pub fn max_f64(&self, v: f64) -> f64 {
+        count(Kind::Allreduce, 8);
         match &self.imp {
             Imp::Mpi(c) => {
                 let mut out = 0f64;
@@ -453,15 +584,18 @@ impl Comm {
         let inner = match &self.imp {
             Imp::Mpi(c) => c,
             Imp::Local(h) => {
+                count(Kind::Bcast, data.len());
                 let mine = if self.rank == root { data } else { Vec::new() };
                 return Comm::exchange(h, self.rank, mine).1[root as usize].clone();
             }
         };
         let proc = inner.process_at_rank(root);
         let mut len = data.len() as u64;
+        count(Kind::Bcast, 8);
         proc.broadcast_into(&mut len);
         let mut buf = if self.rank == root { data } else { vec![0u8; len as usize] };
         if len > 0 {
+            count(Kind::Bcast, len as usize);
             proc.broadcast_into(&mut buf[..]);
         }
         buf
@@ -479,12 +613,15 @@ impl Comm {
         let inner = match &self.imp {
             Imp::Mpi(c) => c,
             Imp::Local(h) => {
+                count(Kind::Gatherv, data.len());
                 let (_, all) = Comm::exchange(h, self.rank, data.to_vec());
                 return (self.rank == root).then(|| all.to_vec());
             }
         };
         let proc = inner.process_at_rank(root);
         let len = data.len() as i32;
+        count(Kind::Gather, 4);
+        count(Kind::Gatherv, data.len());
         if self.rank == root {
             let mut lens = vec![0i32; self.size as usize];
             proc.gather_into_root(&len, &mut lens[..]);
@@ -522,10 +659,15 @@ impl Comm {
     pub fn allgather_bytes(&self, data: &[u8]) -> Vec<Vec<u8>> {
         let inner = match &self.imp {
             Imp::Mpi(c) => c,
-            Imp::Local(h) => return Comm::exchange(h, self.rank, data.to_vec()).1.to_vec(),
+            Imp::Local(h) => {
+                count(Kind::Allgatherv, data.len());
+                return Comm::exchange(h, self.rank, data.to_vec()).1.to_vec();
+            }
         };
         let len = data.len() as i32;
         let mut lens = vec![0i32; self.size as usize];
+        count(Kind::Allgather, 4);
+        count(Kind::Allgatherv, data.len());
         inner.all_gather_into(&len, &mut lens[..]);
         let displs = displacements(&lens);
         let total: i32 = lens.iter().sum();
@@ -564,6 +706,7 @@ impl Comm {
                 } else {
                     Vec::new()
                 };
+                count(Kind::Scatterv, mine.len());
                 let (_, all) = Comm::exchange(h, self.rank, mine);
                 let mut rest = &all[root as usize][..];
                 for r in 0..self.size {
@@ -578,6 +721,7 @@ impl Comm {
         };
         let proc = inner.process_at_rank(root);
         let mut my_len = 0i32;
+        count(Kind::Scatter, if self.rank == root { 4 * self.size as usize } else { 0 });
         if self.rank == root {
             let parts = parts.expect("root provides the parts");
             assert_eq!(parts.len(), self.size as usize);
@@ -585,12 +729,14 @@ impl Comm {
             proc.scatter_into_root(&lens[..], &mut my_len);
             let displs = displacements(&lens);
             let flat: Vec<u8> = parts.concat();
+            count(Kind::Scatterv, flat.len());
             let mut out = vec![0u8; my_len as usize];
             let part = Partition::new(&flat[..], &lens[..], &displs[..]);
             proc.scatter_varcount_into_root(&part, &mut out[..]);
             out
         } else {
             proc.scatter_into(&mut my_len);
+            count(Kind::Scatterv, 0);
             let mut out = vec![0u8; my_len as usize];
             proc.scatter_varcount_into(&mut out[..]);
             out
@@ -632,6 +778,24 @@ mod tests {
         let bytes = encode(&f64::NAN);
         assert!(decode::<f64>("broadcast", 0, &bytes).is_err());
         assert_eq!(decode::<(u32, String)>("x", 0, &encode(&(7u32, "a".to_string()))).unwrap(), (7, "a".to_string()));
+    }
+
+    #[test]
+    fn a_tally_counts_collectives_per_kind_between_two_snapshots() {
+        let before = tally();
+        count(Kind::Allreduce, 8);
+        count(Kind::Allreduce, 16);
+        count(Kind::Allgatherv, 1000);
+        let d = tally().since(&before);
+        // (other tests may count too, in parallel: at least ours are there)
+        assert!(d.calls(Kind::Allreduce) >= 2 && d.calls(Kind::Allgatherv) >= 1, "{d}");
+        assert!(d.bytes() >= 1024, "{d}");
+        let mut t = Tally::default();
+        t.calls[Kind::Allreduce as usize] = 5;
+        t.calls[Kind::Allgatherv as usize] = 2;
+        t.bytes[Kind::Allgatherv as usize] = 812;
+        assert_eq!(t.to_string(), "7 collectives (5 allreduce, 2 allgatherv), 812 B from this rank");
+        assert_eq!(Tally::default().to_string(), "0 collectives, 0 B from this rank");
     }
 
     #[test]

@@ -159,6 +159,7 @@ impl Runtime {
             encoders: Default::default(),
             evict_after_encode: Vec::new(),
             job_lock: None,
+            tally_from: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.lock_prefix()?;

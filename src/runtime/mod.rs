@@ -39,8 +39,8 @@ mod tests;
 pub(crate) use restart::wanted_name;
 pub use shared::{route_shared_file, shared_staging_path};
 pub use transparent::{
-    adopt_output, before_rename_dir, cached_files, dataset_places, rename_dir, restart_auto, transparent_setup, Adopt,
-    Adopted, CachedFile, TransparentSetup,
+    adopt_output, before_rename_dir, cached_files, count_collectives_from, dataset_places, rename_dir, restart_auto,
+    transparent_setup, Adopt, Adopted, CachedFile, TransparentSetup,
 };
 
 use std::path::PathBuf;
@@ -167,6 +167,10 @@ pub struct Runtime {
     evict_after_encode: Vec<u64>,
     /// Rank 0: the prefix's job lock, held for the whole run ([`joblock`]).
     job_lock: Option<crate::state::joblock::JobLock>,
+    /// The collectives of the dataset being formed are counted from this snapshot on
+    /// (`SCR_Start_output`, or in transparent mode the sync point that forms it), and
+    /// reported with its completion (`SCR_DEBUG=1`).
+    tally_from: Option<crate::comm::Tally>,
 }
 
 enum State {
@@ -547,6 +551,9 @@ impl Runtime {
         self.flush_owed();
         self.finish_deletions();
         self.world.barrier();
+        if self.rank0() {
+            crate::scr_debug!(1, "this run: {} (rank 0, all of SCR's communicators)", crate::comm::tally());
+        }
         self.log_run_end(reason);
         // rank 0: the database rows of this run are written before MPI is released
         self.events.drain();

@@ -14,8 +14,12 @@ impl Runtime {
     /// phase ended (or `SCR_Init`).
     pub(super) fn start_output_logged(&mut self, name: Option<&str>, flags: i32) -> Result<()> {
         let compute = self.policy.output_started();
+        if self.phase == Phase::Idle && self.tally_from.is_none() {
+            self.tally_from = Some(crate::comm::tally());
+        }
         let r = self.start_output(name, flags);
         if r.is_err() {
+            self.tally_from = None;
             self.policy.output_refused(compute);
             return r;
         }
@@ -42,6 +46,13 @@ impl Runtime {
         let (name, is_ckpt) =
             self.filemap.datasets.get(&id).map(|r| (r.desc.name.clone(), r.desc.checkpoint)).unwrap_or_default();
         let r = self.complete_output(valid);
+        if let Some(from) = self.tally_from.take().filter(|_| self.rank0()) {
+            let span = match self.mode {
+                super::Mode::Api => "SCR_Start_output to SCR_Complete_output",
+                super::Mode::Transparent => "its sync point",
+            };
+            crate::scr_debug!(1, "dataset {id} ({name}): {} in {span}", crate::comm::tally().since(&from));
+        }
         // Valid: the application was told so, or (an output dataset whose flush failed) the
         // dataset is complete in cache.
         let ok = match &r {

@@ -97,6 +97,16 @@ pub fn adopt_output(a: &Adopt) -> Result<Adopted> {
     with_rt("SCR_Complete_output (transparent)", |rt| rt.adopt_output(a))
 }
 
+/// The collectives of the datasets a sync point forms are counted from `from` (taken before
+/// its agreement; `None` after it), and reported with each dataset's completion
+/// (`SCR_DEBUG=1`); a dataset after the first counts from the end of the one before.
+pub fn count_collectives_from(from: Option<crate::comm::Tally>) {
+    let _ = with_rt("transparent mode", |rt| {
+        rt.tally_from = from;
+        Ok(())
+    });
+}
+
 /// Load the checkpoint SCR offers, as `SCR_Start_restart`/`SCR_Complete_restart` would
 /// around an application that reads it (collective). A checkpoint whose files are missing
 /// on some rank is marked failed and the next one is tried. Returns its name.

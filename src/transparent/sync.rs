@@ -207,6 +207,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         }
     };
     let _inside = Inside::enter();
+    let from = crate::comm::tally();
     if std::mem::take(&mut st.halt_check) && s.halt_exit && crate::runtime::should_exit().unwrap_or(false) {
         if s.rank == 0 {
             crate::log::emit("INFO", format_args!("halting the run after its checkpoint (SCR_HALT_EXIT=1)"));
@@ -240,7 +241,9 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         // (datasets with a file open for writing somewhere wait, except at the last point)
         st.tried = t.settled();
         ATTEMPTS.store(ATTEMPTS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        crate::runtime::count_collectives_from(Some(from));
         st.halt_check = complete(s, &st.comm, &mut t, false, !last);
+        crate::runtime::count_collectives_from(None);
     }
     super::view::publish(s, &t);
     // (under the sync lock: a load and a store suffice)
@@ -320,7 +323,9 @@ pub(super) fn recover(s: &Session) {
         }
     }
     if st.comm.max_u64s(&[added])[0] > 0 {
+        crate::runtime::count_collectives_from(Some(crate::comm::tally()));
         complete(s, &st.comm, &mut t, true, false);
+        crate::runtime::count_collectives_from(None);
     }
     // (completing forgot every file it looked at: what is left on disk joined nothing)
     let _ = crate::paths::remove_tree_if_exists(&s.pending);
