@@ -4,9 +4,15 @@
 //!
 //! Variable-size data travels as bytes; typed data as JSON through [`Comm::bcast`],
 //! [`Comm::gather`], [`Comm::allgather`] and [`Comm::scatter`]. Data received from another
-//! rank that does not decode (a bug, or memory corrupted on the way) is a [`CommError`], and
-//! the typed collectives agree on it: when any rank fails to decode, every rank returns the
-//! error, so no rank goes on alone into a collective the others never reach. The library never initialises
+//! rank that does not decode (a bug) is a [`CommError`], and every rank returns it, so no
+//! rank goes on alone into a collective the others never reach: a broadcast or an allgather
+//! gives every rank the same bytes, which decode alike everywhere; after a gather or a
+//! scatter the ranks agree on the outcome (one more allreduce).
+//!
+//! Small data costs one MPI collective: a broadcast sends a fixed block holding the length
+//! and the first bytes ([`BCAST_INLINE`]), an allgather a fixed slot per rank holding its
+//! length and first bytes ([`Comm::allgather_bytes`]); only what does not fit follows in a
+//! second collective, which every rank knows to make (the lengths came with the first). The library never initialises
 //! or finalises MPI on the application's behalf (except `SCR_HALT_EXIT`, which ends the
 //! process by design).
 //!
@@ -180,6 +186,21 @@ pub struct Comm {
     imp: Imp,
     rank: i32,
     size: i32,
+    /// The slot of [`Comm::allgather_bytes`] (4 bytes of length, then data): the same on
+    /// every rank, since it grows only from lengths every rank received.
+    slot: std::cell::Cell<usize>,
+}
+
+/// Bytes a broadcast carries in its first (and usually only) collective, its length included.
+pub const BCAST_INLINE: usize = 256;
+
+/// The allgather slot: at first 256 bytes, growing to fit what overflowed it (so an
+/// agreement that exceeds it once fits the next time), at most 1 KiB; with many ranks
+/// smaller, so that the slots of all ranks stay within 256 KiB (data beyond its rank's
+/// slot travels in a second collective, an allgatherv).
+fn slot_bounds(size: i32) -> (usize, usize) {
+    let max = (256 * 1024 / size.max(1) as usize).clamp(16, 1024);
+    (256.min(max), max)
 }
 
 /// Which kind of communicator a [`Comm`] is.
@@ -252,13 +273,17 @@ impl Comm {
     /// its own thread (see [`local::run`]).
     pub fn in_process(hub: &std::sync::Arc<local::Hub>) -> Vec<Comm> {
         let size = hub.size() as i32;
-        (0..size).map(|rank| Comm { imp: Imp::Local(hub.clone()), rank, size }).collect()
+        (0..size).map(|rank| Comm::with(Imp::Local(hub.clone()), rank, size)).collect()
     }
 
     fn wrap(inner: SimpleCommunicator) -> Comm {
         let rank = inner.rank();
         let size = inner.size();
-        Comm { imp: Imp::Mpi(inner), rank, size }
+        Comm::with(Imp::Mpi(inner), rank, size)
+    }
+
+    fn with(imp: Imp, rank: i32, size: i32) -> Comm {
+        Comm { imp, rank, size, slot: std::cell::Cell::new(slot_bounds(size).0) }
     }
 
     /// Whether any thread may use this communicator's processes at any time (MPI:
@@ -337,7 +362,7 @@ impl Comm {
                 members.sort();
                 let rank = members.iter().position(|m| m.1 == self.rank).expect("this rank is a member") as i32;
                 let hub = h.child(round, color, members.len());
-                Comm { imp: Imp::Local(hub), rank, size: members.len() as i32 }
+                Comm::with(Imp::Local(hub), rank, members.len() as i32)
             }
         }
     }
@@ -589,23 +614,38 @@ impl Comm {
                 return Comm::exchange(h, self.rank, mine).1[root as usize].clone();
             }
         };
+        // one collective when the data fit in BCAST_INLINE with their length, two otherwise
         let proc = inner.process_at_rank(root);
-        let mut len = data.len() as u64;
-        count(Kind::Bcast, 8);
-        proc.broadcast_into(&mut len);
-        let mut buf = if self.rank == root { data } else { vec![0u8; len as usize] };
-        if len > 0 {
-            count(Kind::Bcast, len as usize);
-            proc.broadcast_into(&mut buf[..]);
+        let mut head = [0u8; BCAST_INLINE];
+        let room = BCAST_INLINE - 8;
+        if self.rank == root {
+            head[..8].copy_from_slice(&(data.len() as u64).to_le_bytes());
+            let n = data.len().min(room);
+            head[8..8 + n].copy_from_slice(&data[..n]);
+        }
+        count(Kind::Bcast, BCAST_INLINE);
+        proc.broadcast_into(&mut head[..]);
+        let len = u64::from_le_bytes(head[..8].try_into().expect("8 bytes")) as usize;
+        let n = len.min(room);
+        let mut buf = if self.rank == root {
+            data
+        } else {
+            let mut b = vec![0u8; len];
+            b[..n].copy_from_slice(&head[8..8 + n]);
+            b
+        };
+        if len > n {
+            count(Kind::Bcast, len - n);
+            proc.broadcast_into(&mut buf[n..]);
         }
         buf
     }
 
-    /// Broadcast a value from `root` (agreed: see [`CommError`]).
+    /// Broadcast a value from `root` (every rank decodes the same bytes: one outcome).
     pub fn bcast<T: Serialize + DeserializeOwned>(&self, root: i32, value: &T) -> CResult<T> {
         let bytes = if self.rank == root { encode(value) } else { Vec::new() };
         let out = self.bcast_bytes(root, bytes);
-        self.agreed("broadcast", decode("broadcast", root, &out))
+        decode("broadcast", root, &out)
     }
 
     /// Gather byte strings to `root`: `Some(per-rank)` on the root, `None` elsewhere.
@@ -655,7 +695,10 @@ impl Comm {
         self.agreed("gather", local)
     }
 
-    /// Every rank's byte string, on every rank.
+    /// Every rank's byte string, on every rank: one allgather of a fixed slot per rank (its
+    /// length and first bytes), and an allgatherv of the rest only when some rank's data
+    /// did not fit (every rank knows: the lengths came with the slots). The slot then grows
+    /// for the next call (see [`slot_bounds`]).
     pub fn allgather_bytes(&self, data: &[u8]) -> Vec<Vec<u8>> {
         let inner = match &self.imp {
             Imp::Mpi(c) => c,
@@ -664,30 +707,45 @@ impl Comm {
                 return Comm::exchange(h, self.rank, data.to_vec()).1.to_vec();
             }
         };
-        let len = data.len() as i32;
-        let mut lens = vec![0i32; self.size as usize];
-        count(Kind::Allgather, 4);
-        count(Kind::Allgatherv, data.len());
-        inner.all_gather_into(&len, &mut lens[..]);
-        let displs = displacements(&lens);
-        let total: i32 = lens.iter().sum();
-        let mut buf = vec![0u8; total as usize];
-        {
-            let mut part = PartitionMut::new(&mut buf[..], &lens[..], &displs[..]);
-            inner.all_gather_varcount_into(data, &mut part);
+        let slot = self.slot.get();
+        let room = slot - 4;
+        let mut mine = vec![0u8; slot];
+        mine[..4].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        let n = data.len().min(room);
+        mine[4..4 + n].copy_from_slice(&data[..n]);
+        let mut all = vec![0u8; slot * self.size as usize];
+        count(Kind::Allgather, slot);
+        inner.all_gather_into(&mine[..], &mut all[..]);
+        let lens: Vec<usize> =
+            all.chunks(slot).map(|c| u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize).collect();
+        let mut parts: Vec<Vec<u8>> =
+            all.chunks(slot).zip(&lens).map(|(c, l)| c[4..4 + (*l).min(room)].to_vec()).collect();
+        let over: Vec<i32> = lens.iter().map(|l| l.saturating_sub(room) as i32).collect();
+        if over.iter().any(|o| *o > 0) {
+            let displs = displacements(&over);
+            let total: i32 = over.iter().sum();
+            let mut buf = vec![0u8; total as usize];
+            count(Kind::Allgatherv, data.len() - n);
+            {
+                let mut part = PartitionMut::new(&mut buf[..], &over[..], &displs[..]);
+                inner.all_gather_varcount_into(&data[n..], &mut part);
+            }
+            for (p, rest) in parts.iter_mut().zip(split_parts(&buf, &over, &displs)) {
+                p.extend_from_slice(&rest);
+            }
+            let need = lens.iter().max().copied().unwrap_or(0) + 4;
+            self.slot.set(need.next_power_of_two().clamp(slot, slot_bounds(self.size).1));
         }
-        split_parts(&buf, &lens, &displs)
+        parts
     }
 
-    /// Every rank's value, on every rank (agreed: see [`CommError`]).
+    /// Every rank's value, on every rank (every rank decodes the same bytes: one outcome).
     pub fn allgather<T: Serialize + DeserializeOwned>(&self, value: &T) -> CResult<Vec<T>> {
-        let local = self
-            .allgather_bytes(&encode(value))
+        self.allgather_bytes(&encode(value))
             .iter()
             .enumerate()
             .map(|(r, p)| decode("allgather", r as i32, p))
-            .collect::<CResult<Vec<T>>>();
-        self.agreed("allgather", local)
+            .collect::<CResult<Vec<T>>>()
     }
 
     /// Scatter one byte string per rank from `root` (`parts` is used on the root only).

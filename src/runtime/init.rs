@@ -160,6 +160,8 @@ impl Runtime {
             evict_after_encode: Vec::new(),
             job_lock: None,
             tally_from: None,
+            adopting: false,
+            start_failed: None,
         };
         rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
         rt.lock_prefix()?;

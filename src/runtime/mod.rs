@@ -171,6 +171,11 @@ pub struct Runtime {
     /// (`SCR_Start_output`, or in transparent mode the sync point that forms it), and
     /// reported with its completion (`SCR_DEBUG=1`).
     tally_from: Option<crate::comm::Tally>,
+    /// Transparent mode is forming a dataset ([`transparent::adopt_output`]): its name and
+    /// flags are agreed by construction, and a local failure to start it only makes it invalid.
+    adopting: bool,
+    /// Why this rank could not start the dataset being adopted (reported at its completion).
+    start_failed: Option<String>,
 }
 
 enum State {
@@ -414,6 +419,19 @@ impl Runtime {
             return local;
         }
         let msg = local.as_ref().err().map(|e| e.to_string());
+        Err(Error::Collective(self.ctx().summarize_failures(what, msg)))
+    }
+
+    /// [`Runtime::agree`] when every rank already knows whether any rank failed (`failed`,
+    /// from a reduction the caller made): no collective when none did.
+    fn agree_known<T>(&self, what: &str, local: Result<T>, failed: bool) -> Result<T> {
+        if !failed {
+            return local;
+        }
+        let msg = match &local {
+            Ok(_) => None,
+            Err(e) => Some(e.to_string()),
+        };
         Err(Error::Collective(self.ctx().summarize_failures(what, msg)))
     }
 

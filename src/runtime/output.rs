@@ -15,6 +15,10 @@ use crate::state::flushfile::Location;
 use crate::state::halt::Halt;
 use crate::{scr_debug, scr_error, scr_warn};
 
+/// How many victims of a completion's eviction travel in its last reduction (more are
+/// broadcast).
+const CARRIED_VICTIMS: usize = 8;
+
 impl Runtime {
     pub(super) fn start_output(&mut self, name: Option<&str>, flags: i32) -> Result<()> {
         const CALL: &str = "SCR_Start_output";
@@ -37,15 +41,22 @@ impl Runtime {
                 ));
             }
         }
-        // Every rank must pass the same name and flags.
-        let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) as i64 & i64::MAX;
-        if local.is_ok() && self.world.min_i64(key) != self.world.max_i64(key) {
-            local = Err(Error::usage(
-                call,
-                format!("ranks passed different names or flags (this rank: {name:?}, {flags})"),
-            ));
+        // Every rank must pass the same name and flags (transparent mode passes the name and
+        // flags the ranks agreed on: the same local outcome everywhere, nothing to check).
+        // One reduction: the largest key, the largest complement (the smallest key), a failure.
+        if !self.adopting {
+            let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) & (u64::MAX >> 1);
+            let all = self.world.max_u64s(&[key, u64::MAX - key, local.is_err() as u64]);
+            if local.is_ok() && all[0] != u64::MAX - all[1] {
+                local = Err(Error::usage(
+                    call,
+                    format!("ranks passed different names or flags (this rank: {name:?}, {flags})"),
+                ));
+            }
+            self.agree_known(call, local, all[2] != 0 || all[0] != u64::MAX - all[1])?;
+        } else {
+            local?;
         }
-        self.agree(call, local)?;
 
         let is_ckpt = flags & FLAG_CHECKPOINT != 0;
         let is_output = flags & FLAG_OUTPUT != 0;
@@ -115,6 +126,15 @@ impl Runtime {
             crate::log::crash_point("marked");
         }
         let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
+        if self.adopting {
+            // transparent mode: the files are moved in next and the dataset completes at once;
+            // a rank that failed here makes it invalid everywhere at its completion, whose
+            // exchange also comes after every rank saved its marks: the victims are moved
+            // away after it (`complete_output`)
+            self.start_failed = local.err().map(|e| e.to_string());
+            self.phase = Phase::Output { id, start: Instant::now() };
+            return Ok(());
+        }
         let agreed = self.agree(call, local);
         self.bury();
         agreed?;
@@ -133,8 +153,16 @@ impl Runtime {
     /// prefix; the earlier version of the dataset being written does not count; a victim still being flushed in the background is waited for first. The caller
     /// deletes them.
     pub(super) fn evictions(&mut self, store: &Path, keep: Option<u64>, room: usize) -> Vec<u64> {
+        let mine = if self.rank0() { self.victims_here(store, keep, room) } else { Vec::new() };
+        // on a failed broadcast (agreed) nothing is evicted: the store holds one more
+        let victims: Vec<u64> = self.world.bcast(0, &mine).unwrap_or_default();
+        self.evicting(store, victims)
+    }
+
+    /// Rank 0's choice of [`Runtime::evictions`] (local).
+    fn victims_here(&self, store: &Path, keep: Option<u64>, room: usize) -> Vec<u64> {
         let count = self.store_count(store);
-        let victims = if self.rank0() {
+        {
             let cached: Vec<&DatasetRecord> = self
                 .filemap
                 .datasets
@@ -167,11 +195,13 @@ impl Runtime {
                 excess -= 1;
             }
             victims
-        } else {
-            Vec::new()
-        };
-        // on a failed broadcast (agreed) nothing is evicted: the store holds one more
-        let victims: Vec<u64> = self.world.bcast(0, &victims).unwrap_or_default();
+        }
+    }
+
+    /// The victims every rank agreed on leave `store` (collective): those still being
+    /// flushed are waited for first. Returns them, for the caller to delete.
+    fn evicting(&mut self, store: &Path, victims: Vec<u64>) -> Vec<u64> {
+        let count = self.store_count(store);
         // A victim still being flushed leaves only once its flush is finished everywhere.
         let flying: Vec<u64> = victims.iter().copied().filter(|id| self.in_flight(*id)).collect();
         let mut waited = 0.0;
@@ -295,24 +325,23 @@ impl Runtime {
         }
         let local_err = (!problems.is_empty()).then(|| problems.join("; "));
         let name = rec.desc.name.clone();
-        if !self.world.all_true(local_err.is_none()) {
-            let summary = self.ctx().summarize_failures(&format!("dataset {id} ({name})"), local_err);
-            if self.rank0() {
-                let kept = self.kept_note(id);
-                let space = if summary.contains("No space left") {
-                    "; the store ran out of space: while a checkpoint is written it holds one dataset more than \
-                     its COUNT (SCR_CACHE_SIZE), so the previous one is never deleted first"
-                } else {
-                    ""
-                };
-                scr_error!("{summary}; the dataset is invalid on every rank and is discarded{kept}{space}");
+        let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
+        // one exchange: every rank's outcome, bytes and files, and the names it routed
+        let checked = self.complete_shared(id, local_err, bytes, nfiles);
+        // transparent mode: what its start marked for deletion (every rank saved its marks
+        // before the exchange) leaves now
+        self.bury();
+        let (mut shared, total, files) = match checked {
+            super::shared::Checked::Done { shared, bytes, files } => (shared, bytes, files),
+            super::shared::Checked::Misused => {
+                self.drop_cached(id);
+                return Ok(false);
             }
-            self.drop_cached(id);
-            return Ok(false);
-        }
-        let Some(mut shared) = self.complete_shared(id) else {
-            self.drop_cached(id);
-            return Ok(false);
+            super::shared::Checked::Failed(summary) => {
+                self.report_invalid(id, &summary);
+                self.drop_cached(id);
+                return Ok(false);
+            }
         };
         // a new version of a cached checkpoint (transparent mode) keeps its shared files
         if let Some(old) = self.version_of.and_then(|v| self.filemap.datasets.get(&v)) {
@@ -321,11 +350,17 @@ impl Runtime {
             shared.extend(kept);
         }
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
-        // a name several ranks routed in a bypass dataset is the dataset's, not each rank's
-        rec.files.retain(|f| !shared.iter().any(|s| s.rel == f.rel));
-        let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
-        let total = self.world.sum_u64(bytes) + shared.iter().map(|s| s.size).sum::<u64>();
-        let files = self.world.sum_u64(nfiles) + shared.len() as u64;
+        let (total, files) = if shared.is_empty() {
+            (total, files)
+        } else {
+            // a name several ranks routed in a bypass dataset is the dataset's, not each
+            // rank's: counted again without them (`shared` is agreed: every rank sums)
+            rec.files.retain(|f| !shared.iter().any(|s| s.rel == f.rel));
+            let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
+            (self.world.sum_u64(bytes), self.world.sum_u64(nfiles))
+        };
+        let total = total + shared.iter().map(|s| s.size).sum::<u64>();
+        let files = files + shared.len() as u64;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.desc.size = total;
         rec.desc.files = files;
@@ -339,7 +374,11 @@ impl Runtime {
             }
             None => Ok(()),
         };
-        let applied = self.agree(&format!("applying redundancy to dataset {id}"), applied);
+        // (whether there is a plan is the same on every rank: without one nothing to agree on)
+        let applied = match plan {
+            Some(_) => self.agree(&format!("applying redundancy to dataset {id}"), applied),
+            None => applied,
+        };
         if let Err(e) = applied {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");
@@ -356,15 +395,32 @@ impl Runtime {
         rec.complete = true;
         let scheme = rec.red.as_ref().map_or(crate::desc::Scheme::Single, |r| r.scheme);
         let (is_ckpt, is_output) = (rec.desc.checkpoint, rec.desc.output);
-        if let Err(e) = self.agree(&format!("recording dataset {id} as complete"), self.save_filemap()) {
+        // One reduction: whether every rank recorded it, and rank 0's choice of the datasets
+        // its completion evicts (see `evict_for_complete`; decided now, nothing below changes
+        // the candidates: they exclude this one), carried as the maximum over the ranks.
+        let evicts = (!deferred && !bypass).then(|| rec.reddesc.store.clone());
+        let planned = match &evicts {
+            Some(store) if self.rank0() => self.victims_here(store, Some(id), self.room_after(store)),
+            _ => Vec::new(),
+        };
+        let saved = self.save_filemap();
+        let mut mine = vec![saved.is_err() as u64, planned.len() as u64];
+        mine.extend(planned.iter().take(CARRIED_VICTIMS));
+        mine.resize(2 + CARRIED_VICTIMS, 0);
+        let all = self.world.max_u64s(&mine);
+        let what = format!("recording dataset {id} as complete");
+        if let Err(e) = self.agree_known(&what, saved, all[0] != 0) {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");
             }
             self.drop_cached(id);
             return Ok(false);
         }
+        // more victims than the reduction carries: `evict_for_complete` broadcasts them
+        let victims = (all[1] as usize <= CARRIED_VICTIMS).then(|| all[2..2 + all[1] as usize].to_vec());
         self.set_location(id, Some(Location::Cache));
-        let secs = self.world.max_f64(start.elapsed().as_secs_f64());
+        // (this rank's time once every rank recorded it: the slowest rank's, nearly)
+        let secs = start.elapsed().as_secs_f64();
         self.policy.last = super::policy::OutputStats { bytes: total, files, scheme: scheme.name() };
         if self.rank0() {
             scr_debug!(
@@ -418,7 +474,7 @@ impl Runtime {
         // never costs the newest complete one. One encoded in the background has SINGLE
         // protection until every rank's encoding finished: the older ones leave then.
         if !deferred {
-            self.evict_for_complete(id);
+            self.evict_for_complete(id, victims);
         }
 
         if is_ckpt && (self.version_of.is_none() || self.version_counts) {
@@ -441,6 +497,20 @@ impl Runtime {
         result
     }
 
+    /// Rank 0 says why dataset `id` is invalid on every rank (`summary`, agreed).
+    fn report_invalid(&self, id: u64, summary: &str) {
+        if self.rank0() {
+            let kept = self.kept_note(id);
+            let space = if summary.contains("No space left") {
+                "; the store ran out of space: while a checkpoint is written it holds one dataset more than \
+                 its COUNT (SCR_CACHE_SIZE), so the previous one is never deleted first"
+            } else {
+                ""
+            };
+            scr_error!("{summary}; the dataset is invalid on every rank and is discarded{kept}{space}");
+        }
+    }
+
     /// What a failed dataset `id` leaves: "; <name> (dataset <n>) stays the newest checkpoint
     /// in cache", or nothing when no complete checkpoint is cached.
     fn kept_note(&self, id: u64) -> String {
@@ -455,21 +525,32 @@ impl Runtime {
     /// mode at least the two newest checkpoints stay: the application may still name the
     /// previous one (its pointer file, outside the patterns, moves after the sync point that
     /// completed this one); the previous one leaves at the next dataset's sync point.
-    fn evict_for_complete(&mut self, id: u64) {
+    /// `victims`: the ones every rank already agreed on, if any.
+    fn evict_for_complete(&mut self, id: u64, victims: Option<Vec<u64>>) {
         let Some(store) = self.filemap.datasets.get(&id).filter(|r| !r.reddesc.bypass).map(|r| r.reddesc.store.clone())
         else {
             return;
         };
-        let room = match self.mode {
-            super::Mode::Api => 1,
-            super::Mode::Transparent => usize::from(self.store_count(&store) > 1),
+        let victims = match victims {
+            Some(v) => self.evicting(&store, v),
+            None => {
+                let room = self.room_after(&store);
+                self.evictions(&store, Some(id), room)
+            }
         };
-        let victims = self.evictions(&store, Some(id), room);
         // the victims are agreed: no rank saves its filemap or joins the agreement for none
         if victims.is_empty() {
             return;
         }
         self.drop_many(&victims);
+    }
+
+    /// The room `evict_for_complete` keeps in `store`.
+    fn room_after(&self, store: &Path) -> usize {
+        match self.mode {
+            super::Mode::Api => 1,
+            super::Mode::Transparent => usize::from(self.store_count(store) > 1),
+        }
     }
 
     /// Collective (every SCR progress point): the datasets encoded in the background whose
@@ -497,7 +578,7 @@ impl Runtime {
             if all[3 * i] != 0 {
                 self.evict_after_encode.push(id);
             } else if all[3 * i + 1] == 0 && all[3 * i + 2] == 0 {
-                self.evict_for_complete(id);
+                self.evict_for_complete(id, None);
             } else if self.rank0() {
                 scr_debug!(1, "dataset {id}: not encoded on every rank or not the newest: older datasets stay");
             }

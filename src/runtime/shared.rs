@@ -57,20 +57,35 @@ pub fn shared_staging_path(name: &str) -> Result<PathBuf> {
     with_rt(ROUTE_SHARED, |rt| Ok(rt.layout.shared_staging(&rt.dataset_rel(ROUTE_SHARED, name)?)))
 }
 
-/// What one rank routed in an output phase, for the check at completion: the hashes of the
-/// names it routed for itself, and the names it declared shared.
+/// What one rank says at the completion of an output phase: the hashes of the names it
+/// routed for itself, the names it declared shared, why the dataset is invalid on it, and
+/// its bytes and files.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Routed {
     private: Vec<u64>,
     shared: Vec<PathBuf>,
+    failed: Option<String>,
+    bytes: u64,
+    files: u64,
 }
 
-/// Rank 0's first answer: the shared files, or the hashes two ranks both routed privately
-/// (whose names the ranks then send).
-#[derive(Debug, Serialize, Deserialize)]
-enum First {
-    Done(std::result::Result<Vec<SharedFile>, String>),
-    Names(Vec<u64>),
+/// What the ranks' [`Routed`] say, alike on every rank.
+enum Agreed {
+    /// Some rank failed: the summary.
+    Failed(String),
+    /// The names, checked, and the dataset's (bytes, files) on all ranks.
+    Names(std::result::Result<Vec<SharedFile>, String>, (u64, u64)),
+}
+
+/// How the completion exchange of a dataset ended ([`Runtime::complete_shared`]).
+pub(super) enum Checked {
+    /// Some rank failed (or the exchange did): the summary, not yet said.
+    Failed(String),
+    /// A file was misused (said by rank 0).
+    Misused,
+    /// The shared files, and the dataset's bytes and files on all ranks (shared files not
+    /// counted).
+    Done { shared: Vec<SharedFile>, bytes: u64, files: u64 },
 }
 
 fn hash(rel: &Path) -> u64 {
@@ -117,19 +132,27 @@ impl Runtime {
         Ok(staging)
     }
 
-    /// `SCR_Complete_output` of valid dataset `id` (collective): check the names every rank
-    /// routed and complete the shared files (in a bypass dataset, the names several ranks
-    /// routed become shared files: the caller drops them from the ranks' own files); `None`
-    /// (said once, by rank 0) makes the dataset invalid on every rank.
-    pub(super) fn complete_shared(&self, id: u64) -> Option<Vec<SharedFile>> {
-        let agreed = self.agree_names(id).unwrap_or_else(|e| Err(e.to_string()));
-        let done = match agreed {
+    /// `SCR_Complete_output` of dataset `id` (collective): in one exchange, every rank's outcome
+    /// (`local_err`), its bytes and files, and the names it routed; then check the names and
+    /// complete the shared files (in a bypass dataset, the names several ranks routed become
+    /// shared files: the caller drops them from the ranks' own files). The same answer on
+    /// every rank; a misuse is said once, by rank 0.
+    pub(super) fn complete_shared(&self, id: u64, local_err: Option<String>, bytes: u64, files: u64) -> Checked {
+        let agreed = match self.agree_names(id, local_err, bytes, files) {
+            Ok(a) => a,
+            Err(e) => return Checked::Failed(format!("dataset {id}: {e}")),
+        };
+        let (done, totals) = match agreed {
+            Agreed::Failed(summary) => return Checked::Failed(summary),
+            Agreed::Names(r, totals) => (r, totals),
+        };
+        let done = match done {
             Ok(list) if list.is_empty() => Ok(list),
             Ok(list) => self.finish_shared(id, list).unwrap_or_else(|e| Err(e.to_string())),
             Err(e) => Err(e),
         };
         match done {
-            Ok(list) => Some(list),
+            Ok(list) => Checked::Done { shared: list, bytes: totals.0, files: totals.1 },
             Err(e) => {
                 if self.rank0() {
                     let name = &self.filemap.datasets[&id].desc.name;
@@ -137,48 +160,52 @@ impl Runtime {
                         "dataset {id} ({name}): {e}; the dataset is invalid on every rank and is discarded"
                     );
                 }
-                None
+                Checked::Misused
             }
         }
     }
 
-    /// The shared files of output dataset `id` as every rank declared them, after checking the
-    /// names all ranks routed (collective): `Err` names a misused file.
-    fn agree_names(&self, id: u64) -> Result<std::result::Result<Vec<SharedFile>, String>> {
+    /// Every rank's outcome, sizes and routed names, on every rank (one allgather), checked
+    /// alike by every rank: a failure summary, or the shared files as every rank declared
+    /// them (`Err` names a misused file) with the dataset's bytes and files.
+    fn agree_names(&self, id: u64, failed: Option<String>, bytes: u64, files: u64) -> Result<Agreed> {
         let rec = &self.filemap.datasets[&id];
         let bypass = rec.reddesc.bypass;
         let routed = Routed {
             private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
             shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
+            failed,
+            bytes,
+            files,
         };
-        let all = self.world.gather(0, &routed)?;
-        let first = all.as_ref().map(|all| match plan_shared(all, &BTreeMap::new(), bypass, self.mode) {
-            Err(Clash::Hashes(h)) => First::Names(h),
-            Err(Clash::Named(msg)) => First::Done(Err(msg)),
-            Ok(list) => First::Done(Ok(list)),
-        });
-        let colliding = match self.world.bcast(0, &first.unwrap_or(First::Names(Vec::new())))? {
-            First::Done(r) => return Ok(r),
-            First::Names(h) => h,
+        let all: Vec<Routed> = self.world.allgather(&routed)?;
+        if all.iter().any(|r| r.failed.is_some()) {
+            let what = format!("dataset {id} ({})", rec.desc.name);
+            let errs: Vec<Option<String>> = all.into_iter().map(|r| r.failed).collect();
+            return Ok(Agreed::Failed(crate::transfer::failure_summary(&what, errs)));
+        }
+        let totals = (all.iter().map(|r| r.bytes).sum(), all.iter().map(|r| r.files).sum());
+        let colliding = match plan_shared(&all, &BTreeMap::new(), bypass, self.mode) {
+            Err(Clash::Hashes(h)) => h,
+            Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(msg), totals)),
+            Ok(list) => return Ok(Agreed::Names(Ok(list), totals)),
         };
         // some name hash was routed by several ranks: learn the names
         let mine: Vec<(u64, PathBuf)> =
             rec.files.iter().map(|f| (hash(&f.rel), f.rel.clone())).filter(|(h, _)| colliding.contains(h)).collect();
-        let names = self.world.gather(0, &mine)?;
-        let done = all.zip(names).map(|(all, names)| {
-            let mut by_rank: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
-            for (r, list) in names.into_iter().enumerate() {
-                for (h, rel) in list {
-                    by_rank.insert((r as u32, h), rel);
-                }
+        let names = self.world.allgather(&mine)?;
+        let mut by_rank: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
+        for (r, list) in names.into_iter().enumerate() {
+            for (h, rel) in list {
+                by_rank.insert((r as u32, h), rel);
             }
-            match plan_shared(&all, &by_rank, bypass, self.mode) {
-                Ok(list) => Ok(list),
-                Err(Clash::Named(msg)) => Err(msg),
-                Err(Clash::Hashes(_)) => Err("the names the ranks routed could not be compared".to_string()),
-            }
-        });
-        Ok(self.world.bcast(0, &done.unwrap_or(Ok(Vec::new())))?)
+        }
+        let done = match plan_shared(&all, &by_rank, bypass, self.mode) {
+            Ok(list) => Ok(list),
+            Err(Clash::Named(msg)) => Err(msg),
+            Err(Clash::Hashes(_)) => Err("the names the ranks routed could not be compared".to_string()),
+        };
+        Ok(Agreed::Names(done, totals))
     }
 
     /// Complete the shared files of valid dataset `id` (collective): rank 0 checks each one
@@ -333,7 +360,7 @@ pub(super) enum Clash {
     Named(String),
 }
 
-/// Rank 0: from every rank's [`Routed`] (and, in a second round, the names `names` behind the
+/// From every rank's [`Routed`] (and, in a second round, the names `names` behind the
 /// hashes of [`Clash::Hashes`], by (rank, hash)), the shared files with their writers, or the
 /// first misuse found, its remedy said for the `mode` SCR runs in. In a `bypass` dataset a
 /// name several ranks routed is a shared file.
@@ -456,6 +483,7 @@ mod tests {
         Routed {
             private: private.iter().map(|p| hash(Path::new(p))).collect(),
             shared: shared.iter().map(PathBuf::from).collect(),
+            ..Default::default()
         }
     }
 

@@ -309,8 +309,10 @@ impl Runtime {
 
     pub(super) fn adopt_output(&mut self, a: &Adopt) -> Result<Adopted> {
         let earlier = self.filemap.by_name(a.name).filter(|r| r.complete && !r.reddesc.bypass).map(|r| r.desc.id);
-        let mine = earlier.map_or(-1, |id| id as i64);
-        let earlier = if self.world.min_i64(mine) == self.world.max_i64(mine) {
+        // one reduction: the largest id and the largest complement (the smallest id; none: 0)
+        let mine = earlier.map_or(0, |id| id + 1);
+        let all = self.world.max_u64s(&[mine, u64::MAX - mine]);
+        let earlier = if all[0] == u64::MAX - all[1] {
             earlier
         } else {
             if self.rank0() {
@@ -335,14 +337,6 @@ impl Runtime {
                     .collect()
             })
             .unwrap_or_default();
-        if let Some(id) = earlier {
-            if self.world.sum_u64((a.files.len() + carried.len() + a.shared.len()) as u64) == 0 {
-                self.forget_removed(id);
-                return Ok(Adopted::Removed);
-            }
-        }
-        let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
-        let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
         // a version that rewrites a file of the earlier one (an application rewriting its
         // restart files in place, LAMMPS' toggle files) is a checkpoint of its own; one that
         // only adds or removes files (a `meta` written after the barrier) completes the same one
@@ -350,11 +344,26 @@ impl Runtime {
             r.files.iter().filter(|f| new.contains(f.rel.as_path())).count() as u64
                 + r.desc.shared.iter().filter(|s| a.shared.contains(&s.rel)).count() as u64
         });
-        let counts = earlier.is_some() && self.world.sum_u64(rewrites) > 0;
+        // one reduction (the earlier version is agreed): whether any rank keeps a file of it,
+        // whether any rewrites one
+        let mut counts = false;
+        if let Some(id) = earlier {
+            let all = self.world.max_u64s(&[(a.files.len() + carried.len() + a.shared.len()) as u64, rewrites]);
+            if all[0] == 0 {
+                self.forget_removed(id);
+                return Ok(Adopted::Removed);
+            }
+            counts = all[1] > 0;
+        }
+        let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
+        let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
         self.pinned = earlier.into_iter().chain(newest).collect();
         self.version_of = earlier;
         self.version_counts = counts;
+        self.adopting = true;
         let r = self.adopt_phase(a, flags, &carried);
+        self.adopting = false;
+        self.start_failed = None;
         self.pinned.clear();
         self.version_of = None;
         self.version_counts = false;
@@ -376,7 +385,7 @@ impl Runtime {
         let id = self.dataset_id;
         // From here on every rank must reach complete_output: local failures only make the
         // dataset invalid.
-        let mut problems = Vec::new();
+        let mut problems: Vec<String> = self.start_failed.take().into_iter().collect();
         let moves = files.iter().map(|(rel, at)| (rel, at, false));
         let links = carried.iter().map(|f| (&f.rel, &f.path, true));
         for (rel, current, link) in moves.chain(links) {

@@ -56,16 +56,17 @@ impl Ctx<'_> {
             Ok(all) => all,
             Err(e) => return format!("{what} failed: {e}"),
         };
-        let summary = match all {
-            Some(all) => {
-                let failed: Vec<(usize, String)> =
-                    all.into_iter().enumerate().filter_map(|(r, m)| m.map(|m| (r, m))).collect();
-                let shown: Vec<String> = failed.iter().take(4).map(|(r, m)| format!("rank {r}: {m}")).collect();
-                let more = if failed.len() > 4 { format!("; and {} more", failed.len() - 4) } else { String::new() };
-                format!("{what} failed on {} of {} ranks: {}{more}", failed.len(), self.world.size(), shown.join("; "))
-            }
-            None => String::new(),
-        };
+        let summary = all.map(|all| failure_summary(what, all)).unwrap_or_default();
         self.world.bcast(0, &summary).unwrap_or_else(|e| format!("{what} failed: {e}"))
     }
+}
+
+/// The summary of [`Ctx::summarize_failures`] from every rank's error (by rank): how many
+/// ranks failed and the first few reasons.
+pub fn failure_summary(what: &str, all: Vec<Option<String>>) -> String {
+    let size = all.len();
+    let failed: Vec<(usize, String)> = all.into_iter().enumerate().filter_map(|(r, m)| m.map(|m| (r, m))).collect();
+    let shown: Vec<String> = failed.iter().take(4).map(|(r, m)| format!("rank {r}: {m}")).collect();
+    let more = if failed.len() > 4 { format!("; and {} more", failed.len() - 4) } else { String::new() };
+    format!("{what} failed on {} of {size} ranks: {}{more}", failed.len(), shown.join("; "))
 }
