@@ -41,12 +41,34 @@ impl Runtime {
                 ));
             }
         }
+        let is_ckpt = flags & FLAG_CHECKPOINT != 0;
+        let is_output = flags & FLAG_OUTPUT != 0;
+        // (before the agreement: it may evict, and rank 0 chooses the victims of this start
+        // with the agreement)
+        self.progress(&[]);
         // Every rank must pass the same name and flags (transparent mode passes the name and
         // flags the ranks agreed on: the same local outcome everywhere, nothing to check).
-        // One reduction: the largest key, the largest complement (the smallest key), a failure.
+        // One reduction: the largest key, the largest complement (the smallest key), a
+        // failure, and rank 0's choice of the datasets this start evicts (count + 1, then
+        // them; 0: not chosen, they are broadcast below).
+        let mut carried: Option<Vec<u64>> = None;
         if !self.adopting {
             let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) & (u64::MAX >> 1);
-            let all = self.world.max_u64s(&[key, u64::MAX - key, local.is_err() as u64]);
+            // the store this dataset goes to, as below (API mode: no earlier version)
+            let planned = (self.rank0() && local.is_ok() && self.version_of.is_none()).then(|| {
+                let d = self.descs.select((self.ckpt_id + u64::from(is_ckpt)).max(1), is_ckpt, is_output);
+                if d.bypass {
+                    Vec::new()
+                } else {
+                    let store = d.store.clone();
+                    self.victims_here(&store, None, 0)
+                }
+            });
+            let mut mine =
+                vec![key, u64::MAX - key, local.is_err() as u64, planned.as_ref().map_or(0, |v| v.len() as u64 + 1)];
+            mine.extend(planned.iter().flatten().take(CARRIED_VICTIMS));
+            mine.resize(4 + CARRIED_VICTIMS, 0);
+            let all = self.world.max_u64s(&mine);
             if local.is_ok() && all[0] != u64::MAX - all[1] {
                 local = Err(Error::usage(
                     call,
@@ -54,13 +76,14 @@ impl Runtime {
                 ));
             }
             self.agree_known(call, local, all[2] != 0 || all[0] != u64::MAX - all[1])?;
+            let n = all[3] as usize;
+            if (1..=CARRIED_VICTIMS + 1).contains(&n) {
+                carried = Some(all[4..4 + n - 1].to_vec());
+            }
         } else {
             local?;
         }
 
-        let is_ckpt = flags & FLAG_CHECKPOINT != 0;
-        let is_output = flags & FLAG_OUTPUT != 0;
-        self.progress(&[]);
         self.restart = None;
         self.dataset_id += 1;
         // A new version of a checkpoint that only adds files keeps its number (and so its
@@ -92,7 +115,12 @@ impl Runtime {
             // The new dataset is not counted: while it is written the store may hold one more
             // than its COUNT, so the newest complete checkpoint stays until the new one is
             // complete (see `evict_for_complete`).
-            for victim in self.evictions(&reddesc.store.clone(), None, 0) {
+            let store = reddesc.store.clone();
+            let victims = match carried {
+                Some(v) => self.evicting(&store, v),
+                None => self.evictions(&store, None, 0),
+            };
+            for victim in victims {
                 self.doom(victim);
             }
         }
