@@ -182,7 +182,8 @@ impl Runtime {
     /// deletes them.
     pub(super) fn evictions(&mut self, store: &Path, keep: Option<u64>, room: usize) -> Vec<u64> {
         let mine = if self.rank0() { self.victims_here(store, keep, room) } else { Vec::new() };
-        // on a failed broadcast (agreed) nothing is evicted: the store holds one more
+        // data that do not decode fail alike on every rank (the same bytes): nothing is
+        // evicted, the store holds one more
         let victims: Vec<u64> = self.world.bcast(0, &mine).unwrap_or_default();
         self.evicting(store, victims)
     }
