@@ -9,6 +9,10 @@
  *   bench_preload allreduce DIR N [COUNT] [dup]
  *                                N x MPI_Allreduce of COUNT doubles (default 1), SUM, on
  *                                MPI_COMM_WORLD (dup: on a duplicate of it) after 1,000 not timed
+ *   bench_preload ckpt DIR N     N checkpoints: each rank writes 6 files of 9,000 bytes into
+ *                                DIR/processor<rank>/0.<k>/ (OpenFOAM's layout), then one
+ *                                MPI_Allreduce of a double (with the preload: the sync point
+ *                                that completes the checkpoint); milliseconds per checkpoint
  * Prints (rank 0) "RESULT <what> <value>": microseconds per call, or MiB/s over all ranks. */
 #include <dirent.h>
 #include <fcntl.h>
@@ -71,6 +75,29 @@ int main(int argc, char **argv) {
     }
     MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("RESULT %s_us %.3f\n", mode, max);
+  } else if (!strcmp(mode, "ckpt")) {
+    char buf[9000], sub[2048];
+    memset(buf, 'x', sizeof buf);
+    snprintf(sub, sizeof sub, "%s/processor%d", dir, rank);
+    mkdir(sub, 0755);
+    double one = 1, sum = 0, t0 = MPI_Wtime();
+    for (long k = 1; k <= n; k++) {
+      snprintf(sub, sizeof sub, "%s/processor%d/0.%04ld", dir, rank, k);
+      mkdir(sub, 0755);
+      for (int f = 0; f < 6; f++) {
+        snprintf(path, sizeof path, "%s/f%d", sub, f);
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, buf, sizeof buf) != (ssize_t)sizeof buf || close(fd) != 0) {
+          perror(path);
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+      }
+      MPI_Allreduce(&one, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+      if (sum != size) MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    double ms = (MPI_Wtime() - t0) / n * 1e3, max = 0;
+    MPI_Reduce(&ms, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("RESULT ckpt_ms %.3f\n", max);
   } else if (!strcmp(mode, "list")) {
     char sub[4096];
     snprintf(sub, sizeof sub, "%s/r%d", dir, rank);
