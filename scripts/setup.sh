@@ -4,9 +4,9 @@
 # pkg-config, CMake, the compilers and libraries of the transparent-mode examples and the
 # bindings (gfortran; mpi4py for the python3 first on PATH: Debian's python3-mpi4py, or pip's in
 # a virtual environment when that python3 is not Debian's), and Slurm (munge, slurmctld, slurmd, slurm-client) for
-# tests/slurm.rs, which starts a private cluster, and the real applications of
-# tests/realapps.rs (lammps, openfoam, openfoam-examples, quantum-espresso,
-# quantum-espresso-data), and MariaDB (mariadb-server, mariadb-client) for tests/dblog.rs,
+# tests/it/slurm.rs, which starts a private cluster, and the real applications of
+# tests/it/realapps.rs (lammps, openfoam, openfoam-examples, quantum-espresso,
+# quantum-espresso-data), and MariaDB (mariadb-server, mariadb-client) for tests/it/dblog.rs,
 # which starts a private server on a socket. As root it installs what is missing; otherwise it
 # says exactly what to install (without root the Slurm, real-application and MariaDB tests are skipped, so their
 # packages are not required then).
@@ -46,14 +46,14 @@ slurm=()
 for p in munge:munged slurmctld:slurmctld slurmd:slurmd slurm-client:srun; do
   command -v "${p#*:}" >/dev/null 2>&1 || [ -x "/usr/sbin/${p#*:}" ] || slurm+=("${p%%:*}")
 done
-# MariaDB for tests/dblog.rs (database logging); its service is not started (see below)
+# MariaDB for tests/it/dblog.rs (database logging); its service is not started (see below)
 [ -x /usr/sbin/mariadbd ] || command -v mariadbd >/dev/null 2>&1 || slurm+=(mariadb-server)
 command -v mariadb >/dev/null 2>&1 || slurm+=(mariadb-client)
 if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is missing; install a Rust toolchain (1.88 or newer), e.g. from rustup.rs" >&2
   exit 1
 fi
-# real applications for tests/realapps.rs (LAMMPS, OpenFOAM with its tutorials, Quantum
+# real applications for tests/it/realapps.rs (LAMMPS, OpenFOAM with its tutorials, Quantum
 # ESPRESSO with the pseudopotentials of quantum-espresso-data): about 205 MB of packages, half
 # a minute to install; without root the tests are skipped, naming these packages
 apps=()
@@ -63,11 +63,11 @@ command -v icoFoam >/dev/null 2>&1 || apps+=(openfoam)
 command -v pw.x >/dev/null 2>&1 || apps+=(quantum-espresso)
 [ -f /usr/share/espresso/pseudo/Si.pz-vbc.UPF ] || apps+=(quantum-espresso-data)
 if [ ${#apps[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
-  echo "setup: ${apps[*]} missing: tests/realapps.rs will be skipped; as root: apt-get install --no-install-recommends ${apps[*]}" >&2
+  echo "setup: ${apps[*]} missing: tests/it/realapps.rs will be skipped; as root: apt-get install --no-install-recommends ${apps[*]}" >&2
   apps=()
 fi
 if [ ${#slurm[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
-  echo "setup: ${slurm[*]} missing: tests/slurm.rs and tests/dblog.rs skip what needs them; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
+  echo "setup: ${slurm[*]} missing: tests/it/slurm.rs and tests/it/dblog.rs skip what needs them; as root: apt-get install --no-install-recommends ${slurm[*]}" >&2
   slurm=()
 fi
 

@@ -86,8 +86,8 @@ pub fn job_name() -> String {
 
 /// The resource manager a process runs under, from its environment: Slurm (`SLURM_JOB_ID` or
 /// `SLURM_JOBID`), LSF (`LSB_JOBID`), Flux (`FLUX_JOB_ID`) or PBS (`PBS_JOBID`), first found in
-/// that order, with the job's id. Slurm is tested against a real server (`tests/slurm.rs`);
-/// LSF, Flux and PBS against their commands' documented output (`tests/resource_managers.rs`).
+/// that order, with the job's id. Slurm is tested against a real server (`tests/it/slurm.rs`);
+/// LSF, Flux and PBS against their commands' documented output (`tests/it/resource_managers.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rm {
     Slurm(String),

@@ -25,7 +25,7 @@
 //! | foundation | [`error`], [`log`], [`identity`], [`paths`], [`persist`], [`comm`], [`checksum`], [`reentry`], `sys` (the libc calls outside the boundaries) |
 //!
 //! The crate-root constants ([`VERSION`], [`MAX_FILENAME`], [`FLAG_CHECKPOINT`],
-//! [`FLAG_OUTPUT`]) belong to no layer. `tests/layers.rs` fails when a module uses a higher
+//! [`FLAG_OUTPUT`]) belong to no layer. `tests/it/layers.rs` fails when a module uses a higher
 //! layer, or when the preload crate uses anything but [`transparent`], [`capi`] and [`reentry`].
 
 // `unsafe` lives only in the boundaries: the C API, the MPI wrapper and `sys` (the libc

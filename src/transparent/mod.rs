@@ -63,7 +63,7 @@ pub fn test_panic(path: &std::ffi::CStr) {
 }
 
 // The few services of lower layers the front end needs, as narrow functions here so that
-// `libscr_preload.so` reaches the core only through this module (`tests/layers.rs`).
+// `libscr_preload.so` reaches the core only through this module (`tests/it/layers.rs`).
 
 /// Whether SCR is already started in this process (by `SCR_Init` or by the front end in
 /// `MPI_Init`): the front end's `MPI_Init` then starts nothing more.
