@@ -17,6 +17,11 @@ use crate::sys::mapped;
 /// Bytes mapped at a time: a pass maps a file window by window.
 const WINDOW: u64 = 64 << 20;
 
+/// Files (ranges) smaller than this are read, not mapped: for a few pages, mapping and
+/// unmapping (page-table set-up, the TLB shootdown on every core at munmap) cost more than the
+/// copy they save.
+const MAP_MIN: u64 = 1 << 20;
+
 /// `Err` naming `path` when a page of `w` was past the end of the file when it was read.
 fn check(w: &mapped::Window, path: &Path) -> Result<()> {
     if w.lost_pages() {
@@ -49,7 +54,7 @@ pub(crate) fn stream(path: &Path, buf_size: usize, mut f: impl FnMut(&[u8]) -> R
     let mut hasher = crc32fast::Hasher::new();
     let mut size = 0u64;
     let len = input.metadata().ctx("stat", path)?.len();
-    while size < len {
+    while size < len && len >= MAP_MIN {
         let n = WINDOW.min(len - size);
         let Some(w) = mapped::window(&input, size, n) else { break };
         for chunk in w.bytes().chunks(buf_size.max(1)) {
@@ -64,7 +69,9 @@ pub(crate) fn stream(path: &Path, buf_size: usize, mut f: impl FnMut(&[u8]) -> R
     if size > 0 {
         input.seek(SeekFrom::Start(size)).ctx("seek", path)?;
     }
-    let mut buf = vec![0u8; buf_size.max(1)];
+    // what the mappings did not cover (usually nothing): a buffer sized for it, not a zeroed
+    // SCR_FILE_BUF_SIZE for every small file
+    let mut buf = vec![0u8; buf_size.max(1).min((len - size.min(len)) as usize + 4096)];
     loop {
         let n = match input.read(&mut buf) {
             Ok(0) => break,
@@ -107,7 +114,8 @@ pub fn files_crc(paths: &[PathBuf], threads: usize, buf_size: usize) -> Vec<Resu
     let results: Vec<std::sync::Mutex<Option<Result<crc32fast::Hasher>>>> =
         ranges.iter().map(|_| std::sync::Mutex::new(None)).collect();
     let work = || {
-        let mut buf = vec![0u8; buf_size.max(4096)];
+        // allocated when a range cannot be mapped (see range_crc)
+        let mut buf = Vec::new();
         let mut open: Option<(usize, File)> = None;
         loop {
             let k = next.fetch_add(1, Ordering::Relaxed);
@@ -116,7 +124,7 @@ pub fn files_crc(paths: &[PathBuf], threads: usize, buf_size: usize) -> Vec<Resu
                 open = File::open(&paths[i]).ok().map(|f| (i, f));
             }
             let r = match &open {
-                Some((_, f)) => range_crc(f, &paths[i], off, len, &mut buf),
+                Some((_, f)) => range_crc(f, &paths[i], off, len, buf_size, &mut buf),
                 None => File::open(&paths[i]).ctx("open", paths[i].as_path()).map(|_| crc32fast::Hasher::new()),
             };
             *results[k].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
@@ -157,8 +165,7 @@ pub fn files_crc(paths: &[PathBuf], threads: usize, buf_size: usize) -> Vec<Resu
 /// error), to be joined with the CRC32s of the other ranges by [`combine`].
 pub fn crc_of_range(path: &Path, off: u64, len: u64, buf_size: usize) -> Result<u32> {
     let f = File::open(path).ctx("open", path)?;
-    let mut buf = vec![0u8; buf_size.max(4096).min(len.max(1) as usize)];
-    Ok(range_crc(&f, path, off, len, &mut buf)?.finalize())
+    Ok(range_crc(&f, path, off, len, buf_size, &mut Vec::new())?.finalize())
 }
 
 /// The CRC32 of consecutive ranges, given each range's CRC32 and length in order.
@@ -171,8 +178,16 @@ pub fn combine(parts: &[(u32, u64)]) -> u32 {
 }
 
 /// CRC32 of `len` bytes of `f` from `off` (a file shorter than that is an error), summed from
-/// memory mappings where the file can be mapped.
-fn range_crc(f: &File, path: &Path, off: u64, len: u64, buf: &mut [u8]) -> Result<crc32fast::Hasher> {
+/// memory mappings where the file can be mapped, else read into `buf` (grown on first use to
+/// at most `buf_size`).
+fn range_crc(
+    f: &File,
+    path: &Path,
+    off: u64,
+    len: u64,
+    buf_size: usize,
+    buf: &mut Vec<u8>,
+) -> Result<crc32fast::Hasher> {
     let mut h = crc32fast::Hasher::new();
     let mut done = 0u64;
     let size = f.metadata().ctx("stat", path)?.len();
@@ -180,12 +195,15 @@ fn range_crc(f: &File, path: &Path, off: u64, len: u64, buf: &mut [u8]) -> Resul
         let why = format!("{} bytes from offset {off} were wanted, the file has {size}", len);
         return Err(Error::io("read", path, std::io::Error::new(std::io::ErrorKind::UnexpectedEof, why)));
     }
-    while done < len {
+    while done < len && len >= MAP_MIN {
         let n = WINDOW.min(len - done);
         let Some(w) = mapped::window(f, off + done, n) else { break };
         h.update(w.bytes());
         check(&w, path)?;
         done += n;
+    }
+    if done < len && buf.is_empty() {
+        buf.resize(buf_size.max(4096).min((len - done) as usize), 0);
     }
     while done < len {
         let n = buf.len().min((len - done) as usize);
