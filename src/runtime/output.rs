@@ -279,18 +279,29 @@ impl Runtime {
     }
 
     pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {
+        let (target, recorded) = self.route_file_unsaved(name)?;
+        if recorded {
+            self.save_filemap()?;
+        }
+        Ok(target)
+    }
+
+    /// [`Runtime::route_file`] without saving the filemap: the target, and whether a new file
+    /// was recorded (the caller saves the filemap before it puts bytes there, once for many
+    /// files).
+    pub(super) fn route_file_unsaved(&mut self, name: &str) -> Result<(PathBuf, bool)> {
         const CALL: &str = "SCR_Route_file";
         let call = self.call_name(CALL);
         let id = match &self.phase {
-            Phase::Idle => return Ok(PathBuf::from(name)),
-            Phase::Restart => return self.route_restart(name),
+            Phase::Idle => return Ok((PathBuf::from(name), false)),
+            Phase::Restart => return self.route_restart(name).map(|p| (p, false)),
             Phase::Output { id, .. } => *id,
         };
         let rel = self.dataset_rel(call, name)?;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         if rec.desc.shared.iter().any(|s| s.rel == rel) {
             // declared shared by this rank (SCR_Route_shared_file): the same place again
-            return Ok(self.layout.shared_staging(&rel));
+            return Ok((self.layout.shared_staging(&rel), false));
         }
         let target = if rec.reddesc.bypass { self.layout.prefix.join(&rel) } else { rec.dir.join(&rel) };
         if target.as_os_str().len() >= crate::MAX_FILENAME {
@@ -307,11 +318,11 @@ impl Runtime {
             }
         }
         crate::scr_debug!(2, "route {name} -> {} (dataset {id})", target.display());
-        if rec.file(&rel).is_none() {
+        let recorded = rec.file(&rel).is_none();
+        if recorded {
             rec.files.push(FileMeta { rel, path: target.clone(), size: 0, crc: None, complete: false });
-            self.save_filemap()?;
         }
-        Ok(target)
+        Ok((target, recorded))
     }
 
     pub(super) fn complete_output(&mut self, valid: bool) -> Result<bool> {

@@ -388,15 +388,30 @@ impl Runtime {
         let mut problems: Vec<String> = self.start_failed.take().into_iter().collect();
         let moves = files.iter().map(|(rel, at)| (rel, at, false));
         let links = carried.iter().map(|f| (&f.rel, &f.path, true));
+        // every file recorded first, with one write of the filemap, then placed
+        let mut placements = Vec::new();
+        let mut recorded = false;
         for (rel, current, link) in moves.chain(links) {
-            let placed = self.route_file(&self.layout.prefix.join(rel).to_string_lossy()).and_then(|target| {
-                if link {
-                    link_file(current, &target)
-                } else {
-                    crate::paths::move_file(current, &target)
-                        .map_err(|e| Error::io("move into the dataset", current, e))
+            match self.route_file_unsaved(&self.layout.prefix.join(rel).to_string_lossy()) {
+                Ok((target, new)) => {
+                    recorded |= new;
+                    placements.push((current, target, link));
                 }
-            });
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
+        if recorded {
+            if let Err(e) = self.save_filemap() {
+                problems.push(e.to_string());
+                placements.clear();
+            }
+        }
+        for (current, target, link) in placements {
+            let placed = if link {
+                link_file(current, &target)
+            } else {
+                crate::paths::move_file(current, &target).map_err(|e| Error::io("move into the dataset", current, e))
+            };
             if let Err(e) = placed {
                 problems.push(e.to_string());
             }
