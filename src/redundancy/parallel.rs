@@ -4,7 +4,8 @@
 //! I/O error never leaves a partner waiting; the caller agrees on the outcome.
 //!
 //! Every schedule is pipelined: while one piece travels (non-blocking send and receive), the
-//! rank reads the data of its next step or writes what arrived before ([`Comm::overlap`]).
+//! rank reads the data of its next step or writes what arrived before ([`Comm::overlap`];
+//! XOR/RS read a piece's first data so, and add the later data from the files' mappings).
 //! Each file byte is read once, each redundancy byte written once, buffers are filled by the
 //! read or the first contribution (never cleared first), and CRC32s are taken as the bytes
 //! pass (the stream's), so a rebuilt file is checked without reading it back.
@@ -236,8 +237,9 @@ fn encode_partner(
     }
 }
 
-/// XOR/RS: the pipelined reduce-scatter (see the module doc); the data of the next step is
-/// read while the sums of this one travel.
+/// XOR/RS: the pipelined reduce-scatter (see the module doc); the first data of the next
+/// piece is read while the sums of this step travel, the data of the later steps is added
+/// into the sums straight from the files' mappings ([`Stream::visit`]).
 #[allow(clippy::too_many_arguments)] // one schedule's state, passed down once
 fn encode_code(
     comm: &Comm,
@@ -253,7 +255,7 @@ fn encode_code(
     let (n, m, k) = (code.n, code.m, code.k());
     let (left, right) = (((i + n - 1) % n) as i32, ((i + 1) % n) as i32);
     let piece = piece.min(chunk.max(1) as usize);
-    // acc: the sums this step sends; inc: the sums arriving; next: data of the next step
+    // acc: the sums this step sends; inc: the sums arriving; next: the first data of a piece
     let mut acc = vec![0u8; m * piece];
     let mut inc = vec![0u8; m * piece];
     let mut next = vec![0u8; m * piece];
@@ -271,22 +273,29 @@ fn encode_code(
                     gf::mul_into(code.coef(j, 0), row0, &mut rest[(j - 1) * len..j * len]);
                 }
             } else if t < k {
-                for j in 0..m {
-                    gf::mul_xor(code.coef(j, t), &next[..len], &mut acc[j * len..(j + 1) * len]);
-                }
+                // added straight from the file's mapping (no copy; padding adds nothing)
+                let acc = &mut acc[..m * len];
+                let r = stream.visit(t as u64 * chunk + off, len, |at, bytes| {
+                    for j in 0..m {
+                        gf::mul_xor(code.coef(j, t), bytes, &mut acc[j * len + at..j * len + at + bytes.len()]);
+                    }
+                });
+                fail.note(r);
             } else {
                 // this rank holds parity row t - k of the stripe passing through
                 let j = t - k;
                 out.write(fail, j as u64 * chunk + off, &acc[j * len..(j + 1) * len]);
             }
-            // what the next step adds, read while this one's sums travel
+            // what the next step reads, while this one's sums travel: a new piece's first data
             let (nt, noff, nlen) = match (t + 2 < n, all.get(p + 1)) {
                 (true, _) => (t + 1, off, len),
                 (false, Some(&(o, l))) => (0, o, l),
                 (false, None) => (k, 0, 0),
             };
             comm.overlap(&[(&acc[..m * len], right)], &mut [(&mut inc[..m * len], left)], waiting, || {
-                if nt < k && nlen > 0 {
+                // the first contribution of a piece fills the sums; the later ones are added
+                // from the stream when their step comes
+                if nt == 0 && nlen > 0 {
                     read_stream(stream, fail, nt as u64 * chunk + noff, &mut next[..nlen]);
                 }
             });

@@ -10,17 +10,38 @@
 //! recently used one is closed when a new one needs the room (several regions are read at
 //! once by XOR/RS). A written file is flushed to stable storage when it is closed, and is
 //! created and sized only the first time it is opened.
+//!
+//! A reader takes its bytes out of read-only memory mappings of the files ([`WINDOW`] bytes
+//! each, at most [`WINDOWS`] held) where the file can be mapped: no page-cache lookup per
+//! page and no system call per piece, and [`Stream::visit`] hands the mapped bytes to the
+//! caller with no copy at all (XOR/RS add them straight into their sums; `BENCHMARKS.md`,
+//! 2026-11-24, issue 27 item 1). A file that shrinks under a mapping is an error naming it (the SIGBUS guard of [`crate::sys::mapped`]), never a crash
+//! and never zeros taken for data. What cannot be mapped is read with `pread` as before.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
+use crate::sys::mapped::{self, Window};
 
 /// Files a stream keeps open at most (room for the regions an XOR/RS schedule of a usual set
 /// size reads at once; a larger set reopens files, which costs little per piece).
 pub const MAX_OPEN: usize = 16;
+
+/// Bytes of a file a reader maps at a time (aligned to multiples of it in the file).
+const WINDOW: u64 = 64 << 20;
+/// Mapped windows a reader holds at most (least recently used first out): the regions an
+/// XOR/RS schedule reads at once, and one more.
+const WINDOWS: usize = 4;
+
+/// A mapped window of a reader: part, offset in the part, the mapping.
+struct Mapped {
+    part: usize,
+    start: u64,
+    window: Window,
+}
 
 /// One file of the stream.
 #[derive(Debug, Clone)]
@@ -39,6 +60,10 @@ pub struct Stream {
     /// Per part of a writer: created (truncated and sized) already, reopened as it is.
     created: Vec<bool>,
     writable: bool,
+    /// A reader's mapped windows, least recently used first; at most [`WINDOWS`].
+    windows: Vec<Mapped>,
+    /// A reader's parts that could not be mapped (read with `pread`).
+    unmapped: Vec<bool>,
     /// Per part: segment start -> (hasher, length) of what was read.
     crcs: Vec<BTreeMap<u64, (crc32fast::Hasher, u64)>>,
 }
@@ -69,6 +94,8 @@ impl Stream {
             open: Vec::with_capacity(MAX_OPEN),
             created: vec![false; n],
             writable,
+            windows: Vec::new(),
+            unmapped: vec![false; n],
             crcs: vec![BTreeMap::new(); n],
         }
     }
@@ -122,6 +149,7 @@ impl Stream {
 
     /// Done with part `i` for now (an access reached its last byte): close it.
     fn release(&mut self, i: usize) -> Result<()> {
+        self.windows.retain(|m| m.part != i);
         match self.open.iter().position(|(p, _)| *p == i) {
             Some(pos) => {
                 let (p, f) = self.open.remove(pos);
@@ -174,14 +202,91 @@ impl Stream {
         let data = (self.total.saturating_sub(off) as usize).min(buf.len());
         buf[data..].fill(0);
         for (i, at, b, n) in self.spans(off, buf.len()) {
-            let file = self.file(i)?;
-            file.read_exact_at(&mut buf[b..b + n], at).ctx("read", &self.parts[i].path)?;
-            self.record(i, at, &buf[b..b + n]);
+            let out = &mut buf[b..b + n];
+            let done = self.visit_mapped(i, at, n, |o, bytes| out[o..o + bytes.len()].copy_from_slice(bytes))?;
+            if done < n {
+                let file = self.file(i)?;
+                file.read_exact_at(&mut out[done..], at + done as u64).ctx("read", &self.parts[i].path)?;
+            }
+            self.record(i, at, out);
             if at + n as u64 == self.parts[i].size {
                 self.release(i)?;
             }
         }
         Ok(())
+    }
+
+    /// Hand the bytes of `[off, off + len)` to `f` in order, as (offset in the range, bytes):
+    /// straight out of the mapped windows where the files can be mapped (no copy), through a
+    /// buffer otherwise. Bytes past the end of the stream (its zero padding) are not handed
+    /// out. Their CRC32s are recorded as [`Stream::read_at`]'s; on an error `f` may have seen
+    /// part of the range (and zeros for a page the file lost): the caller gives the range up.
+    pub fn visit(&mut self, off: u64, len: usize, mut f: impl FnMut(usize, &[u8])) -> Result<()> {
+        for (i, at, b, n) in self.spans(off, len) {
+            let mut h = crc32fast::Hasher::new();
+            let done = self.visit_mapped(i, at, n, |o, bytes| {
+                f(b + o, bytes);
+                h.update(bytes);
+            })?;
+            if done < n {
+                let mut buf = vec![0u8; n - done];
+                let file = self.file(i)?;
+                file.read_exact_at(&mut buf, at + done as u64).ctx("read", &self.parts[i].path)?;
+                f(b + done, &buf);
+                h.update(&buf);
+            }
+            self.crcs[i].insert(at, (h, n as u64));
+            if at + n as u64 == self.parts[i].size {
+                self.release(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A reader: hand `n` bytes of part `i` from `at` to `f` (offset in them, bytes) out of its
+    /// mapped windows, mapping them as needed; returns how many were handed out, fewer than `n`
+    /// when a window cannot be mapped (the caller reads the rest). An error when a page of the
+    /// file was past its end (it shrank): `f` then saw zeros for that page.
+    fn visit_mapped(&mut self, i: usize, at: u64, n: usize, mut f: impl FnMut(usize, &[u8])) -> Result<usize> {
+        if self.writable || self.unmapped[i] {
+            return Ok(0);
+        }
+        let mut done = 0;
+        while done < n {
+            let pos = at + done as u64;
+            let start = pos - pos % WINDOW;
+            let k = match self.windows.iter().position(|m| m.part == i && m.start == start) {
+                Some(k) => {
+                    let m = self.windows.remove(k);
+                    self.windows.push(m);
+                    self.windows.len() - 1
+                }
+                None => {
+                    let len = WINDOW.min(self.parts[i].size - start);
+                    let Some(window) = mapped::window(self.file(i)?, start, len) else {
+                        self.unmapped[i] = true;
+                        return Ok(done);
+                    };
+                    if self.windows.len() >= WINDOWS {
+                        self.windows.remove(0);
+                    }
+                    self.windows.push(Mapped { part: i, start, window });
+                    self.windows.len() - 1
+                }
+            };
+            let w = &self.windows[k].window;
+            let from = (pos - start) as usize;
+            let len = (n - done).min(w.bytes().len() - from);
+            f(done, &w.bytes()[from..from + len]);
+            if w.lost_pages() {
+                return Err(Error::Other(format!(
+                    "{}: part of the file vanished while it was read (truncated, or an I/O error)",
+                    self.parts[i].path.display()
+                )));
+            }
+            done += len;
+        }
+        Ok(done)
     }
 
     /// Write `buf` at logical offset `off` (bytes past the end, the padding, are dropped).
@@ -268,6 +373,7 @@ mod tests {
         s.read_at(0, &mut b).unwrap();
         assert_eq!(&b, b"hell");
         let crcs = s.crcs();
+        assert_eq!(crcs, Stream::reader(parts.clone()).visited_crcs(), "visit() sees the same bytes");
         assert_eq!(crcs[0], Some(crc32fast::hash(b"hello")));
         assert_eq!(crcs[1], Some(crc32fast::hash(b"")));
         assert_eq!(crcs[2], Some(crc32fast::hash(b"world!!")));
@@ -285,6 +391,50 @@ mod tests {
         for (o, c) in out.iter().zip(contents) {
             assert_eq!(std::fs::read(&o.path).unwrap(), c);
         }
+    }
+
+    impl Stream {
+        /// Visit the stream in pieces of 5 (the last past the end) and check what is handed
+        /// out: the concatenation, in order, padding left out; then the CRC32s recorded.
+        fn visited_crcs(mut self) -> Vec<Option<u32>> {
+            let mut all = Vec::new();
+            let mut off = 0;
+            while off < self.total {
+                let mut seen = [0xaau8; 5];
+                let mut covered = 0;
+                self.visit(off, 5, |at, b| {
+                    assert_eq!(at, covered, "in order, no gap");
+                    seen[at..at + b.len()].copy_from_slice(b);
+                    covered += b.len();
+                })
+                .unwrap();
+                assert_eq!(covered as u64, 5.min(self.total - off), "padding is not handed out");
+                all.extend_from_slice(&seen[..covered]);
+                off += 5;
+            }
+            assert_eq!(all, b"helloworld!!");
+            self.crcs()
+        }
+    }
+
+    #[test]
+    fn a_part_truncated_while_it_is_read_is_an_error_not_zeros() {
+        // Read from a mapping: a file cut short after the first piece was read makes the next
+        // read fail with the file's name (the SIGBUS guard), never a crash or zeros as data.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        let data: Vec<u8> = (0..(1u32 << 20)).map(|x| (x * 7 + 1) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let mut s = Stream::reader(vec![Part { path: path.clone(), size: data.len() as u64 }]);
+        let mut b = vec![0u8; 64 << 10];
+        s.read_at(0, &mut b).unwrap();
+        assert_eq!(b, data[..64 << 10]);
+        assert!(!s.windows.is_empty(), "the file was read from a mapping");
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(4096).unwrap();
+        let e = s.read_at(512 << 10, &mut b).unwrap_err();
+        assert!(e.to_string().contains("vanished while it was read (truncated"), "{e}");
+        assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+        assert_eq!(s.crcs()[0], None, "no CRC32 for a file not read whole");
     }
 
     #[test]
