@@ -72,7 +72,7 @@ one() {
   rm -rf "$run" "$work/cache" "$work/cntl"
   cp -a "$work/$app" "$run"
   local cmd pattern
-  if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='**/0.[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
+  if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='processor*/[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
   local env=()
   [ "$pre" = 1 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
   local t0 t1
