@@ -22,6 +22,7 @@ use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
 use std::time::Duration;
 
 use mysql::prelude::Queryable;
@@ -70,6 +71,9 @@ pub(super) struct Db {
     pid: u32,
     server: String,
     full: AtomicBool,
+    /// Whether a warning that database logging is off was given (by the writer giving up, or
+    /// by the end of the run not waiting longer): one per process.
+    warned: Arc<AtomicBool>,
 }
 
 impl Db {
@@ -78,16 +82,18 @@ impl Db {
         let (tx, rx) = sync_channel(QUEUE_LEN);
         let server = describe(cfg);
         let (c, s) = (cfg.clone(), server.clone());
+        let warned = Arc::new(AtomicBool::new(false));
+        let w = Arc::clone(&warned);
         let spawned = std::thread::Builder::new().name("scr-log-db".into()).spawn(move || {
             // The library's own I/O: transparent-mode hooks pass it straight through.
             let _inside = crate::reentry::Inside::enter();
-            writer(&c, &s, &origin, rx)
+            writer(&c, &s, &origin, rx, &w)
         });
         if let Err(e) = spawned {
             scr_warn!("cannot start the database logging thread for {server}: {e}; database logging is off");
             return None;
         }
-        Some(Db { tx, pid: std::process::id(), server, full: AtomicBool::new(false) })
+        Some(Db { tx, pid: std::process::id(), server, full: AtomicBool::new(false), warned })
     }
 
     /// Queue `row`; a full queue drops it (one warning), a writer that gave up ignores it.
@@ -134,11 +140,15 @@ impl Db {
     }
 
     fn late(&self) {
-        scr_warn!(
-            "the database {} did not take this run's last events within {} s; they are not logged there",
-            self.server,
-            DRAIN_TIMEOUT.as_secs()
-        );
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            scr_warn!(
+                "the database {} did not take this run's last events within {} s; they are not logged there, \
+                 and database logging is off for the rest of this process (the text log and syslog go on as \
+                 configured)",
+                self.server,
+                DRAIN_TIMEOUT.as_secs()
+            );
+        }
     }
 }
 
@@ -150,11 +160,11 @@ fn describe(cfg: &DbSettings) -> String {
 
 /// The background thread: connect, make the job and run rows, write events until the
 /// senders are gone. Any database error ends it with one warning.
-fn writer(cfg: &DbSettings, server: &str, origin: &Origin, rx: Receiver<Msg>) {
+fn writer(cfg: &DbSettings, server: &str, origin: &Origin, rx: Receiver<Msg>, warned: &AtomicBool) {
     let started = crate::identity::now_usecs();
     let mut session = match Session::open(cfg, origin, started) {
         Ok(s) => s,
-        Err(e) => return give_up(server, &e, &rx),
+        Err(e) => return give_up(server, &e, &rx, warned),
     };
     while let Ok(msg) = rx.recv() {
         match msg {
@@ -163,18 +173,21 @@ fn writer(cfg: &DbSettings, server: &str, origin: &Origin, rx: Receiver<Msg>) {
             }
             Msg::Event(row) => {
                 if let Err(e) = session.event(&row) {
-                    return give_up(server, &e, &rx);
+                    return give_up(server, &e, &rx, warned);
                 }
             }
         }
     }
 }
 
-fn give_up(server: &str, e: &mysql::Error, rx: &Receiver<Msg>) {
-    scr_warn!(
-        "cannot log SCR events to the database {server}: {e}; database logging is off for the rest of this \
-         process (the text log and syslog go on as configured)"
-    );
+fn give_up(server: &str, e: &mysql::Error, rx: &Receiver<Msg>, warned: &AtomicBool) {
+    // (the end of the run may have said so already, having waited long enough)
+    if !warned.swap(true, Ordering::Relaxed) {
+        scr_warn!(
+            "cannot log SCR events to the database {server}: {e}; database logging is off for the rest of \
+             this process (the text log and syslog go on as configured)"
+        );
+    }
     // Answer drains already queued; later sends find the queue closed.
     let pending: VecDeque<Msg> = rx.try_iter().collect();
     for m in pending {
