@@ -120,7 +120,8 @@ fn a_killed_task_is_relaunched_in_the_allocation_and_restarts_from_cache() {
 
 #[test]
 fn a_lost_node_is_left_out_and_its_ranks_are_rebuilt_on_the_spare() {
-    let Some(mut cl) = Cluster::start(4) else { return };
+    // (the default ring fence: the relaunch without n2 hangs with the tree, see Cluster::start)
+    let Some(mut cl) = Cluster::start_ring(4) else { return };
     let job = xor_job(&cl, "0", "2");
     let g = gate(&job);
     // 3 nodes x 2 tasks, and a spare node in the allocation.
