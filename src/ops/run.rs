@@ -259,7 +259,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
             ended: None,
             status: None,
             slurm_job,
-            launcher_cmdline: super::halt::process_cmdline(pid),
+            launcher_cmdline: exec_cmdline(pid),
         };
         if let Err(e) = rec.save(&layout.run_file()) {
             say(format!("warning: {e} (scr_halt --immediate cannot find this run)"));
@@ -424,9 +424,42 @@ pub fn prerun_cli(argv: &[String]) -> OpResult<i32> {
     Ok(0)
 }
 
+/// The command line of the launcher `spawn` just started. `spawn` returns once the child is
+/// inside `execve`, but the kernel installs the new address space before it sets the argument
+/// area, so `/proc/<pid>/cmdline` can read empty for a moment (long enough to be seen on a
+/// loaded machine); it is read again until it is there. `None` only if the launcher exited or
+/// its command line never appeared within 10 s.
+fn exec_cmdline(pid: u32) -> Option<Vec<String>> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut pause = std::time::Duration::from_micros(200);
+    loop {
+        if let Some(c) = super::halt::process_cmdline(pid) {
+            return Some(c);
+        }
+        if std::time::Instant::now() >= deadline || super::halt::process_start(pid).is_none() {
+            return None;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(std::time::Duration::from_millis(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_launcher_command_line_is_read_after_exec() {
+        // Right after spawn, /proc/<pid>/cmdline most often still reads empty (see
+        // exec_cmdline); what scr_run records must be the command line itself, every time.
+        for _ in 0..50 {
+            let mut c = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+            let seen = exec_cmdline(c.id());
+            let _ = c.kill();
+            let _ = c.wait();
+            assert_eq!(seen, Some(vec!["sleep".to_string(), "30".to_string()]));
+        }
+    }
 
     #[test]
     fn runs_limit_accepts_minus_one_and_names_bad_values() {
