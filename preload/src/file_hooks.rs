@@ -22,12 +22,14 @@ unsafe fn open_with(
     flags: c_int,
     call: impl FnOnce(*const c_char, c_int) -> c_int,
 ) -> c_int {
-    if path.is_null() || !calls::concerns(CStr::from_ptr(path)) {
+    // SAFETY: `path` is non-null here and NUL-terminated (the caller's contract).
+    if path.is_null() || !calls::concerns(unsafe { CStr::from_ptr(path) }) {
         return call(path, dirfd);
     }
     let saved = errno();
     let pass = || calls::Opening { call: calls::Call::Pass, track: 0, created: false };
-    let o = fence(hook, path, || calls::open(dirfd, CStr::from_ptr(path), flags), pass);
+    // SAFETY: as above.
+    let o = fence(hook, path, || calls::open(dirfd, unsafe { CStr::from_ptr(path) }, flags), pass);
     let fd = apply(o.call, saved, path, dirfd, -1, call);
     if o.track != 0 {
         quietly(hook, || calls::opened(fd, o.track, o.created));
@@ -45,7 +47,9 @@ macro_rules! open_hook {
             let f = next_or!($name: fn($(open_hook!(@int $dirfd),)? *const c_char, c_int $(; $va)?) -> c_int, -1);
             $(let $mode = if flags & libc::O_CREAT != 0 || flags & libc::O_TMPFILE == libc::O_TMPFILE { $mode } else { 0 };)?
             let _d = libc::AT_FDCWD $(; let _d = $dirfd)?;
-            open_with(stringify!($name), _d, path, flags, |p, _d| f($(open_hook!(@d _d $dirfd),)? p, flags $(, $mode as c_uint)?))
+            // SAFETY: `path` is NULL or NUL-terminated (open's C contract); `f` is the real
+            // function, called with the application's arguments or the core's path.
+            unsafe { open_with(stringify!($name), _d, path, flags, |p, _d| f($(open_hook!(@d _d $dirfd),)? p, flags $(, $mode as c_uint)?)) }
         }
     )*};
 }
@@ -65,7 +69,9 @@ macro_rules! creat_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char, mode: mode_t) -> c_int {
             let f = next_or!($name: fn(*const c_char, mode_t) -> c_int, -1);
-            open_with(stringify!($name), libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, |p, _| f(p, mode))
+            // SAFETY: `path` is NULL or NUL-terminated (creat's C contract); `f` is the real
+            // function, called with the application's mode and its path or the core's.
+            unsafe { open_with(stringify!($name), libc::AT_FDCWD, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, |p, _| f(p, mode)) }
         }
     )*};
 }
@@ -79,15 +85,19 @@ unsafe fn fopen_with(
     call: impl Fn(*const c_char) -> *mut FILE,
 ) -> *mut FILE {
     let mut fp = std::ptr::null_mut();
-    let flags = if mode.is_null() { 0 } else { calls::fopen_flags(CStr::from_ptr(mode)) };
-    open_with(hook, libc::AT_FDCWD, path, flags, |p, _| {
+    // SAFETY: `mode` is non-null here and NUL-terminated (the caller's contract).
+    let flags = if mode.is_null() { 0 } else { calls::fopen_flags(unsafe { CStr::from_ptr(mode) }) };
+    let opened = |p: *const c_char, _: c_int| {
         fp = call(p);
         if fp.is_null() {
             -1
         } else {
-            libc::fileno(fp)
+            // SAFETY: a stream the real fopen just returned.
+            unsafe { libc::fileno(fp) }
         }
-    });
+    };
+    // SAFETY: `path` is NULL or NUL-terminated (the caller's contract).
+    unsafe { open_with(hook, libc::AT_FDCWD, path, flags, opened) };
     fp
 }
 
@@ -97,8 +107,11 @@ macro_rules! fopen_hook {
         pub unsafe extern "C" fn $name(path: *const c_char, mode: *const c_char $(, $stream: *mut FILE)?) -> *mut FILE {
             let f = next_or!($name: fn(*const c_char, *const c_char $(, open_hook!(@file $stream))?) -> *mut FILE, std::ptr::null_mut());
             // freopen closes the stream's old descriptor inside (no close hook sees it)
-            let _id = 0 $(; let _id = if $stream.is_null() || path.is_null() { 0 } else { calls::closing(libc::fileno($stream)) })?;
-            let fp = fopen_with(stringify!($name), path, mode, |p| f(p, mode $(, $stream)?));
+            // SAFETY: a non-null stream of the application's (freopen's C contract).
+            let _id = 0 $(; let _id = if $stream.is_null() || path.is_null() { 0 } else { calls::closing(unsafe { libc::fileno($stream) }) })?;
+            // SAFETY: `path` and `mode` are NULL or NUL-terminated (fopen's C contract); `f` is
+            // the real function, called with the application's arguments or the core's path.
+            let fp = unsafe { fopen_with(stringify!($name), path, mode, |p| f(p, mode $(, $stream)?)) };
             close_done(_id, true);
             fp
         }
@@ -121,8 +134,10 @@ fn close_done(id: u32, ok: bool) {
 #[no_mangle]
 pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
     let f = next_or!(fclose: fn(*mut FILE) -> c_int, libc::EOF);
-    let id = if fp.is_null() { 0 } else { calls::closing(libc::fileno(fp)) };
-    let r = f(fp);
+    // SAFETY: a non-null stream of the application's (fclose's C contract).
+    let id = if fp.is_null() { 0 } else { calls::closing(unsafe { libc::fileno(fp) }) };
+    // SAFETY: the real fclose with the application's argument.
+    let r = unsafe { f(fp) };
     close_done(id, r == 0);
     r
 }
@@ -131,7 +146,8 @@ pub unsafe extern "C" fn fclose(fp: *mut FILE) -> c_int {
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let f = next_or!(close: fn(c_int) -> c_int, -1);
     let id = calls::closing(fd);
-    let r = f(fd);
+    // SAFETY: the real close with the application's argument.
+    let r = unsafe { f(fd) };
     close_done(id, r == 0 || errno() == libc::EINTR);
     r
 }
@@ -141,7 +157,8 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     let f = next_or!(close_range: fn(c_uint, c_uint, c_int) -> c_int, -1);
     let taken =
         if flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 { calls::closing_range(first, last) } else { Vec::new() };
-    let r = f(first, last, flags);
+    // SAFETY: the real close_range with the application's arguments.
+    let r = unsafe { f(first, last, flags) };
     for (fd, id) in taken {
         // a failed call closed nothing: the descriptors stay tracked
         if r == 0 {
@@ -163,7 +180,8 @@ fn duplicated(old: c_int, new: c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dup(old: c_int) -> c_int {
     let f = next_or!(dup: fn(c_int) -> c_int, -1);
-    duplicated(old, f(old))
+    // SAFETY: the real dup with the application's argument.
+    duplicated(old, unsafe { f(old) })
 }
 
 /// `dup2`/`dup3` onto a tracked descriptor close it implicitly.
@@ -185,13 +203,15 @@ fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     let f = next_or!(dup2: fn(c_int, c_int) -> c_int, -1);
-    dup_onto(old, new, || f(old, new))
+    // SAFETY: the real dup2 with the application's arguments.
+    dup_onto(old, new, || unsafe { f(old, new) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     let f = next_or!(dup3: fn(c_int, c_int, c_int) -> c_int, -1);
-    dup_onto(old, new, || f(old, new, flags))
+    // SAFETY: the real dup3 with the application's arguments.
+    dup_onto(old, new, || unsafe { f(old, new, flags) })
 }
 
 /// `fcntl`'s third argument is passed through as a machine word; only `F_DUPFD` is looked at.
@@ -200,7 +220,9 @@ macro_rules! fcntl_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
             let f = next_or!($name: fn(c_int, c_int; ...) -> c_int, -1);
-            let r = f(fd, cmd, arg);
+            // SAFETY: the real fcntl with the application's arguments (the third as the same
+            // machine word it passed).
+            let r = unsafe { f(fd, cmd, arg) };
             if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC { duplicated(fd, r) } else { r }
         }
     )*};
@@ -213,7 +235,8 @@ macro_rules! write_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name(fd: c_int, $($a: $t),*) -> ssize_t {
             let f = next_or!($name: fn(c_int, $($t),*) -> ssize_t, -1);
-            let r = f(fd, $($a),*);
+            // SAFETY: the real function with the application's arguments.
+            let r = unsafe { f(fd, $($a),*) };
             if r < 0 && errno() != libc::EAGAIN && errno() != libc::EINTR {
                 quietly(stringify!($name), || calls::write_failed(fd));
             }
@@ -235,14 +258,17 @@ macro_rules! perform_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name($($a: $t),*) -> c_int {
             let f = next_or!($name: fn($($t),*) -> c_int, -1);
-            let real = || f($($a),*);
+            // SAFETY: the real function with the application's arguments.
+            let real = || unsafe { f($($a),*) };
             if $p.is_null() $(|| $q.is_null())? {
-                return f($($a),*);
+                return real();
             }
-            let old = CStr::from_ptr($p);
-            let _new = old $(; let _new = CStr::from_ptr($q))?;
+            // SAFETY: non-null here, NUL-terminated per the function's C contract.
+            let old = unsafe { CStr::from_ptr($p) };
+            // SAFETY: as above.
+            let _new = old $(; let _new = unsafe { CStr::from_ptr($q) })?;
             if !calls::concerns(old) && !calls::concerns(_new) {
-                return f($($a),*);
+                return real();
             }
             perform(stringify!($name), $p, |r| ($core)(libc::AT_FDCWD, old, _new, r), real)
         }
@@ -271,7 +297,9 @@ macro_rules! held_hook {
         pub unsafe extern "C" fn $name($($pre: $pt,)* $($dirfd: c_int,)? path: *const c_char $(, $a: $t)*) -> $ret {
             let f = next_or!($name: fn($($pt,)* $(open_hook!(@int $dirfd),)? *const c_char $(, $t)*) -> $ret, -1);
             let _d = libc::AT_FDCWD $(; let _d = $dirfd)?;
-            redirect(stringify!($name), _d, path, -1, calls::held, |p, _d| f($($pre,)* $(open_hook!(@d _d $dirfd),)? p $(, $a)*))
+            // SAFETY: `path` is NULL or NUL-terminated (the C contract); `f` is the real
+            // function, called with the application's arguments or the core's path.
+            unsafe { redirect(stringify!($name), _d, path, -1, calls::held, |p, _d| f($($pre,)* $(open_hook!(@d _d $dirfd),)? p $(, $a)*)) }
         }
     )*};
 }
@@ -312,7 +340,9 @@ macro_rules! path_hook {
         #[no_mangle]
         pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> c_int {
             let f = next_or!($name: fn(*const c_char $(, $t)*) -> c_int, -1);
-            redirect(stringify!($name), libc::AT_FDCWD, path, -1, |_, p| $core(p), |p, _| f(p $(, $a)*))
+            // SAFETY: `path` is NULL or NUL-terminated (the C contract); `f` is the real
+            // function, called with the application's arguments or the core's path.
+            unsafe { redirect(stringify!($name), libc::AT_FDCWD, path, -1, |_, p| $core(p), |p, _| f(p $(, $a)*)) }
         }
     )*};
 }
@@ -328,11 +358,13 @@ path_hook! {
 /// `realpath` of a held file from the core (`resolved`: the caller's buffer of `PATH_MAX`
 /// bytes, or NULL for a `malloc`ed result); `real` answers for every other path.
 unsafe fn realpath_with(path: *const c_char, resolved: *mut c_char, real: impl FnOnce() -> *mut c_char) -> *mut c_char {
-    if path.is_null() || !calls::concerns(CStr::from_ptr(path)) {
+    // SAFETY: `path` is non-null here and NUL-terminated (the caller's contract).
+    if path.is_null() || !calls::concerns(unsafe { CStr::from_ptr(path) }) {
         return real();
     }
     let saved = errno();
-    let p = match fence("realpath", path, || calls::realpath(CStr::from_ptr(path)), || None) {
+    // SAFETY: as above.
+    let p = match fence("realpath", path, || calls::realpath(unsafe { CStr::from_ptr(path) }), || None) {
         None => {
             set_errno(saved);
             return real();
@@ -350,27 +382,34 @@ unsafe fn realpath_with(path: *const c_char, resolved: *mut c_char, real: impl F
     }
     set_errno(saved);
     if resolved.is_null() {
-        return libc::strdup(c.as_ptr());
+        // SAFETY: a NUL-terminated string; the caller frees the copy (realpath's contract).
+        return unsafe { libc::strdup(c.as_ptr()) };
     }
-    std::ptr::copy_nonoverlapping(c.as_ptr(), resolved, c.as_bytes_with_nul().len());
+    // SAFETY: `resolved` holds PATH_MAX bytes (the caller's contract) and `c` with its NUL
+    // is shorter (checked above); the two do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(c.as_ptr(), resolved, c.as_bytes_with_nul().len()) };
     resolved
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
     let f = next_or!(realpath: fn(*const c_char, *mut c_char) -> *mut c_char, std::ptr::null_mut());
-    realpath_with(path, resolved, || f(path, resolved))
+    // SAFETY: the application's arguments (realpath's C contract) to us and the real one.
+    unsafe { realpath_with(path, resolved, || f(path, resolved)) }
 }
 
 /// glibc's fortified `realpath`.
 #[no_mangle]
 pub unsafe extern "C" fn __realpath_chk(path: *const c_char, resolved: *mut c_char, len: size_t) -> *mut c_char {
     let f = next_or!(__realpath_chk: fn(*const c_char, *mut c_char, size_t) -> *mut c_char, std::ptr::null_mut());
-    realpath_with(path, resolved, || f(path, resolved, len))
+    // SAFETY: the application's arguments (realpath's C contract) to us and the real one.
+    unsafe { realpath_with(path, resolved, || f(path, resolved, len)) }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
     let f = next_or!(canonicalize_file_name: fn(*const c_char) -> *mut c_char, std::ptr::null_mut());
-    realpath_with(path, std::ptr::null_mut(), || f(path))
+    // SAFETY: the application's argument to us and the real one; NULL asks for a malloc'ed
+    // result, as canonicalize_file_name returns.
+    unsafe { realpath_with(path, std::ptr::null_mut(), || f(path)) }
 }

@@ -16,6 +16,8 @@
 //! | [`dir_hooks`] | directory streams, `scandir`, `nftw` |
 //! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives, `MPI_File_open` ([`piggyback`]: the agreement carried by a small allreduce) |
 
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub use scr::capi;
 
 mod detour;

@@ -63,6 +63,7 @@ fn spans_world(comm: MPI_Comm) -> bool {
         return cached as usize == SPANS;
     }
     let mut r: c_int = 0;
+    // SAFETY: MPI_Comm_compare is local; reading MPI's constant.
     let spans =
         unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT };
     if key != 0 {
@@ -166,10 +167,12 @@ fn init_with(real: impl FnOnce() -> c_int) -> c_int {
 unsafe fn init(argc: *mut c_int, argv: *mut *mut *mut c_char) -> c_int {
     if wants_thread_multiple() {
         let mut provided: c_int = 0;
-        return init_thread_for(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided);
+        // SAFETY: the application's arguments (MPI_Init's contract) and a local `provided`.
+        return unsafe { init_thread_for(argc, argv, mpi::ffi::MPI_THREAD_MULTIPLE as c_int, &mut provided) };
     }
     let f = next_or!(PMPI_Init: fn(*mut c_int, *mut *mut *mut c_char) -> c_int, MPI_ERR_OTHER);
-    init_with(|| f(argc, argv))
+    // SAFETY: the real PMPI_Init with the application's arguments.
+    init_with(|| unsafe { f(argc, argv) })
 }
 
 /// The application asked for `MPI_THREAD_MULTIPLE`: its threads may run world collectives
@@ -186,7 +189,8 @@ unsafe fn init_thread(argc: *mut c_int, argv: *mut *mut *mut c_char, required: c
     if required == mpi::ffi::MPI_THREAD_MULTIPLE as c_int {
         APP_THREADS.store(true, std::sync::atomic::Ordering::Relaxed);
     }
-    init_thread_for(argc, argv, required, provided)
+    // SAFETY: the application's arguments (MPI_Init_thread's contract).
+    unsafe { init_thread_for(argc, argv, required, provided) }
 }
 
 /// `MPI_Init_thread` with the level `required` (the application's, or for `MPI_Init` under
@@ -200,12 +204,14 @@ unsafe fn init_thread_for(
     let f =
         next_or!(PMPI_Init_thread: fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int, MPI_ERR_OTHER);
     let required = if wants_thread_multiple() { mpi::ffi::MPI_THREAD_MULTIPLE as c_int } else { required };
-    init_with(|| f(argc, argv, required, provided))
+    // SAFETY: the real PMPI_Init_thread with the application's arguments.
+    init_with(|| unsafe { f(argc, argv, required, provided) })
 }
 
 unsafe fn real_finalize() -> c_int {
     let f = next_or!(PMPI_Finalize: fn() -> c_int, MPI_ERR_OTHER);
-    f()
+    // SAFETY: the real PMPI_Finalize (the caller's contract: MPI is initialised).
+    unsafe { f() }
 }
 
 unsafe fn finalize() -> c_int {
@@ -213,7 +219,8 @@ unsafe fn finalize() -> c_int {
         fence("MPI_Finalize", std::ptr::null(), transparent::finish, || ());
     }
     let _inside = Inside::enter();
-    real_finalize()
+    // SAFETY: the application finalises MPI (MPI_Finalize's contract), after the library.
+    unsafe { real_finalize() }
 }
 
 /// `MPI_Barrier`: on a world-spanning communicator the agreement replaces it (an
@@ -221,7 +228,8 @@ unsafe fn finalize() -> c_int {
 unsafe fn barrier(comm: MPI_Comm) -> c_int {
     let f = next_or!(PMPI_Barrier: fn(MPI_Comm) -> c_int, MPI_ERR_OTHER);
     if app_threads() {
-        let rc = f(comm);
+        // SAFETY: the real PMPI_Barrier with the application's communicator.
+        let rc = unsafe { f(comm) };
         if rc == MPI_SUCCESS {
             collective_done(comm, true);
         }
@@ -232,7 +240,8 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
             return rc;
         }
     }
-    f(comm)
+    // SAFETY: as above.
+    unsafe { f(comm) }
 }
 
 /// `MPI_Allreduce`: on a world-spanning communicator, a small one with a predefined
@@ -244,7 +253,8 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
         MPI_ERR_OTHER
     );
     if !spans_world(comm) {
-        return f(s, r, n, t, op, comm);
+        // SAFETY: the real PMPI_Allreduce with the application's arguments.
+        return unsafe { f(s, r, n, t, op, comm) };
     }
     if let Some(plan) = Plan::new(n, t, op).filter(|_| !app_threads()) {
         let a = Allreduce { send: s, recv: r, count: n, t, op, comm };
@@ -253,7 +263,8 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
             return rc;
         }
     }
-    let rc = f(s, r, n, t, op, comm);
+    // SAFETY: as above.
+    let rc = unsafe { f(s, r, n, t, op, comm) };
     if rc == MPI_SUCCESS {
         collective_done(comm, false);
     }
@@ -267,9 +278,11 @@ unsafe fn max_over(comm: MPI_Comm, v: &[i64]) -> Option<Vec<i64>> {
         next_or!(PMPI_Allreduce: fn(*const c_void, *mut c_void, c_int, MPI_Datatype, MPI_Op, MPI_Comm) -> c_int, None);
     let mut out = vec![0i64; v.len()];
     let _inside = Inside::enter();
-    // SAFETY: both buffers hold v.len() 64-bit integers; the datatype and op are MPI's own.
-    let (t, op) = (mpi::ffi::RSMPI_INT64_T, mpi::ffi::RSMPI_MAX);
-    let rc = f(v.as_ptr().cast(), out.as_mut_ptr().cast(), v.len() as c_int, t, op, comm);
+    // SAFETY: reading MPI's predefined handle constants.
+    let (t, op) = unsafe { (mpi::ffi::RSMPI_INT64_T, mpi::ffi::RSMPI_MAX) };
+    // SAFETY: both buffers hold v.len() 64-bit integers; the datatype and op are MPI's own;
+    // `comm` is the caller's communicator (the caller's contract).
+    let rc = unsafe { f(v.as_ptr().cast(), out.as_mut_ptr().cast(), v.len() as c_int, t, op, comm) };
     (rc == MPI_SUCCESS).then_some(out)
 }
 
@@ -281,29 +294,42 @@ unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI
     let f =
         next_or!(PMPI_File_open: fn(MPI_Comm, *const c_char, c_int, MPI_Info, *mut MPI_File) -> c_int, MPI_ERR_OTHER);
     if name.is_null() || transparent::routing().is_none() {
-        return f(comm, name, amode, info, fh);
+        // SAFETY: the real PMPI_File_open with the application's arguments.
+        return unsafe { f(comm, name, amode, info, fh) };
     }
     let mut n: c_int = 0;
     // SAFETY: MPI_Comm_size is local; an invalid handle only makes it fail (n stays 0).
-    mpi::ffi::MPI_Comm_size(comm, &mut n);
+    unsafe { mpi::ffi::MPI_Comm_size(comm, &mut n) };
     let has = |bit: u32| amode & bit as c_int != 0;
     let mode = Amode {
         read_only: has(mpi::ffi::MPI_MODE_RDONLY),
         create: has(mpi::ffi::MPI_MODE_CREATE),
         excl: has(mpi::ffi::MPI_MODE_EXCL),
     };
-    let mut agree = |v: &[i64]| max_over(comm, v);
-    let call = fence("MPI_File_open", name, || mpi_open(CStr::from_ptr(name), mode, n, &mut agree), || MpiCall::Pass);
+    // SAFETY: a collective over the application's communicator, which every rank of it
+    // enters here too (MPI_File_open is collective).
+    let mut agree = |v: &[i64]| unsafe { max_over(comm, v) };
+    // SAFETY: `name` is non-null here and NUL-terminated (MPI_File_open's contract).
+    let call = fence(
+        "MPI_File_open",
+        name,
+        || mpi_open(unsafe { CStr::from_ptr(name) }, mode, n, &mut agree),
+        || MpiCall::Pass,
+    );
     match call {
-        MpiCall::Pass => f(comm, name, amode, info, fh),
+        // SAFETY: the real PMPI_File_open with the application's arguments.
+        MpiCall::Pass => unsafe { f(comm, name, amode, info, fh) },
         MpiCall::Fail => {
             if !fh.is_null() {
-                *fh = mpi::ffi::RSMPI_FILE_NULL;
+                // SAFETY: the application's non-null handle pointer; reading MPI's constant.
+                unsafe { *fh = mpi::ffi::RSMPI_FILE_NULL };
             }
             mpi::ffi::MPI_ERR_FILE as c_int
         }
         MpiCall::Open(o) => {
-            let rc = f(comm, o.name.as_ptr(), amode, info, fh);
+            // SAFETY: the real PMPI_File_open with the application's arguments and the core's
+            // NUL-terminated name, on every rank of `comm` alike.
+            let rc = unsafe { f(comm, o.name.as_ptr(), amode, info, fh) };
             fence("MPI_File_open", name, || mpi_opened(&o, rc == MPI_SUCCESS), || ());
             rc
         }
@@ -316,11 +342,13 @@ macro_rules! export {
         $(
             #[no_mangle]
             pub unsafe extern "C" fn $name($($a: $t),*) -> $ret {
-                $imp($($a),*)
+                // SAFETY: the caller keeps the MPI standard's contract of this function.
+                unsafe { $imp($($a),*) }
             }
             #[no_mangle]
             pub unsafe extern "C" fn $pname($($a: $t),*) -> $ret {
-                $imp($($a),*)
+                // SAFETY: as above.
+                unsafe { $imp($($a),*) }
             }
         )*
     };
