@@ -5,7 +5,7 @@
  *   ckpt_posix --dir DIR [--steps N] [--every K] [--size BYTES] [--layout L] [--stdio]
  *              [--uneven] [--meta] [--meta-after] [--crash-at STEP] [--fail-write STEP]
  *              [--no-finalize] [--hang-at STEP] [--die-in-ckpt STEP] [--die-before-pointer STEP]
- *              [--quiet-steps]
+ *              [--quiet-steps] [--die-in-meta STEP]
  *
  * Layouts: dir      ckpt.<s>/rank_<r>.dat (rank 0 creates the directory)
  *          flat     ckpt_<s>_<r>.dat
@@ -24,6 +24,8 @@
  * the barrier that would complete it (the others wait there until the launcher ends them).
  * --die-before-pointer STEP: rank 0 exits after the barrier that completes checkpoint STEP,
  * before it moves the pointer file (which still names the previous checkpoint).
+ * --die-in-meta STEP: rank 0 exits halfway through writing ckpt.<STEP>/meta (opened directly,
+ * never closed) after the barrier that completes checkpoint STEP, before the pointer moves.
  * Prints (rank 0): RESTARTED <s> | NO_RESTART, CHECKPOINT <s>, DONE; every rank checks. */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,7 +42,7 @@ static const char *dir = ".";
 static const char *layout = "dir";
 static int use_stdio = 0, uneven = 0, meta = 0, meta_after = 0, quiet_steps = 0;
 static long size = 1 << 16;
-static int rank, nranks, die_in_ckpt = -1, die_before_pointer = -1;
+static int rank, nranks, die_in_ckpt = -1, die_before_pointer = -1, die_in_meta = -1;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -188,6 +190,14 @@ static void checkpoint(int step, int fail_write) {
     fprintf(stderr, "rank %d: DIE before the pointer of checkpoint %d\n", rank, step);
     _exit(9);
   }
+  if (step == die_in_meta && rank == 0) {
+    /* a file of the complete checkpoint cut off mid-write: it must never join it */
+    snprintf(path, sizeof path, "%s/ckpt.%d/meta", dir, step);
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "step ", 5) != 5) die("write", path);
+    fprintf(stderr, "rank %d: DIE inside the meta of checkpoint %d\n", rank, step);
+    _exit(9);
+  }
   if (rank == 0) {
     if (!strcmp(layout, "tmpdir")) {
       snprintf(tmp, sizeof tmp, "%s/ckpt.%d.tmp", dir, step);
@@ -234,6 +244,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--hang-at")) hang_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--die-in-ckpt")) die_in_ckpt = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--die-before-pointer")) die_before_pointer = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--die-in-meta")) die_in_meta = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

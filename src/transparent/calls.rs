@@ -242,6 +242,7 @@ pub fn opened(fd: i32, track: u32, created: bool) {
     if track == 0 {
         return;
     }
+    let session = owner();
     let _inside = Inside::enter();
     let mut t = table();
     if shared::is_shared(track) {
@@ -264,6 +265,9 @@ pub fn opened(fd: i32, track: u32, created: bool) {
         p.writers += 1;
         p.epoch = epoch;
         fds::set(fd, track);
+        if let (1, Some(s)) = (p.writers, session) {
+            super::writes::opened(s, &p.cache);
+        }
     }
 }
 
@@ -299,12 +303,17 @@ pub fn closed(id: u32, ok: bool) {
         t.shared.closed(id, ok);
         return;
     }
-    if t.closed(id, ok) && session::finished() {
+    if !t.closed(id, ok) {
+        return;
+    }
+    if session::finished() {
         if let Some(p) = t.get(id).cloned() {
             t.forget(id);
             drop(t);
             materialize(&p.cache, &s.prefix.join(&p.rel), true);
         }
+    } else if let Some(p) = t.get(id) {
+        super::writes::closed(s, &p.cache, !p.failed);
     }
 }
 

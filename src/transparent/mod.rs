@@ -16,6 +16,7 @@
 //! | [`shells`] | directories made for checkpoint files, removed when empty once their checkpoint is gone |
 //! | [`listing`] | merged directory listings and `nftw` walks |
 //! | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes |
+//! | [`writes`] | the write journal: which pending files a killed run was still writing |
 //! | [`session`] | start (in `MPI_Init`), stop (in `MPI_Finalize`), process exit, the routing gate |
 //! | [`view`] | what the processes a rank starts (shells, `ls`, `rm -r`) see of its cached files |
 //!
@@ -38,6 +39,7 @@ pub(crate) mod shells;
 pub mod sync;
 pub mod table;
 pub mod view;
+mod writes;
 
 #[cfg(test)]
 mod agreement_tests;

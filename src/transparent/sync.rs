@@ -244,6 +244,9 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         crate::runtime::count_collectives_from(Some(from));
         st.halt_check = complete(s, &st.comm, &mut t, false, !last);
         crate::runtime::count_collectives_from(None);
+        if t.no_pending() {
+            super::writes::clear();
+        }
     }
     super::view::publish(s, &t);
     // (under the sync lock: a load and a store suffice)
@@ -304,8 +307,11 @@ struct Group {
 /// under the name of a checkpoint now in cache (a `meta` written after its barrier, the
 /// crash before the next sync point) join it as a new version, as a plain file system would
 /// have kept them. They only add files: a pending copy of a file the checkpoint has (an
-/// update cut short) is not used. The rest never became a checkpoint and is removed.
+/// update cut short) is not used, nor a file the run was still writing when it died or whose
+/// writing failed ([`super::writes`]): no checkpoint is called complete with a file cut off
+/// mid-write. The rest never became a checkpoint and is removed.
 pub(super) fn recover(s: &Session) {
+    use std::os::unix::fs::MetadataExt;
     let _inside = Inside::enter();
     let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
     let Some(st) = g.as_mut() else { return };
@@ -314,13 +320,27 @@ pub(super) fn recover(s: &Session) {
     let mut t = session::table();
     let mut found = Vec::new();
     crate::paths::walk_files(&s.pending, &mut |p| found.push(p.to_path_buf()));
+    let cut_short = super::writes::cut_short(&s.pending);
     let mut added = 0u64;
     for p in found {
         let Ok(rel) = p.strip_prefix(&s.pending) else { continue };
-        if t.held(rel).is_none() && !super::prefix::reserved(rel) {
-            t.add(rel, p.clone(), false);
-            added += 1;
+        if t.held(rel).is_some() || super::prefix::reserved(rel) {
+            continue;
         }
+        let ino = std::fs::symlink_metadata(&p).map(|m| m.ino()).ok();
+        if ino.and_then(|i| cut_short.get(&i)) == Some(&true) {
+            crate::log::emit(
+                "INFO",
+                format_args!(
+                    "rank {}: {} is left out of its checkpoint: the killed run was still writing it",
+                    s.rank,
+                    rel.display()
+                ),
+            );
+            continue;
+        }
+        t.add(rel, p.clone(), false);
+        added += 1;
     }
     if st.comm.max_u64s(&[added])[0] > 0 {
         crate::runtime::count_collectives_from(Some(crate::comm::tally()));
@@ -328,6 +348,7 @@ pub(super) fn recover(s: &Session) {
         crate::runtime::count_collectives_from(None);
     }
     // (completing forgot every file it looked at: what is left on disk joined nothing)
+    super::writes::forget();
     let _ = crate::paths::remove_tree_if_exists(&s.pending);
     if s.rank == 0 {
         // a checkpoint gone with a lost cache leaves no empty directory behind

@@ -351,6 +351,11 @@ impl Table {
         gone.iter().filter_map(|rel| self.remove(rel).0).collect()
     }
 
+    /// Whether no pending file is left (open, closed or deleted while open).
+    pub fn no_pending(&self) -> bool {
+        self.pending.is_empty()
+    }
+
     /// Pending files that are closed and named, by id.
     pub fn closed_pending(&self) -> Vec<(u32, &Pending)> {
         let mut v: Vec<(u32, &Pending)> =

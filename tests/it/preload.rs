@@ -174,6 +174,28 @@ fn a_file_written_after_the_barrier_survives_a_crash_before_the_next_sync_point(
 }
 
 #[test]
+fn a_file_a_killed_run_was_still_writing_never_joins_its_checkpoint() {
+    // Rank 0 dies halfway through ckpt.6/meta, written after the barrier that completed
+    // ckpt.6. The relaunch keeps ckpt.6 as it was, without the cut-off file (a file closed
+    // whole before the kill does join it: the test above).
+    let job = readme_defaults();
+    let r = run(&job, &["--steps", "10", "--die-in-meta", "6"]);
+    assert!(r.stderr.contains("DIE inside the meta of checkpoint 6"), "{}", r.dump());
+    assert_eq!(job.cached_files("scr.pending/0/ckpt.6/meta").len(), 1, "{:?}", job.cached_files(""));
+    // (5 steps: the relaunch writes no checkpoint of its own)
+    let r = run(&job, &["--steps", "5"]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(
+        r.stderr.contains("ckpt.6/meta is left out of its checkpoint: the killed run was still writing it"),
+        "{}",
+        r.dump()
+    );
+    assert!(job.cached_files("ckpt.6/meta").is_empty(), "{:?}", job.cached_files(""));
+    assert_eq!(job.cached_files("ckpt.6/rank_").len(), 4, "{:?}", job.cached_files(""));
+    assert!(job.cached_files("scr.pending/0/").is_empty(), "{:?}", job.cached_files(""));
+}
+
+#[test]
 fn a_directory_renamed_into_place_then_given_one_more_file_keeps_all_of_them() {
     let job = readme_defaults();
     let args = ["--layout", "tmpdir", "--uneven", "--meta-after"];
