@@ -15,7 +15,7 @@ use super::fds;
 use super::prefix::{reserved, PATH_MAX};
 use super::rules::{self, Disk, OnDisk, Open};
 pub use super::session::concerns;
-use super::session::{self, owner, routing, table, table_now, Session};
+use super::session::{self, owner, routing, table_for_file, table_for_id, table_now, Session};
 use super::shared;
 use super::table::{Held, Table};
 use crate::reentry::Inside;
@@ -126,7 +126,8 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     }
     super::test_panic(path);
     let _inside = Inside::enter();
-    let mut t = table_now();
+    // (an open for reading only looks at what SCR holds for `rel`)
+    let mut t = if rules::writing(flags) || reserved(&rel) { table_now() } else { table_for_file(&rel) };
     if let Some(o) = super::shared::open(s, &mut t, &rel, flags) {
         return o;
     }
@@ -244,7 +245,7 @@ pub fn opened(fd: i32, track: u32, created: bool) {
     }
     let session = owner();
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_for_id(track);
     if shared::is_shared(track) {
         let epoch = t.epoch;
         t.shared.opened(track, fd, created, epoch);
@@ -298,7 +299,7 @@ pub fn closing_range(first: u32, last: u32) -> Vec<(i32, u32)> {
 pub fn closed(id: u32, ok: bool) {
     let Some(s) = (id != 0).then(owner).flatten() else { return };
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_for_id(id);
     if shared::is_shared(id) {
         t.shared.closed(id, ok);
         return;
@@ -324,7 +325,7 @@ pub fn duplicated(old: i32, new: i32) {
         return;
     }
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_for_id(id);
     if shared::is_shared(id) {
         t.shared.duplicated(id);
         fds::set(new, id);
@@ -341,7 +342,7 @@ pub fn write_failed(fd: i32) {
         return;
     }
     let _inside = Inside::enter();
-    let mut t = table();
+    let mut t = table_for_id(id);
     if shared::is_shared(id) {
         t.shared.failed(id);
     } else if let Some(p) = t.get_mut(id) {
@@ -355,7 +356,7 @@ pub fn held(dirfd: i32, path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = resolve_file(s, dirfd, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    let t = table_now();
+    let t = table_for_file(&rel);
     match t.held(&rel) {
         Some(h) => c_path(h.cache()),
         None => t.shared.staging(&rel).map_or(Call::Pass, c_path),
@@ -395,7 +396,7 @@ pub fn statfs(path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = resolve_file(s, libc::AT_FDCWD, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    if table_now().held(&rel).is_none() {
+    if table_for_file(&rel).held(&rel).is_none() {
         return Call::Pass;
     }
     match s.prefix.join(&rel).parent() {
@@ -410,7 +411,7 @@ pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
     let s = routing()?;
     let rel = resolve_file(s, libc::AT_FDCWD, path)?;
     let _inside = Inside::enter();
-    table_now().held(&rel)?;
+    table_for_file(&rel).held(&rel)?;
     let abs = s.prefix.join(&rel);
     let (dir, name) = (abs.parent()?, abs.file_name()?);
     Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))

@@ -8,12 +8,18 @@
 //!
 //! Before [`start`], after [`finish`], in processes that never initialise MPI, in forked
 //! children and while the library itself works on a thread ([`crate::reentry`]), routing is
-//! off and every call passes. Lock order: the sync state, then the table; the runtime is
-//! called with the table held, and the runtime never calls back into this module.
+//! off and every call passes. Lock order: the sync state, then the table; the runtime never
+//! calls back into this module. A sync point decides what completes with the table held, then
+//! lets the runtime form the datasets (move, encode, flush) without it ([`without_table`]):
+//! meanwhile a call of another thread on a file that completion does not touch proceeds
+//! ([`table_for_file`], [`table_for_id`]), every other call waits for the completion to end,
+//! as it waited for the lock before.
 
-use std::path::PathBuf;
+use std::cell::Cell;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
 use super::prefix::{BaseFn, PrefixPaths};
 use super::table::Table;
@@ -96,19 +102,104 @@ static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
 /// A process started by a rank: its read-only session, if the rank published a view.
 static CHILD: OnceLock<Option<Session>> = OnceLock::new();
 
-/// The file table.
-pub(super) fn table() -> MutexGuard<'static, Table> {
+/// A completion the runtime works on without the table lock ([`without_table`]): the files
+/// it takes (pending and shared ids, and the paths of those and of the removed files it
+/// records). Committed files may change under it too (a new version replaces them, the cache
+/// evicts them).
+#[derive(Debug, Default)]
+pub(super) struct Completing {
+    pub ids: BTreeSet<u32>,
+    pub rels: BTreeSet<PathBuf>,
+}
+
+/// Signalled when a completion ends (with the table mutex).
+static COMPLETED: Condvar = Condvar::new();
+
+thread_local! {
+    /// This thread runs the completion the table names (const-initialised, no destructor:
+    /// usable in any hook).
+    static COMPLETING_HERE: Cell<bool> = const { Cell::new(false) };
+}
+
+fn lock() -> MutexGuard<'static, Table> {
     TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The table, once no completion of another thread that `touches` the caller's files runs.
+fn table_unless(touches: impl Fn(&Table, &Completing) -> bool) -> MutexGuard<'static, Table> {
+    let mut t = lock();
+    while t.completing.as_ref().is_some_and(|c| touches(&t, c)) && !COMPLETING_HERE.try_with(Cell::get).unwrap_or(false)
+    {
+        t = COMPLETED.wait(t).unwrap_or_else(|e| e.into_inner());
+    }
+    t
+}
+
+/// The file table (waiting while another thread's completion runs: the caller may look at
+/// or change any entry).
+pub(super) fn table() -> MutexGuard<'static, Table> {
+    table_unless(|_, _| true)
+}
+
+/// Absorb what this rank's children removed (unless a completion runs: a removed file is a
+/// committed one, whose calls wait for it anyway; the next call or sync point absorbs it).
+fn absorbed(mut t: MutexGuard<'static, Table>) -> MutexGuard<'static, Table> {
+    if let Some(s) = SESSION.get().filter(|s| s.is_owner() && t.completing.is_none()) {
+        super::view::absorb(s, &mut t, false);
+    }
+    t
 }
 
 /// The file table for a call on a path: in a rank, what its children removed is absorbed
 /// first, so a path a child removed is gone.
 pub(super) fn table_now() -> MutexGuard<'static, Table> {
-    let mut t = table();
-    if let Some(s) = SESSION.get().filter(|s| s.is_owner()) {
-        super::view::absorb(s, &mut t, false);
+    absorbed(table())
+}
+
+/// [`table_now`] for a call that only reads what SCR holds for the file `rel` (a stat, an
+/// open for reading): it waits for another thread's completion only when that completion
+/// takes `rel` or `rel` is a committed file.
+pub(super) fn table_for_file(rel: &Path) -> MutexGuard<'static, Table> {
+    absorbed(table_unless(|t, c| c.rels.contains(rel) || t.is_committed(rel)))
+}
+
+/// [`table`] for a call on a descriptor of tracked file `id`: it waits for another thread's
+/// completion only when that completion takes `id`.
+pub(super) fn table_for_id(id: u32) -> MutexGuard<'static, Table> {
+    table_unless(|_, c| c.ids.contains(&id))
+}
+
+/// Run `work` (the runtime forming the datasets a completion decided, which touches none of
+/// the table) without the table lock: the table records `busy` meanwhile, so other threads'
+/// calls on those files (and on committed files) wait, and calls on other files proceed.
+/// Returns `work`'s result and the table, locked again.
+pub(super) fn without_table<T>(
+    mut t: MutexGuard<'static, Table>,
+    busy: Completing,
+    work: impl FnOnce() -> T,
+) -> (T, MutexGuard<'static, Table>) {
+    /// Clears the mark (in the table `t`, or locked here after a panic in `work`) and wakes
+    /// the waiters: they run once the caller has applied the completion to the table.
+    fn clear(t: &mut Table) {
+        let _ = COMPLETING_HERE.try_with(|c| c.set(false));
+        t.completing = None;
+        COMPLETED.notify_all();
     }
-    t
+    struct Unwinding;
+    impl Drop for Unwinding {
+        fn drop(&mut self) {
+            clear(&mut lock());
+        }
+    }
+    t.completing = Some(busy);
+    let _ = COMPLETING_HERE.try_with(|c| c.set(true));
+    drop(t);
+    let unwinding = Unwinding;
+    let r = work();
+    std::mem::forget(unwinding);
+    let mut t = lock();
+    clear(&mut t);
+    (r, t)
 }
 
 /// This process's session as a child of a rank (loaded on first use; never for the library's
@@ -121,7 +212,7 @@ fn child() -> Option<&'static Session> {
     CHILD
         .get_or_init(|| {
             let (s, files) = super::view::load()?;
-            TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner()).set_committed(files);
+            lock().set_committed(files);
             Some(s)
         })
         .as_ref()
@@ -303,5 +394,58 @@ pub fn at_exit() {
             pending.len(),
             s.pending.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    // one test: the table is process-wide
+    #[test]
+    fn a_completion_without_the_table_holds_back_only_the_calls_on_its_files() {
+        let taken = Completing { ids: BTreeSet::from([7]), rels: BTreeSet::from([PathBuf::from("ckpt.1/a")]) };
+        let (done_tx, done_rx) = mpsc::channel::<&str>();
+        let finished = std::sync::Arc::new(AtomicBool::new(false));
+        let t = table();
+        // the calls of other threads, started while the completion runs
+        let spawn = |name: &'static str, get: fn() -> MutexGuard<'static, Table>| {
+            let (done_tx, finished) = (done_tx.clone(), finished.clone());
+            std::thread::spawn(move || {
+                let _t = get();
+                // a call that waited sees the completion's work done
+                done_tx.send(if finished.load(Ordering::SeqCst) { name } else { "free" }).unwrap();
+            })
+        };
+        let (r, t) = without_table(t, taken, || {
+            // this thread's own calls do not wait for its completion
+            drop(table());
+            let free = spawn("", || table_for_file(Path::new("input.dat")));
+            // the call on another file returns while the work runs
+            let got = done_rx.recv_timeout(Duration::from_secs(30)).expect("a call on another file is not held back");
+            free.join().unwrap();
+            let held = [
+                spawn("file", || table_for_file(Path::new("ckpt.1/a"))),
+                spawn("id", || table_for_id(7)),
+                spawn("any", table),
+            ];
+            // (time for them to reach the table: one that did not wait would see the work running)
+            std::thread::sleep(Duration::from_millis(200));
+            finished.store(true, Ordering::SeqCst);
+            (got, held)
+        });
+        assert_eq!(r.0, "free");
+        assert!(t.completing.is_none());
+        drop(t);
+        for h in r.1 {
+            h.join().unwrap();
+        }
+        let mut waited: Vec<&str> = done_rx.try_iter().collect();
+        waited.sort();
+        assert_eq!(waited, ["any", "file", "id"], "each waited for the completion");
+        assert!(!COMPLETING_HERE.with(Cell::get));
     }
 }

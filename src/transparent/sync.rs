@@ -38,10 +38,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use super::naming::Part;
-use super::session::{self, Session};
+use super::session::{self, Completing, Session};
 use super::table::{Change, Committed, Table};
 use crate::comm::Comm;
 use crate::config::patterns::Route;
@@ -242,7 +242,9 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         st.tried = t.settled();
         ATTEMPTS.store(ATTEMPTS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         crate::runtime::count_collectives_from(Some(from));
-        st.halt_check = complete(s, &st.comm, &mut t, false, !last);
+        let checkpointed;
+        (checkpointed, t) = complete(s, &st.comm, t, false, !last);
+        st.halt_check = checkpointed;
         crate::runtime::count_collectives_from(None);
         if t.no_pending() {
             super::writes::clear();
@@ -344,7 +346,7 @@ pub(super) fn recover(s: &Session) {
     }
     if st.comm.max_u64s(&[added])[0] > 0 {
         crate::runtime::count_collectives_from(Some(crate::comm::tally()));
-        complete(s, &st.comm, &mut t, true, false);
+        t = complete(s, &st.comm, t, true, false).1;
         crate::runtime::count_collectives_from(None);
     }
     // (completing forgot every file it looked at: what is left on disk joined nothing)
@@ -385,8 +387,16 @@ struct Offer {
 
 /// Complete the pending datasets (`versions_only`: only new versions of cached datasets may
 /// form; `wait_open`: a dataset with a file open for writing on some rank waits for the next
-/// sync point); whether a checkpoint completed.
-fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_open: bool) -> bool {
+/// sync point); whether a checkpoint completed, and the table. What completes is decided with
+/// the table locked; the runtime forms the datasets without the lock
+/// ([`session::without_table`]).
+fn complete(
+    s: &Session,
+    comm: &Comm,
+    mut t: MutexGuard<'static, Table>,
+    versions_only: bool,
+    wait_open: bool,
+) -> (bool, MutexGuard<'static, Table>) {
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut homeless = Vec::new();
     let route = |rel: &std::path::Path| rel.to_str().and_then(|r| s.patterns.route(r, s.rank));
@@ -495,7 +505,7 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
         Err(e) => {
             // agreed by every rank: the files stay pending until the next sync point
             scr_error!("transparent mode: agreeing on the datasets to complete: {e}");
-            return false;
+            return (false, t);
         }
     };
     let waiting: BTreeSet<&String> = offers.iter().flat_map(|o| &o.open).collect();
@@ -541,21 +551,38 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
         by_age.into_iter().zip(shells).map(|((n, _, d), shells)| (n, shells, d)).collect();
     let mut checkpointed = false;
     let mut removed_by_app = Vec::new();
-    for (_, name, flags) in order {
-        let g = groups.remove(&name).unwrap_or_default();
-        let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
-        let shared: Vec<PathBuf> = g.shared.iter().map(|f| f.1.clone()).collect();
-        let valid = !g.files.iter().any(|f| f.3) && !g.shared.iter().any(|f| f.2);
-        let adopt = Adopt {
-            name: &name,
-            flags,
-            files: &files,
-            shared: &shared,
-            removed: &g.removed,
-            valid,
-            version_only: versions_only,
+    let forming: Vec<(String, i32, Group)> = order
+        .into_iter()
+        .map(|(_, name, flags)| (name.clone(), flags, groups.remove(&name).unwrap_or_default()))
+        .collect();
+    // the runtime forms them without the table lock (moving, encoding and flushing take
+    // long): another thread's call on a file none of them takes proceeds meanwhile
+    let mut taken = Completing::default();
+    for (_, _, g) in &forming {
+        taken.ids.extend(g.files.iter().map(|f| f.0).chain(g.shared.iter().map(|f| f.0)));
+        taken.rels.extend(g.files.iter().map(|f| f.1.clone()).chain(g.shared.iter().map(|f| f.1.clone())));
+        taken.rels.extend(g.removed.iter().cloned());
+    }
+    let form = || {
+        let adopt = |(name, flags, g): &(String, i32, Group)| {
+            let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
+            let shared: Vec<PathBuf> = g.shared.iter().map(|f| f.1.clone()).collect();
+            let valid = !g.files.iter().any(|f| f.3) && !g.shared.iter().any(|f| f.2);
+            crate::runtime::adopt_output(&Adopt {
+                name,
+                flags: *flags,
+                files: &files,
+                shared: &shared,
+                removed: &g.removed,
+                valid,
+                version_only: versions_only,
+            })
         };
-        let r = crate::runtime::adopt_output(&adopt);
+        forming.iter().map(adopt).collect::<Vec<_>>()
+    };
+    let results;
+    (results, t) = if forming.is_empty() { (Vec::new(), t) } else { session::without_table(t, taken, form) };
+    for ((name, _, g), r) in forming.into_iter().zip(results) {
         for (id, _, bytes, _) in &g.files {
             t.forget(*id);
             if r.is_err() {
@@ -572,11 +599,11 @@ fn complete(s: &Session, comm: &Comm, t: &mut Table, versions_only: bool, wait_o
             Err(e) => scr_error!("transparent mode: dataset {name}: {e}"),
         }
     }
-    refresh_committed(t);
+    refresh_committed(&mut t);
     if s.rank == 0 {
-        super::shells::record(s, t, made, &removed_by_app, &busy);
+        super::shells::record(s, &t, made, &removed_by_app, &busy);
     }
-    checkpointed
+    (checkpointed, t)
 }
 
 /// Once per run, by rank 0: a file has stayed open for writing across more than

@@ -112,6 +112,8 @@ pub struct Table {
     settled: u64,
     /// Files several ranks write, opened since the last dataset completed.
     pub shared: super::shared::SharedFiles,
+    /// A completion runs without the table lock (see [`super::session::without_table`]).
+    pub(super) completing: Option<super::session::Completing>,
 }
 
 fn strictly_below(p: &Path, dir: &Path) -> bool {
@@ -130,6 +132,11 @@ pub(super) fn under(p: &Path, dir: &Path) -> bool {
 
 impl Table {
     /// What `rel` stands for, if SCR holds its bytes.
+    /// Whether `rel` is a file of a complete cached dataset (hidden or not).
+    pub fn is_committed(&self, rel: &Path) -> bool {
+        self.committed.contains_key(rel)
+    }
+
     pub fn held(&self, rel: &Path) -> Option<Held<'_>> {
         if let Some((&id, p)) = self.by_path.get(rel).and_then(|id| Some((id, self.pending.get(id)?))) {
             return Some(Held::Pending(id, p));

@@ -176,3 +176,42 @@ fn float_sums_stay_bitwise_when_the_algorithm_changes_by_size() {
         assert!(deferred * 3 >= 104 && deferred < 104, "{line}");
     }
 }
+
+/// A sync point decides what completes with the file table locked, then the runtime forms
+/// and flushes the checkpoint without it: another thread's calls on a file the checkpoint does
+/// not take (stat, open, read, close of input.dat) return while the synchronous flush waits.
+/// The order of events decides, not time: rank 0's side thread holds the index lock the flush
+/// needs, and releases it only after its calls returned and /proc/locks still showed the
+/// flush waiting (a library holding the table through the flush deadlocks there and the
+/// program's alarm ends the run).
+#[test]
+fn a_second_thread_is_not_blocked_by_a_synchronous_flush() {
+    let exe = vec![app("thread_during_flush.c", &["-pthread"]).display().to_string()];
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "1").set("SCR_FLUSH_ASYNC", "0");
+    let r = job.run_exe(4, &exe, &[job.prefix.display().to_string()]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let events = [
+        "SIDE holds the index lock\n",
+        "SIDE the flush waits for the index lock\n",
+        "SIDE input.dat ok while the flush waited: still waiting\n",
+        "SIDE released the index lock\n",
+        "MAIN ckpt.1 complete\n",
+    ];
+    let at: Vec<usize> =
+        events.iter().map(|e| r.stderr.find(e).unwrap_or_else(|| panic!("no {e:?}: {}", r.dump()))).collect();
+    assert!(at.windows(2).all(|w| w[0] < w[1]), "events out of order: {}", r.dump());
+    assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
+    // the checkpoint was flushed: its bytes are in the prefix, and the index has it complete
+    for rank in 0..4usize {
+        let bytes = std::fs::read(job.prefix.join(format!("ckpt.1/rank_{rank}.dat"))).unwrap();
+        assert_eq!(bytes.len(), 1 << 20, "rank {rank}");
+        assert!(bytes.iter().enumerate().all(|(i, b)| *b == (i * 7 + rank) as u8), "rank {rank}");
+    }
+    assert_eq!(
+        std::fs::read(job.prefix.join("input.dat")).unwrap(),
+        b"input bytes the side thread reads during the flush\n"
+    );
+    let index = job.index().to_string();
+    assert!(index.contains("ckpt.1"), "{index}");
+}
