@@ -11,12 +11,11 @@ use std::ffi::{CStr, CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::fds;
+use super::fds::{self, Tracked};
 use super::prefix::{reserved, PATH_MAX};
 use super::rules::{self, Disk, OnDisk, Open};
 pub use super::session::concerns;
 use super::session::{self, owner, routing, table_for_file, table_for_id, table_now, Session};
-use super::shared;
 use super::table::{Held, Table};
 use crate::reentry::Inside;
 use crate::scr_error;
@@ -240,34 +239,33 @@ fn unshare(s: &Session, t: &mut Table, id: u32, keep: bool) -> Result<(), i32> {
 
 /// After the real open of an [`Opening`] that tracks a pending file.
 pub fn opened(fd: i32, track: u32, created: bool) {
-    if track == 0 {
-        return;
-    }
+    let Some(file) = Tracked::of(track) else { return };
     let session = owner();
     let _inside = Inside::enter();
     let mut t = table_for_id(track);
-    if shared::is_shared(track) {
-        let epoch = t.epoch;
-        t.shared.opened(track, fd, created, epoch);
-        fds::set(fd, track);
-        return;
-    }
-    if fd < 0 {
-        if created {
-            if let Some(bytes) = t.get(track).map(|p| p.cache.clone()) {
-                t.abandon(track);
-                let _ = std::fs::remove_file(bytes);
+    let epoch = t.epoch;
+    match file {
+        Tracked::Shared(id) => {
+            t.shared.opened(id, fd, created, epoch);
+            fds::set(fd, id);
+        }
+        Tracked::Pending(id) if fd < 0 => {
+            if created {
+                if let Some(bytes) = t.get(id).map(|p| p.cache.clone()) {
+                    t.abandon(id);
+                    let _ = std::fs::remove_file(bytes);
+                }
             }
         }
-        return;
-    }
-    let epoch = t.epoch;
-    if let Some(p) = t.get_mut(track) {
-        p.writers += 1;
-        p.epoch = epoch;
-        fds::set(fd, track);
-        if let (1, Some(s)) = (p.writers, session) {
-            super::writes::opened(s, &p.cache);
+        Tracked::Pending(id) => {
+            if let Some(p) = t.get_mut(id) {
+                p.writers += 1;
+                p.epoch = epoch;
+                fds::set(fd, id);
+                if let (1, Some(s)) = (p.writers, session) {
+                    super::writes::opened(s, &p.cache);
+                }
+            }
         }
     }
 }
@@ -297,13 +295,14 @@ pub fn closing_range(first: u32, last: u32) -> Vec<(i32, u32)> {
 /// After a descriptor of pending file `id` closed (`ok`: the close succeeded). After
 /// `MPI_Finalize` no dataset can form: the file goes where the application put it.
 pub fn closed(id: u32, ok: bool) {
-    let Some(s) = (id != 0).then(owner).flatten() else { return };
+    let Some(file) = Tracked::of(id) else { return };
+    let Some(s) = owner() else { return };
     let _inside = Inside::enter();
     let mut t = table_for_id(id);
-    if shared::is_shared(id) {
-        t.shared.closed(id, ok);
-        return;
-    }
+    let id = match file {
+        Tracked::Shared(id) => return t.shared.closed(id, ok),
+        Tracked::Pending(id) => id,
+    };
     if !t.closed(id, ok) {
         return;
     }
@@ -321,32 +320,42 @@ pub fn closed(id: u32, ok: bool) {
 /// `new` now refers to what `old` refers to (the `dup` family, `F_DUPFD`).
 pub fn duplicated(old: i32, new: i32) {
     let id = fds::get(old);
-    if id == 0 || new < 0 || old == new || owner().is_none() {
+    let Some(file) = Tracked::of(id) else { return };
+    if new < 0 || old == new || owner().is_none() {
         return;
     }
     let _inside = Inside::enter();
     let mut t = table_for_id(id);
-    if shared::is_shared(id) {
-        t.shared.duplicated(id);
-        fds::set(new, id);
-    } else if let Some(p) = t.get_mut(id) {
-        p.writers += 1;
-        fds::set(new, id);
+    match file {
+        Tracked::Shared(id) => {
+            t.shared.duplicated(id);
+            fds::set(new, id);
+        }
+        Tracked::Pending(id) => {
+            if let Some(p) = t.get_mut(id) {
+                p.writers += 1;
+                fds::set(new, id);
+            }
+        }
     }
 }
 
 /// A write on `fd` failed: the dataset of its pending file is invalid.
 pub fn write_failed(fd: i32) {
     let id = fds::get(fd);
-    if id == 0 || owner().is_none() {
+    let Some(file) = Tracked::of(id) else { return };
+    if owner().is_none() {
         return;
     }
     let _inside = Inside::enter();
     let mut t = table_for_id(id);
-    if shared::is_shared(id) {
-        t.shared.failed(id);
-    } else if let Some(p) = t.get_mut(id) {
-        p.failed = true;
+    match file {
+        Tracked::Shared(id) => t.shared.failed(id),
+        Tracked::Pending(id) => {
+            if let Some(p) = t.get_mut(id) {
+                p.failed = true;
+            }
+        }
     }
 }
 

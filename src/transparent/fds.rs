@@ -1,10 +1,34 @@
 //! Which file descriptors write pending files: a lock-free table indexed by descriptor (one
 //! atomic per descriptor below 65536, a locked map above), so `close`, `dup` and failed
-//! writes of the application's other descriptors cost one atomic load.
+//! writes of the application's other descriptors cost one atomic load. The table holds ids;
+//! what an id stands for is [`Tracked`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Mutex;
+
+/// What a tracked descriptor writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracked {
+    /// A pending file of this rank (its id in the table).
+    Pending(u32),
+    /// A file several ranks write (its id in [`super::shared`]'s list).
+    Shared(u32),
+}
+
+/// Ids of shared files carry this bit (pending files' ids do not): one id space for both.
+pub(super) const SHARED_BIT: u32 = 1 << 31;
+
+impl Tracked {
+    /// The file an id of the descriptor table stands for (0: none).
+    pub fn of(id: u32) -> Option<Tracked> {
+        match id {
+            0 => None,
+            id if id & SHARED_BIT != 0 => Some(Tracked::Shared(id)),
+            id => Some(Tracked::Pending(id)),
+        }
+    }
+}
 
 const SLOTS: usize = 1 << 16;
 static FDS: [AtomicU32; SLOTS] = [const { AtomicU32::new(0) }; SLOTS];

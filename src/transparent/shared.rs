@@ -51,14 +51,6 @@ use super::table::Table;
 use crate::reentry::Inside;
 use crate::state::layout::{shared_of_staging, shared_staging_name};
 
-/// Ids of shared files in the descriptor table carry this bit (pending files' ids do not).
-const ID_BIT: u32 = 1 << 31;
-
-/// Whether a tracked descriptor's id is a shared file's.
-pub fn is_shared(id: u32) -> bool {
-    id & ID_BIT != 0
-}
-
 /// A file shared in this phase, as this rank opened it.
 #[derive(Debug, Clone)]
 pub struct Entry {
@@ -94,7 +86,7 @@ impl SharedFiles {
             return id;
         }
         self.next += 1;
-        let id = ID_BIT | self.next;
+        let id = super::fds::SHARED_BIT | self.next;
         let staging = shared_staging_name(&s.prefix.join(rel));
         journal_staging(s, &staging);
         self.files.insert(id, Entry { rel: rel.to_path_buf(), staging, writers: 0, failed: false, epoch });
@@ -583,12 +575,16 @@ mod tests {
     #[test]
     fn descriptors_count_until_closed_and_failures_stick() {
         let mut sh = SharedFiles::default();
-        let id = ID_BIT | 1;
+        let id = crate::transparent::fds::SHARED_BIT | 1;
         sh.files.insert(
             id,
             Entry { rel: "c/s".into(), staging: "/p/c/.s.scrshared".into(), writers: 0, failed: false, epoch: 0 },
         );
-        assert!(is_shared(id) && !is_shared(1));
+        use crate::transparent::fds::Tracked;
+        assert_eq!(
+            (Tracked::of(id), Tracked::of(1), Tracked::of(0)),
+            (Some(Tracked::Shared(id)), Some(Tracked::Pending(1)), None)
+        );
         sh.opened(id, 5, true, 3);
         sh.duplicated(id);
         assert_eq!(sh.counts(), (1, 0));
