@@ -9,6 +9,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+use super::SyntaxError;
+
 /// The MySQL protocol's default TCP port.
 pub const DEFAULT_PORT: u16 = 3306;
 
@@ -30,22 +32,22 @@ impl fmt::Display for DbAddr {
 }
 
 /// `SCR_LOG_DB_HOST`: `host`, `host:port`, `[v6addr]`, `[v6addr]:port`, or `/path/to/socket`.
-pub fn parse_db_host(v: &str) -> Result<DbAddr, String> {
+pub fn parse_db_host(v: &str) -> Result<DbAddr, SyntaxError> {
     let v = v.trim();
     if v.is_empty() {
-        return Err("expected host[:port] or a socket path starting with '/'".into());
+        return Err(SyntaxError::DbHost("expected host[:port] or a socket path starting with '/'"));
     }
     if v.starts_with('/') {
         return Ok(DbAddr::Socket(PathBuf::from(v)));
     }
     let (host, port) = if let Some(rest) = v.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or("a '[' without its ']'")?;
+        let (h, after) = rest.split_once(']').ok_or(SyntaxError::DbHost("a '[' without its ']'"))?;
         match after {
             "" => (h, None),
-            a => (h, Some(a.strip_prefix(':').ok_or("expected ':port' after ']'")?)),
+            a => (h, Some(a.strip_prefix(':').ok_or(SyntaxError::DbHost("expected ':port' after ']'"))?)),
         }
     } else if v.matches(':').count() > 1 {
-        return Err("an IPv6 address needs brackets: [addr]:port".into());
+        return Err(SyntaxError::DbHost("an IPv6 address needs brackets: [addr]:port"));
     } else {
         match v.split_once(':') {
             Some((h, p)) => (h, Some(p)),
@@ -53,13 +55,13 @@ pub fn parse_db_host(v: &str) -> Result<DbAddr, String> {
         }
     };
     if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c == '/') {
-        return Err(format!("{host:?} is not a host name"));
+        return Err(SyntaxError::DbHostName { host: host.to_string() });
     }
     let port = match port {
         None => DEFAULT_PORT,
         Some(p) => match p.parse::<u16>() {
             Ok(n) if n > 0 => n,
-            _ => return Err(format!("port {p:?} is not a number from 1 to 65535")),
+            _ => return Err(SyntaxError::DbPort { port: p.to_string() }),
         },
     };
     Ok(DbAddr::Tcp { host: host.to_string(), port })

@@ -37,6 +37,72 @@ pub struct ConfigError {
     pub msg: String,
 }
 
+/// What is wrong with one piece of configuration text (a line, a value, a pattern, a
+/// database address) before it is placed: the caller turns it into a [`ConfigError`] with
+/// [`SyntaxError::at`], naming the file and line, the environment variable or the
+/// `SCR_Config` call. The fields say which key, value or pattern is at fault.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SyntaxError {
+    /// A quote opened in a value is never closed.
+    #[error("unterminated {quote} quote")]
+    UnterminatedQuote { quote: char },
+    /// A token's key is not a parameter name (letters, digits, `_`, not starting with a digit).
+    #[error("{key:?} is not a valid parameter name")]
+    BadName { key: String },
+    /// A `${NAME` without its `}`.
+    #[error("unterminated ${{{name}")]
+    UnterminatedVar { name: String },
+    /// The value of `key` could not be interpolated.
+    #[error("{key}: {source}")]
+    InValue { key: String, source: Box<SyntaxError> },
+    /// A bare `KEY` where `KEY=VALUE` is needed.
+    #[error("{key} has no value (expected {key}=VALUE)")]
+    NoValue { key: String },
+    /// `value` expanded to nothing because the variables `unset` names are not set.
+    #[error("{key}={value} is empty: {unset}")]
+    ExpandsEmpty { key: String, value: String, unset: String },
+    /// A multi-item entry (`STORE=`, `CKPT=`, ...) without its value.
+    #[error("{key}= needs a value")]
+    EntryWithoutValue { key: String },
+    /// A multi-item key that is not the first item of its line.
+    #[error("{key}= must begin its line (it starts a multi-item entry)")]
+    EntryNotFirst { key: String },
+    /// A simple parameter set to the empty string.
+    #[error("{key} has an empty value")]
+    EmptyValue { key: String },
+    /// `value` is not of the kind parameter `key` takes.
+    #[error("{key}={value}: {expected}")]
+    BadValue { key: String, value: String, expected: params::Expected },
+    /// An empty checkpoint pattern.
+    #[error("the pattern is empty")]
+    EmptyPattern,
+    /// A checkpoint pattern that cannot be used; `why` says which part and why.
+    #[error("{pattern}: {why}")]
+    Pattern { pattern: String, why: String },
+    /// A pattern's `NAME=` template that cannot be expanded.
+    #[error("NAME={template}: {why}")]
+    Template { template: String, why: String },
+    /// A pattern's `RANKS=` list that cannot be read.
+    #[error("RANKS={ranks}: expected ALL or a list such as 0,2-5")]
+    Ranks { ranks: String },
+    /// A database address (`SCR_LOG_DB_HOST`) that cannot be used.
+    #[error("{0}")]
+    DbHost(&'static str),
+    /// The host part of a database address is not a host name.
+    #[error("{host:?} is not a host name")]
+    DbHostName { host: String },
+    /// The port of a database address is not a port.
+    #[error("port {port:?} is not a number from 1 to 65535")]
+    DbPort { port: String },
+}
+
+impl SyntaxError {
+    /// Place this error: `at` names the file and line, the environment variable or the call.
+    pub fn at(self, at: impl Into<String>) -> ConfigError {
+        ConfigError { at: at.into(), msg: self.to_string() }
+    }
+}
+
 impl From<ConfigError> for crate::error::Error {
     fn from(e: ConfigError) -> Self {
         crate::error::Error::Config { at: e.at, msg: e.msg }
@@ -124,8 +190,7 @@ pub fn parse_file_text(text: &str, file: &Path, user: bool, warnings: &mut Vec<S
     for (i, raw) in text.lines().enumerate() {
         let line = i + 1;
         let mut w = Vec::new();
-        let parsed = parse::parse_line(raw, &env, &mut w)
-            .map_err(|msg| ConfigError { at: format!("{}:{line}", file.display()), msg })?;
+        let parsed = parse::parse_line(raw, &env, &mut w).map_err(|e| e.at(format!("{}:{line}", file.display())))?;
         warnings.extend(w.into_iter().map(|m| format!("{}:{line}: {m}", file.display())));
         if let Some(l) = parsed {
             let origin = if user {
@@ -175,8 +240,7 @@ pub fn env_layer(warnings: &mut Vec<String>) -> Result<Layer, ConfigError> {
         if v.is_empty() {
             continue;
         }
-        parse::check_simple(&k, &v, &mut Vec::new())
-            .map_err(|msg| ConfigError { at: format!("environment variable {k}"), msg })?;
+        parse::check_simple(&k, &v, &mut Vec::new()).map_err(|e| e.at(format!("environment variable {k}")))?;
         layer.simple.insert(k, Value { value: v, origin: Origin::Env });
     }
     Ok(layer)
@@ -305,7 +369,7 @@ pub fn scr_config(text: &str, initialized: bool) -> Result<Option<String>, Confi
 pub fn scr_config_reply(text: &str, initialized: bool) -> Result<Reply, ConfigError> {
     let at = || format!("SCR_Config(\"{text}\")");
     let err = |msg: String| ConfigError { at: at(), msg };
-    let tokens = parse::tokenize(text).map_err(err)?;
+    let tokens = parse::tokenize(text).map_err(|e| e.at(at()))?;
     let Some(first) = tokens.first() else {
         return Err(err("empty configuration string".into()));
     };
@@ -347,7 +411,7 @@ pub fn scr_config_reply(text: &str, initialized: bool) -> Result<Reply, ConfigEr
     }
     let env = |k: &str| std::env::var(k).ok();
     let mut warnings = Vec::new();
-    let line = parse::parse_tokens(tokens, &env, &mut warnings).map_err(err)?;
+    let line = parse::parse_tokens(tokens, &env, &mut warnings).map_err(|e| e.at(at()))?;
     for w in warnings {
         crate::scr_warn!("{}: {w}", at());
     }

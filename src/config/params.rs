@@ -344,7 +344,7 @@ pub fn parse_bool(s: &str) -> Option<bool> {
 }
 
 /// Check `value` against `kind`; the error says what was expected.
-pub fn check(kind: Kind, value: &str) -> Result<(), String> {
+pub fn check(kind: Kind, value: &str) -> Result<(), Expected> {
     let ok = match kind {
         Bool => parse_bool(value).is_some(),
         Count => value.trim().parse::<u64>().is_ok(),
@@ -354,16 +354,27 @@ pub fn check(kind: Kind, value: &str) -> Result<(), String> {
         Choice(words) => words.iter().any(|w| w.eq_ignore_ascii_case(value.trim())),
     };
     if ok {
-        return Ok(());
+        Ok(())
+    } else {
+        Err(Expected(kind))
     }
-    Err(match kind {
-        Bool => "expected 0 or 1".into(),
-        Count => "expected a non-negative integer".into(),
-        Size => "expected a size such as 1048576, 64KB or 2GiB".into(),
-        Float => "expected a non-negative number".into(),
-        Text => unreachable!(),
-        Choice(words) => format!("expected one of {}", words.join(", ")),
-    })
+}
+
+/// A value that is not of its parameter's [`Kind`]: displays what was expected.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Expected(pub Kind);
+
+impl std::fmt::Display for Expected {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Bool => f.write_str("expected 0 or 1"),
+            Count => f.write_str("expected a non-negative integer"),
+            Size => f.write_str("expected a size such as 1048576, 64KB or 2GiB"),
+            Float => f.write_str("expected a non-negative number"),
+            Text => f.write_str("expected text"),
+            Choice(words) => write!(f, "expected one of {}", words.join(", ")),
+        }
+    }
 }
 
 #[cfg(test)]

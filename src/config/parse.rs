@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use super::params;
+use super::{params, SyntaxError};
 
 /// One `KEY=VALUE` token (value `None` for a bare `KEY`, as in a query).
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +34,7 @@ pub enum Line {
 /// Split a line into tokens: `KEY=VALUE` (any whitespace around `=`, as SCR accepts), or a
 /// bare `KEY` (a query). Quotes keep spaces, `#` and `=` in a value; `#` outside quotes
 /// starts a comment.
-pub fn tokenize(line: &str) -> Result<Vec<Token>, String> {
+pub fn tokenize(line: &str) -> Result<Vec<Token>, SyntaxError> {
     let mut tokens = Vec::new();
     let mut chars = line.chars().peekable();
     let skip_blanks = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
@@ -73,7 +73,7 @@ pub fn tokenize(line: &str) -> Result<Vec<Token>, String> {
             chars.next();
         }
         if let Some(q) = quote {
-            return Err(format!("unterminated {q} quote"));
+            return Err(SyntaxError::UnterminatedQuote { quote: q });
         }
         tokens.push(Token { key, value: Some(value) });
     }
@@ -82,7 +82,7 @@ pub fn tokenize(line: &str) -> Result<Vec<Token>, String> {
             && t.key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
             && !t.key.starts_with(|c: char| c.is_ascii_digit());
         if !valid {
-            return Err(format!("{:?} is not a valid parameter name", t.key));
+            return Err(SyntaxError::BadName { key: t.key.clone() });
         }
     }
     Ok(tokens)
@@ -95,7 +95,7 @@ pub fn interpolate(
     value: &str,
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
-) -> Result<String, String> {
+) -> Result<String, SyntaxError> {
     let mut out = String::new();
     let mut chars = value.chars().peekable();
     while let Some(c) = chars.next() {
@@ -119,7 +119,7 @@ pub fn interpolate(
                     }
                 }
                 if braced && chars.next() != Some('}') {
-                    return Err(format!("unterminated ${{{name}"));
+                    return Err(SyntaxError::UnterminatedVar { name });
                 }
                 if name.is_empty() {
                     out.push('$');
@@ -142,7 +142,7 @@ pub fn parse_line(
     line: &str,
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
-) -> Result<Option<Line>, String> {
+) -> Result<Option<Line>, SyntaxError> {
     let tokens = tokenize(line)?;
     if tokens.is_empty() {
         return Ok(None);
@@ -157,16 +157,17 @@ pub fn parse_tokens(
     tokens: Vec<Token>,
     env: &dyn Fn(&str) -> Option<String>,
     warnings: &mut Vec<String>,
-) -> Result<Line, String> {
+) -> Result<Line, SyntaxError> {
     let mut pairs = Vec::with_capacity(tokens.len());
     for t in tokens {
         let Some(v) = t.value else {
-            return Err(format!("{} has no value (expected {}=VALUE)", t.key, t.key));
+            return Err(SyntaxError::NoValue { key: t.key });
         };
         let mut unset = Vec::new();
-        let expanded = interpolate(&v, env, &mut unset).map_err(|e| format!("{}: {e}", t.key))?;
+        let expanded = interpolate(&v, env, &mut unset)
+            .map_err(|e| SyntaxError::InValue { key: t.key.clone(), source: Box::new(e) })?;
         if expanded.is_empty() && !unset.is_empty() {
-            return Err(format!("{}={v} is empty: {}", t.key, unset.join("; ")));
+            return Err(SyntaxError::ExpandsEmpty { key: t.key, value: v, unset: unset.join("; ") });
         }
         warnings.extend(unset.into_iter().map(|w| format!("{}={v}: {w}, so {}={expanded}", t.key, t.key)));
         pairs.push((t.key, expanded));
@@ -174,7 +175,7 @@ pub fn parse_tokens(
     let (first, first_val) = pairs[0].clone();
     if let Some(subkeys) = params::multi(&first) {
         if first_val.is_empty() {
-            return Err(format!("{first}= needs a value"));
+            return Err(SyntaxError::EntryWithoutValue { key: first });
         }
         let mut attrs = BTreeMap::new();
         for (k, v) in pairs.into_iter().skip(1) {
@@ -191,10 +192,10 @@ pub fn parse_tokens(
     let mut known = Vec::with_capacity(pairs.len());
     for (k, v) in pairs {
         if params::multi(&k).is_some() {
-            return Err(format!("{k}= must begin its line (it starts a multi-item entry)"));
+            return Err(SyntaxError::EntryNotFirst { key: k });
         }
         if v.is_empty() {
-            return Err(format!("{k} has an empty value"));
+            return Err(SyntaxError::EmptyValue { key: k });
         }
         if check_simple(&k, &v, warnings)? {
             known.push((k, v));
@@ -206,9 +207,13 @@ pub fn parse_tokens(
 /// Check a simple parameter's name and value: `Ok(true)` for a known name with a good value,
 /// `Ok(false)` for an unknown name (with a warning: the caller drops it), an error for a bad
 /// value.
-pub fn check_simple(key: &str, value: &str, warnings: &mut Vec<String>) -> Result<bool, String> {
+pub fn check_simple(key: &str, value: &str, warnings: &mut Vec<String>) -> Result<bool, SyntaxError> {
     match params::find(key) {
-        Some(p) => params::check(p.kind, value).map(|()| true).map_err(|e| format!("{key}={value}: {e}")),
+        Some(p) => params::check(p.kind, value).map(|()| true).map_err(|expected| SyntaxError::BadValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            expected,
+        }),
         None => {
             warnings.push(format!("unknown parameter {key} (ignored)"));
             Ok(false)
@@ -227,7 +232,7 @@ mod tests {
         }
     }
 
-    fn parse(line: &str) -> Result<Option<Line>, String> {
+    fn parse(line: &str) -> Result<Option<Line>, SyntaxError> {
         parse_line(line, &env, &mut Vec::new())
     }
 
@@ -275,14 +280,14 @@ mod tests {
                   SCR_CACHE_BASE=/dev/shm/"
             ]
         );
-        let e = parse("SCR_CACHE_BASE=$NOPE").unwrap_err();
+        let e = parse("SCR_CACHE_BASE=$NOPE").unwrap_err().to_string();
         assert!(e.contains("SCR_CACHE_BASE=$NOPE is empty") && e.contains("$NOPE is not set"), "{e}");
     }
 
     #[test]
     fn malformed_lines() {
-        assert!(parse("SCR_FLUSH").unwrap_err().contains("no value"));
-        assert!(parse("SCR_FLUSH=ten").unwrap_err().contains("non-negative integer"));
+        assert!(parse("SCR_FLUSH").unwrap_err().to_string().contains("no value"));
+        assert!(parse("SCR_FLUSH=ten").unwrap_err().to_string().contains("non-negative integer"));
         assert!(parse("=5").is_err());
         assert!(parse("SCR_FLUSH=1 STORE=/x").is_err());
         assert!(parse("SCR-FLUSH=1").is_err());
@@ -316,6 +321,6 @@ mod tests {
         assert_eq!(t[0], Token { key: "CKPT".into(), value: Some("0".into()) });
         assert_eq!(t[1], Token { key: "TYPE".into(), value: None });
         assert_eq!(tokenize("STORE =").unwrap(), vec![Token { key: "STORE".into(), value: Some(String::new()) }]);
-        assert!(parse("SCR_DEBUG = 1 = 2").unwrap_err().contains("not a valid parameter name"));
+        assert!(parse("SCR_DEBUG = 1 = 2").unwrap_err().to_string().contains("not a valid parameter name"));
     }
 }

@@ -21,7 +21,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, Entry};
+use super::{ConfigError, Entry, SyntaxError};
 use crate::{FLAG_CHECKPOINT, FLAG_OUTPUT};
 
 /// What a pattern's files form.
@@ -154,20 +154,21 @@ pub struct Glob {
 }
 
 impl Glob {
-    pub fn parse(s: &str) -> Result<Glob, String> {
+    pub fn parse(s: &str) -> Result<Glob, SyntaxError> {
         if s.is_empty() {
-            return Err("the pattern is empty".into());
+            return Err(SyntaxError::EmptyPattern);
         }
+        let bad = |why: String| SyntaxError::Pattern { pattern: s.to_string(), why };
         if s.starts_with('/') {
-            return Err(format!("{s}: patterns are relative to the prefix directory (remove the leading /)"));
+            return Err(bad("patterns are relative to the prefix directory (remove the leading /)".into()));
         }
         let mut comps = Vec::new();
         let mut token_run = Vec::new();
         let mut run_text: Vec<String> = Vec::new();
         for part in s.split('/') {
             match part {
-                "" => return Err(format!("{s}: empty path component (a doubled or trailing /)")),
-                "." | ".." => return Err(format!("{s}: '{part}' is not allowed in a pattern")),
+                "" => return Err(bad("empty path component (a doubled or trailing /)".into())),
+                "." | ".." => return Err(bad(format!("'{part}' is not allowed in a pattern"))),
                 "**" => {
                     token_run.push(run_text.len());
                     run_text.push("**".into());
@@ -177,7 +178,7 @@ impl Glob {
                 _ => {}
             }
             if part.contains("**") {
-                return Err(format!("{s}: ** must be a whole path component (as in ckpt/**)"));
+                return Err(bad("** must be a whole path component (as in ckpt/**)".into()));
             }
             let mut toks = Vec::new();
             let mut chars = part.chars().peekable();
@@ -209,7 +210,7 @@ impl Glob {
                                         break;
                                     }
                                     Some(hi) if hi >= c => ranges.push((c, hi)),
-                                    Some(hi) => return Err(format!("{s}: bad range {c}-{hi} in [...]")),
+                                    Some(hi) => return Err(bad(format!("bad range {c}-{hi} in [...]"))),
                                     None => break,
                                 }
                             } else {
@@ -217,13 +218,13 @@ impl Glob {
                             }
                         }
                         if !closed {
-                            return Err(format!("{s}: unclosed [ in '{part}'"));
+                            return Err(bad(format!("unclosed [ in '{part}'")));
                         }
                         toks.push(Tok::Class { neg, ranges });
                     }
                     '\\' => match chars.next() {
                         Some(e) => toks.push(Tok::Lit(e)),
-                        None => return Err(format!("{s}: trailing \\")),
+                        None => return Err(bad("trailing \\".into())),
                     },
                     c => toks.push(Tok::Lit(c)),
                 }
@@ -244,7 +245,7 @@ impl Glob {
         }
         if let Some(Comp::Seg(t)) = comps.first() {
             if t == &crate::paths::SCR_DIR.chars().map(Tok::Lit).collect::<Vec<_>>() {
-                return Err(format!("{s}: the prefix's {} directory is reserved for SCR", crate::paths::SCR_DIR));
+                return Err(bad(format!("the prefix's {} directory is reserved for SCR", crate::paths::SCR_DIR)));
             }
         }
         Ok(Glob { comps, wildcards: run_text.len(), token_run, run_text })
@@ -387,10 +388,9 @@ impl PatternSet {
     pub fn compile(specs: &[PatternSpec]) -> Result<PatternSet, ConfigError> {
         let mut out = Vec::new();
         for s in specs {
-            let err = |msg: String| ConfigError { at: s.at.clone(), msg };
-            let glob = Glob::parse(&s.pattern).map_err(err)?;
+            let glob = Glob::parse(&s.pattern).map_err(|e| e.at(s.at.clone()))?;
             if let Some(t) = &s.name {
-                check_template(t, glob.wildcards).map_err(|m| err(format!("NAME={t}: {m}")))?;
+                check_template(t, glob.wildcards).map_err(|e| e.at(s.at.clone()))?;
             }
             out.push(Compiled { spec: s.clone(), glob });
         }
@@ -519,25 +519,26 @@ fn default_name(glob: &Glob, pattern: &str, rel: &str, caps: &[String]) -> Vec<P
     pieces
 }
 
-fn check_template(t: &str, wildcards: usize) -> Result<(), String> {
+fn check_template(t: &str, wildcards: usize) -> Result<(), SyntaxError> {
+    let bad = |why: String| SyntaxError::Template { template: t.to_string(), why };
     let mut rest = t;
     while let Some(open) = rest.find('{') {
         let Some(close) = rest[open..].find('}') else {
-            return Err("unclosed {".into());
+            return Err(bad("unclosed {".into()));
         };
         let inner = &rest[open + 1..open + close];
         match inner.parse::<usize>() {
             Ok(n) if n >= 1 && n <= wildcards => {}
             _ => {
-                return Err(format!(
+                return Err(bad(format!(
                     "{{{inner}}} is not a capture: use {{1}} to {{{wildcards}}} (one per wildcard of the pattern)"
-                ))
+                )))
             }
         }
         rest = &rest[open + close + 1..];
     }
     if t.trim().is_empty() {
-        return Err("empty name".into());
+        return Err(bad("empty name".into()));
     }
     Ok(())
 }
@@ -556,14 +557,14 @@ fn expand(t: &str, caps: &[String]) -> String {
     out
 }
 
-fn parse_ranks(s: &str) -> Result<Vec<(u32, u32)>, String> {
+fn parse_ranks(s: &str) -> Result<Vec<(u32, u32)>, SyntaxError> {
     if s.eq_ignore_ascii_case("ALL") || s == "*" {
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
     for part in s.split(',') {
         let part = part.trim();
-        let bad = || format!("RANKS={s}: expected ALL or a list such as 0,2-5");
+        let bad = || SyntaxError::Ranks { ranks: s.to_string() };
         let (lo, hi) = match part.split_once('-') {
             Some((a, b)) => (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?),
             None => {
@@ -595,7 +596,7 @@ pub fn from_config(entries: &[&Entry], env: Option<(&str, &str)>) -> Result<Vec<
         };
         let ranks = match e.attr("RANKS") {
             None => Vec::new(),
-            Some(r) => parse_ranks(r).map_err(err)?,
+            Some(r) => parse_ranks(r).map_err(|e| e.at(at.clone()))?,
         };
         specs.push(PatternSpec { pattern: e.value.clone(), kind, name: e.attr("NAME").map(str::to_string), ranks, at });
     }
@@ -697,7 +698,7 @@ mod tests {
             (".scr/x", "reserved"),
         ] {
             let e = Glob::parse(p).unwrap_err();
-            assert!(e.contains(why), "{p}: {e}");
+            assert!(e.to_string().contains(why), "{p}: {e}");
         }
         let e = PatternSet::compile(&[spec("c.*/*", Kind::Checkpoint, Some("c{3}"), &[])]).err().unwrap();
         assert!(e.to_string().contains("{3}") && e.at == "test", "{e}");
