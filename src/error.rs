@@ -7,6 +7,7 @@
 use std::io;
 use std::path::PathBuf;
 
+use crate::paths::UnsafePath;
 use crate::persist::MetaError;
 
 /// Result alias for the runtime layers.
@@ -35,6 +36,13 @@ pub enum Error {
     /// A collective step failed on at least one rank (the message says which and why).
     #[error("{0}")]
     Collective(String),
+    /// A path read from metadata that is not a safe relative path.
+    #[error(transparent)]
+    UnsafePath(#[from] UnsafePath),
+    /// A path the library refuses to use (a node-local directory that is not a directory or
+    /// belongs to another user); `why` says what is wrong with it.
+    #[error("{}: {why}", path.display())]
+    Refused { path: PathBuf, why: String },
     /// A data file failed verification (size or CRC32).
     #[error("{path}: {why}")]
     Integrity { path: PathBuf, why: String },

@@ -135,7 +135,7 @@ impl Rm {
     }
 
     /// The allocation's end time as the resource manager reports it now (see [`end_time`]).
-    fn ask_end_time(&self) -> Result<Option<i64>, String> {
+    fn ask_end_time(&self) -> Result<Option<i64>, QueryError> {
         let now = now_secs();
         match self {
             // SLURM_TIME_FORMAT=%s makes squeue print seconds since the epoch, whatever the zone.
@@ -283,7 +283,7 @@ pub const QUERY_SECS: u64 = 20;
 /// be started, exits non-zero (with its first line of standard error), or does not finish
 /// within [`QUERY_SECS`] (it is killed then: a controller that does not answer must not hang a
 /// job's rank 0 or a relaunch decision).
-pub fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, String> {
+pub fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, QueryError> {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let shown = format!("{program} {}", args.join(" "));
@@ -294,7 +294,7 @@ pub fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<St
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot run {shown}: {e}"))?;
+        .map_err(|e| QueryError { command: shown.clone(), fault: QueryFault::Start(e) })?;
     let drain = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut s = String::new();
@@ -312,21 +312,53 @@ pub fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<St
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{shown} did not answer within {QUERY_SECS} s"));
+                return Err(QueryError { command: shown, fault: QueryFault::Timeout });
             }
-            Err(e) => return Err(format!("waiting for {shown}: {e}")),
+            Err(e) => return Err(QueryError { command: shown, fault: QueryFault::Wait(e) }),
         }
     };
     let stdout = out.join().unwrap_or_default();
     if !status.success() {
         let msg = err.join().unwrap_or_default();
         let first = msg.lines().find(|l| !l.trim().is_empty()).unwrap_or("").trim().to_string();
-        return Err(format!(
-            "{shown} failed ({status}){}",
-            if first.is_empty() { String::new() } else { format!(": {first}") }
-        ));
+        return Err(QueryError { command: shown, fault: QueryFault::Failed { status, stderr: first } });
     }
     Ok(stdout)
+}
+
+/// A resource manager query ([`rm_query`]) that gave no answer: the command line, and what
+/// went wrong.
+#[derive(Debug, thiserror::Error)]
+pub struct QueryError {
+    /// The command line, as `program arg...`.
+    pub command: String,
+    pub fault: QueryFault,
+}
+
+/// What went wrong with a [`QueryError`]'s command.
+#[derive(Debug)]
+pub enum QueryFault {
+    /// It could not be started.
+    Start(std::io::Error),
+    /// It did not finish within [`QUERY_SECS`] (it was killed).
+    Timeout,
+    /// Waiting for it failed.
+    Wait(std::io::Error),
+    /// It exited unsuccessfully; `stderr` is the first non-blank line of its standard error.
+    Failed { status: std::process::ExitStatus, stderr: String },
+}
+
+impl std::fmt::Display for QueryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let shown = &self.command;
+        match &self.fault {
+            QueryFault::Start(e) => write!(f, "cannot run {shown}: {e}"),
+            QueryFault::Timeout => write!(f, "{shown} did not answer within {QUERY_SECS} s"),
+            QueryFault::Wait(e) => write!(f, "waiting for {shown}: {e}"),
+            QueryFault::Failed { status, stderr } if stderr.is_empty() => write!(f, "{shown} failed ({status})"),
+            QueryFault::Failed { status, stderr } => write!(f, "{shown} failed ({status}): {stderr}"),
+        }
+    }
 }
 
 /// Seconds since the epoch.
@@ -461,9 +493,9 @@ mod tests {
     #[test]
     fn resource_manager_queries_report_failures() {
         assert_eq!(rm_query("sh", &["-c", "echo $X"], &[("X", "42")]).unwrap(), "42\n");
-        let e = rm_query("sh", &["-c", "echo no such job >&2; exit 1"], &[]).unwrap_err();
+        let e = rm_query("sh", &["-c", "echo no such job >&2; exit 1"], &[]).unwrap_err().to_string();
         assert!(e.contains("failed") && e.contains("no such job"), "{e}");
-        assert!(rm_query("/nonexistent/squeue", &[], &[]).unwrap_err().contains("cannot run"));
+        assert!(rm_query("/nonexistent/squeue", &[], &[]).unwrap_err().to_string().contains("cannot run"));
     }
 
     #[test]

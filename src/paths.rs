@@ -41,17 +41,26 @@ pub struct RelPath(PathBuf);
 
 impl RelPath {
     /// `p` if it is a safe relative path, otherwise why not.
-    pub fn new(p: PathBuf) -> std::result::Result<RelPath, String> {
+    pub fn new(p: PathBuf) -> std::result::Result<RelPath, UnsafePath> {
         match rel_problem(&p) {
             None => Ok(RelPath(p)),
-            Some(why) => Err(format!("unsafe path {:?} ({why})", p.as_os_str())),
+            Some(why) => Err(UnsafePath { path: p, why }),
         }
     }
 }
 
+/// A path refused as a [`RelPath`]: the path, and why it is not a safe relative path (the
+/// reason [`rel_problem`] gives).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unsafe path {:?} ({why})", path.as_os_str())]
+pub struct UnsafePath {
+    pub path: PathBuf,
+    pub why: &'static str,
+}
+
 impl TryFrom<PathBuf> for RelPath {
-    type Error = String;
-    fn try_from(p: PathBuf) -> std::result::Result<RelPath, String> {
+    type Error = UnsafePath;
+    fn try_from(p: PathBuf) -> std::result::Result<RelPath, UnsafePath> {
         RelPath::new(p)
     }
 }
@@ -311,20 +320,21 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
     }
     let md = fs::symlink_metadata(dir).ctx("inspect directory", dir)?;
     if !md.file_type().is_dir() {
-        return Err(Error::Other(format!(
-            "{}: exists but is not a directory (a symbolic link or file is refused for node-local storage)",
-            dir.display()
-        )));
+        return Err(Error::Refused {
+            path: dir.to_path_buf(),
+            why: "exists but is not a directory (a symbolic link or file is refused for node-local storage)".into(),
+        });
     }
     let me = crate::sys::euid();
     if md.uid() != me {
-        return Err(Error::Other(format!(
-            "{}: owned by uid {} but this process runs as uid {}; refusing to use another user's directory \
-             (choose another SCR_CNTL_BASE/SCR_CACHE_BASE or remove it)",
-            dir.display(),
-            md.uid(),
-            me
-        )));
+        return Err(Error::Refused {
+            path: dir.to_path_buf(),
+            why: format!(
+                "owned by uid {} but this process runs as uid {me}; refusing to use another user's directory \
+                 (choose another SCR_CNTL_BASE/SCR_CACHE_BASE or remove it)",
+                md.uid()
+            ),
+        });
     }
     if md.permissions().mode() & 0o077 != 0 {
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).ctx("restrict permissions of", dir)?;

@@ -27,7 +27,7 @@ impl Down {
 /// The down nodes of `nodeset` (a host list; default: the allocation's nodes). `forced` (a host
 /// list, `--down`) names nodes to count as down without testing them.
 pub fn down(nodeset: Option<&str>, forced: Option<&str>) -> OpResult<Down> {
-    let mut alloc = nodes::allocation().map_err(OpError::failed)?;
+    let mut alloc = nodes::allocation()?;
     if let Some(set) = nodeset {
         alloc.nodes = nodes::expand(set).map_err(|e| OpError::usage(format!("node set: {e}")))?;
     }
@@ -43,9 +43,7 @@ pub fn down(nodeset: Option<&str>, forced: Option<&str>) -> OpResult<Down> {
         .filter(|n| forced.contains(n))
         .map(|n| (n.clone(), "given as down (--down)".into()))
         .collect();
-    for (n, why) in
-        nodes::left_out(&alloc, resolved.get("SCR_EXCLUDE_NODES"), &mut warnings).map_err(OpError::failed)?
-    {
+    for (n, why) in nodes::left_out(&alloc, resolved.get("SCR_EXCLUDE_NODES"), &mut warnings)? {
         if !down.iter().any(|(d, _)| *d == n) {
             down.push((n, why));
         }

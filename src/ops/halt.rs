@@ -291,7 +291,7 @@ fn stop_current_run(layout: &Layout) -> OpResult<Vec<String>> {
 fn cancel_step(rec: &RunRecord, job: &str, path: &Path) -> OpResult<Vec<String>> {
     use super::slurm;
     let launcher = format!("srun process {} on {}", rec.launcher_pid, rec.host);
-    let Some(step) = slurm::step_of(job, &rec.host, rec.launcher_pid).map_err(OpError::failed)? else {
+    let Some(step) = slurm::step_of(job, &rec.host, rec.launcher_pid)? else {
         return Ok(vec![format!(
             "run {} ({launcher}) has no job step in Slurm job {job} (it has ended, or not started yet); \
              nothing to stop",
@@ -313,9 +313,9 @@ fn cancel_step(rec: &RunRecord, job: &str, path: &Path) -> OpResult<Vec<String>>
         rec.attempt,
         rec.command.join(" ")
     )];
-    slurm::cancel_step(&step).map_err(OpError::failed)?;
+    slurm::cancel_step(&step)?;
     for _ in 0..600 {
-        if !slurm::step_listed(&step).map_err(OpError::failed)? {
+        if !slurm::step_listed(&step)? {
             notes.push("the run has stopped".to_string());
             return Ok(notes);
         }
@@ -327,20 +327,53 @@ fn cancel_step(rec: &RunRecord, job: &str, path: &Path) -> OpResult<Vec<String>>
 
 /// Why `step` is not proven to be the run's: Slurm must name its owner, and that owner must
 /// own the run record at `path` and, unless the caller is root, be the caller.
-fn step_owned(step: &super::slurm::Step, path: &Path) -> std::result::Result<(), String> {
+fn step_owned(step: &super::slurm::Step, path: &Path) -> std::result::Result<(), Unproven> {
     use std::os::unix::fs::MetadataExt;
     let Some(uid) = step.uid else {
-        return Err("scontrol show step does not say which user owns it (UserId)".into());
+        return Err(Unproven::StepOwnerUnknown);
     };
-    let owner = std::fs::symlink_metadata(path).map_err(|e| format!("cannot inspect the run record: {e}"))?.uid();
+    let owner = std::fs::symlink_metadata(path).map_err(Unproven::Record)?.uid();
     let me = crate::sys::euid();
     if uid != owner {
-        return Err(format!("the step belongs to uid {uid} and the run record to uid {owner} (someone else wrote it)"));
+        return Err(Unproven::StepOwner { step: uid, record: owner });
     }
     if me != 0 && uid != me {
-        return Err(format!("the step belongs to uid {uid}, not to this user (uid {me})"));
+        return Err(Unproven::StepNotMine { step: uid, me });
     }
     Ok(())
+}
+
+/// Why a process or job step a run record names is not proven to be the run's, so it is
+/// neither signalled nor cancelled: the uids, process and command lines that were compared.
+#[derive(Debug, thiserror::Error)]
+enum Unproven {
+    #[error("scontrol show step does not say which user owns it (UserId)")]
+    StepOwnerUnknown,
+    #[error("cannot inspect the run record: {0}")]
+    Record(std::io::Error),
+    #[error("the step belongs to uid {step} and the run record to uid {record} (someone else wrote it)")]
+    StepOwner { step: u32, record: u32 },
+    #[error("the step belongs to uid {step}, not to this user (uid {me})")]
+    StepNotMine { step: u32, me: u32 },
+    #[error(
+        "the run record does not say which command line the launcher runs (it was written by an older scr_run, \
+         or crafted)"
+    )]
+    NoCmdline,
+    #[error("the run record has no start time for the launcher")]
+    NoStart,
+    #[error("cannot inspect process {pid}: {source}")]
+    Process { pid: u32, source: std::io::Error },
+    #[error("the process belongs to uid {process} and the run record to uid {record} (someone else wrote it)")]
+    ProcessOwner { process: u32, record: u32 },
+    #[error("the process belongs to uid {process}, not to this user (uid {me})")]
+    ProcessNotMine { process: u32, me: u32 },
+    #[error("the process did not start when the recorded launcher did")]
+    Started,
+    #[error("the process runs {now:?}, the record says the launcher runs {recorded:?}")]
+    Cmdline { now: Vec<String>, recorded: Vec<String> },
+    #[error("cannot read the command line of process {pid}")]
+    CmdlineUnreadable { pid: u32 },
 }
 
 fn signal(pid: u32, sig: i32) -> OpResult<()> {
@@ -357,36 +390,31 @@ fn signal(pid: u32, sig: i32) -> OpResult<()> {
 /// describes. The record lives in the prefix, which others may be able to write, so a process
 /// is signalled only if it belongs to the user who owns the record (and, unless the caller is
 /// root, to the caller), started at the recorded time and runs the recorded command line.
-fn proven_launcher(rec: &RunRecord, path: &Path) -> std::result::Result<(), String> {
+fn proven_launcher(rec: &RunRecord, path: &Path) -> std::result::Result<(), Unproven> {
     use std::os::unix::fs::MetadataExt;
     let pid = rec.launcher_pid;
     let Some(cmdline) = &rec.launcher_cmdline else {
-        return Err("the run record does not say which command line the launcher runs (it was written by an \
-                    older scr_run, or crafted)"
-            .into());
+        return Err(Unproven::NoCmdline);
     };
     if rec.launcher_start == 0 {
-        return Err("the run record has no start time for the launcher".into());
+        return Err(Unproven::NoStart);
     }
-    let owner = std::fs::symlink_metadata(path).map_err(|e| format!("cannot inspect the run record: {e}"))?.uid();
-    let proc_uid =
-        std::fs::metadata(format!("/proc/{pid}")).map_err(|e| format!("cannot inspect process {pid}: {e}"))?.uid();
+    let owner = std::fs::symlink_metadata(path).map_err(Unproven::Record)?.uid();
+    let proc_uid = std::fs::metadata(format!("/proc/{pid}")).map_err(|source| Unproven::Process { pid, source })?.uid();
     let me = crate::sys::euid();
     if proc_uid != owner {
-        return Err(format!(
-            "the process belongs to uid {proc_uid} and the run record to uid {owner} (someone else wrote it)"
-        ));
+        return Err(Unproven::ProcessOwner { process: proc_uid, record: owner });
     }
     if me != 0 && proc_uid != me {
-        return Err(format!("the process belongs to uid {proc_uid}, not to this user (uid {me})"));
+        return Err(Unproven::ProcessNotMine { process: proc_uid, me });
     }
     if !process_is(pid, rec.launcher_start) {
-        return Err("the process did not start when the recorded launcher did".into());
+        return Err(Unproven::Started);
     }
     match process_cmdline(pid) {
         Some(now) if &now == cmdline => Ok(()),
-        Some(now) => Err(format!("the process runs {:?}, the record says the launcher runs {:?}", now, cmdline)),
-        None => Err(format!("cannot read the command line of process {pid}")),
+        Some(now) => Err(Unproven::Cmdline { now, recorded: cmdline.clone() }),
+        None => Err(Unproven::CmdlineUnreadable { pid }),
     }
 }
 

@@ -96,6 +96,12 @@ impl From<crate::config::ConfigError> for OpError {
     }
 }
 
+impl From<nodes::NodeError> for OpError {
+    fn from(e: nodes::NodeError) -> OpError {
+        OpError::Failed(e.to_string())
+    }
+}
+
 /// Result alias for the commands.
 pub type OpResult<T> = Result<T, OpError>;
 

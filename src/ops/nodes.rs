@@ -6,9 +6,47 @@
 
 use std::collections::BTreeSet;
 
+use crate::identity::QueryError;
+
+/// Why the nodes of a run could not be known: a host list that does not parse, a variable or
+/// file of the resource manager that cannot be read, a resource manager query that failed.
+/// The fields name the list, the variable or file, the job step, or the query.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A host list (`n[1-3,7],m`) that does not parse; `why` says where.
+    #[error("{list:?}: {why}")]
+    HostList { list: String, why: String },
+    /// The host list `what` names (a variable, an option, a command's output) is malformed.
+    #[error("{what}: {source}")]
+    In { what: String, source: Box<NodeError> },
+    /// The file a resource manager's variable `var` names cannot be read.
+    #[error("{var} {file}: {source}")]
+    File { var: &'static str, file: String, source: std::io::Error },
+    /// The value of the resource manager's variable `var` is malformed.
+    #[error("{var} {value:?}: {why}")]
+    Var { var: &'static str, value: String, why: String },
+    /// A resource manager query failed.
+    #[error(transparent)]
+    Query(#[from] QueryError),
+    /// Flux could not say which nodes its job `job` has.
+    #[error("the nodes of Flux job {job}: {source}")]
+    FluxJob { job: String, source: QueryError },
+    /// A step to cancel that is not a job step (`JOBID.STEP`).
+    #[error("{step:?} is not a job step (JOBID.STEP); refusing to cancel a whole allocation")]
+    NotAStep { step: String },
+}
+
+impl NodeError {
+    /// This error, as the host list `what` names.
+    pub fn within(self, what: impl Into<String>) -> NodeError {
+        NodeError::In { what: what.into(), source: Box::new(self) }
+    }
+}
+
 /// Expand a host list: comma-separated items, each a name with bracketed ranges
 /// (`node[1-3,5]`, zero padding kept as in `n[01-10]`); spaces also separate items.
-pub fn expand(list: &str) -> Result<Vec<String>, String> {
+pub fn expand(list: &str) -> Result<Vec<String>, NodeError> {
+    let bad = |why: &str| NodeError::HostList { list: list.to_string(), why: why.to_string() };
     let mut out = Vec::new();
     let mut depth = 0;
     let mut item = String::new();
@@ -16,7 +54,7 @@ pub fn expand(list: &str) -> Result<Vec<String>, String> {
     for c in list.chars() {
         match c {
             '[' => depth += 1,
-            ']' if depth == 0 => return Err(format!("{list:?}: ']' without '['")),
+            ']' if depth == 0 => return Err(bad("']' without '['")),
             ']' => depth -= 1,
             _ => {}
         }
@@ -27,7 +65,7 @@ pub fn expand(list: &str) -> Result<Vec<String>, String> {
         }
     }
     if depth != 0 {
-        return Err(format!("{list:?}: '[' without ']'"));
+        return Err(bad("'[' without ']'"));
     }
     items.push(item);
     for it in items.into_iter().filter(|s| !s.is_empty()) {
@@ -38,14 +76,15 @@ pub fn expand(list: &str) -> Result<Vec<String>, String> {
     Ok(out)
 }
 
-fn expand_item(item: &str, list: &str, out: &mut Vec<String>) -> Result<(), String> {
+fn expand_item(item: &str, list: &str, out: &mut Vec<String>) -> Result<(), NodeError> {
+    let fault = |why: String| NodeError::HostList { list: list.to_string(), why };
     let Some(open) = item.find('[') else {
         out.push(item.to_string());
         return Ok(());
     };
-    let close = open + item[open..].find(']').ok_or_else(|| format!("{list:?}: '[' without ']'"))?;
+    let close = open + item[open..].find(']').ok_or_else(|| fault("'[' without ']'".into()))?;
     let (head, ranges, tail) = (&item[..open], &item[open + 1..close], &item[close + 1..]);
-    let bad = || format!("{list:?}: bad range [{ranges}] (expected numbers like [1-4,7] or [01-12])");
+    let bad = || fault(format!("bad range [{ranges}] (expected numbers like [1-4,7] or [01-12])"));
     for r in ranges.split(',') {
         let (a, b) = r.split_once('-').unwrap_or((r, r));
         let (a, b) = (a.trim(), b.trim());
@@ -75,14 +114,14 @@ pub struct Allocation {
 /// the nodes of `SIM_NODE_MAP`), SLURM (`SLURM_JOB_NODELIST`), LSF (`LSB_DJOB_HOSTFILE`,
 /// `LSB_MCPU_HOSTS` or `LSB_HOSTS`, see [`lsf_hosts`]), PBS (`PBS_NODEFILE`), Flux (`flux
 /// resource list`, the resources of the job's own instance), else this host alone.
-pub fn allocation() -> Result<Allocation, String> {
+pub fn allocation() -> Result<Allocation, NodeError> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     if get("SIM_NODE_ROOT").is_none() {
         if let Some(crate::identity::Rm::Flux(job)) = crate::identity::Rm::detect() {
             let out = crate::identity::rm_query("flux", &["resource", "list", "-s", "all", "-no", "{nodelist}"], &[])
-                .map_err(|e| format!("the nodes of Flux job {job}: {e}"))?;
+                .map_err(|source| NodeError::FluxJob { job, source })?;
             let nodes = expand(&out.split_whitespace().collect::<Vec<_>>().join(","))
-                .map_err(|e| format!("flux resource list's node list: {e}"))?;
+                .map_err(|e| e.within("flux resource list's node list"))?;
             return Ok(Allocation { nodes, source: "Flux (flux resource list)".into() });
         }
     }
@@ -104,7 +143,7 @@ fn lsf_hosts(slots: &[(String, usize)]) -> Vec<String> {
     out
 }
 
-fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, String> {
+fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, NodeError> {
     if get("SIM_NODE_ROOT").is_some() {
         if let Some(v) = get("SIM_NODES") {
             return Ok(Allocation { nodes: expand(&v)?, source: "simulated cluster (SIM_NODES)".into() });
@@ -119,21 +158,23 @@ fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, S
         }
     }
     if let Some(f) = get("LSB_DJOB_HOSTFILE") {
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("LSB_DJOB_HOSTFILE {f}: {e}"))?;
+        let text = std::fs::read_to_string(&f).map_err(|source| NodeError::File {
+            var: "LSB_DJOB_HOSTFILE",
+            file: f.clone(),
+            source,
+        })?;
         let slots: Vec<(String, usize)> =
             text.lines().map(str::trim).filter(|h| !h.is_empty()).map(|h| (h.to_string(), 1)).collect();
         return Ok(Allocation { nodes: lsf_hosts(&slots), source: "LSB_DJOB_HOSTFILE".into() });
     }
     if let Some(v) = get("LSB_MCPU_HOSTS") {
         let words: Vec<&str> = v.split_whitespace().collect();
+        let mcpu = |why: String| NodeError::Var { var: "LSB_MCPU_HOSTS", value: v.clone(), why };
         let slots = words
             .chunks(2)
             .map(|c| match c {
-                [h, n] => n
-                    .parse()
-                    .map(|n| (h.to_string(), n))
-                    .map_err(|_| format!("LSB_MCPU_HOSTS {v:?}: {n:?} is no slot count")),
-                _ => Err(format!("LSB_MCPU_HOSTS {v:?}: expected host and slot count pairs")),
+                [h, n] => n.parse().map(|n| (h.to_string(), n)).map_err(|_| mcpu(format!("{n:?} is no slot count"))),
+                _ => Err(mcpu("expected host and slot count pairs".into())),
             })
             .collect::<Result<Vec<_>, _>>()?;
         return Ok(Allocation { nodes: lsf_hosts(&slots), source: "LSB_MCPU_HOSTS".into() });
@@ -143,7 +184,11 @@ fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, S
         return Ok(Allocation { nodes: lsf_hosts(&slots), source: "LSB_HOSTS".into() });
     }
     if let Some(f) = get("PBS_NODEFILE") {
-        let text = std::fs::read_to_string(&f).map_err(|e| format!("PBS_NODEFILE {f}: {e}"))?;
+        let text = std::fs::read_to_string(&f).map_err(|source| NodeError::File {
+            var: "PBS_NODEFILE",
+            file: f.clone(),
+            source,
+        })?;
         let mut seen = BTreeSet::new();
         let nodes = text
             .lines()
@@ -157,9 +202,9 @@ fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, S
 }
 
 /// The nodes of `alloc` that `exclude` (a host list, e.g. `SCR_EXCLUDE_NODES`) names.
-pub fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, String> {
+pub fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, NodeError> {
     let Some(list) = exclude.filter(|s| !s.trim().is_empty()) else { return Ok(Vec::new()) };
-    let named = expand(list).map_err(|e| format!("SCR_EXCLUDE_NODES: {e}"))?;
+    let named = expand(list).map_err(|e| e.within("SCR_EXCLUDE_NODES"))?;
     Ok(alloc.iter().filter(|n| named.contains(n)).cloned().collect())
 }
 
@@ -171,7 +216,7 @@ pub fn left_out(
     alloc: &Allocation,
     exclude: Option<&str>,
     warnings: &mut Vec<String>,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, NodeError> {
     let mut out: Vec<(String, String)> =
         excluded(&alloc.nodes, exclude)?.into_iter().map(|n| (n, "SCR_EXCLUDE_NODES".to_string())).collect();
     let asked = match crate::identity::Rm::detect() {
@@ -202,10 +247,10 @@ pub fn left_out(
 /// The nodes of `nodes` Flux reports down: `flux resource list -s down -no {nodelist}`
 /// (flux-resource(1): "unavailable resources are shown in the down state regardless of the
 /// reason (drained, offline, torpid, etc)"), one host list per line, empty when none is.
-fn flux_down(nodes: &[String]) -> Result<Vec<(String, String)>, String> {
+fn flux_down(nodes: &[String]) -> Result<Vec<(String, String)>, NodeError> {
     let out = crate::identity::rm_query("flux", &["resource", "list", "-s", "down", "-no", "{nodelist}"], &[])?;
     let down = expand(&out.split_whitespace().collect::<Vec<_>>().join(","))
-        .map_err(|e| format!("flux resource list's node list: {e}"))?;
+        .map_err(|e| e.within("flux resource list's node list"))?;
     Ok(nodes.iter().filter(|n| down.contains(n)).map(|n| (n.clone(), "down in Flux".to_string())).collect())
 }
 
@@ -258,7 +303,10 @@ mod tests {
         assert_eq!((a.nodes, a.source.as_str()), (s(&["h1", "h2"]), "LSB_MCPU_HOSTS"));
         let a = allocation_from(&env(&[("LSB_MCPU_HOSTS", "h1 4 h2 4")])).unwrap();
         assert_eq!(a.nodes, s(&["h1", "h2"]));
-        assert!(allocation_from(&env(&[("LSB_MCPU_HOSTS", "h1 four")])).unwrap_err().contains("LSB_MCPU_HOSTS"));
+        assert!(allocation_from(&env(&[("LSB_MCPU_HOSTS", "h1 four")]))
+            .unwrap_err()
+            .to_string()
+            .contains("LSB_MCPU_HOSTS"));
         assert_eq!(allocation_from(&env(&[])).unwrap().nodes.len(), 1);
     }
 
@@ -278,6 +326,6 @@ mod tests {
         let alloc = s(&["n0", "n1", "n2"]);
         assert_eq!(excluded(&alloc, Some("n[1-9],x")).unwrap(), s(&["n1", "n2"]));
         assert!(excluded(&alloc, None).unwrap().is_empty());
-        assert!(excluded(&alloc, Some("n[1")).unwrap_err().contains("SCR_EXCLUDE_NODES"));
+        assert!(excluded(&alloc, Some("n[1")).unwrap_err().to_string().contains("SCR_EXCLUDE_NODES"));
     }
 }

@@ -115,7 +115,7 @@ pub(super) fn halt_reason(h: &Halt, settings: &crate::config::Settings, skip_fin
 /// The nodes to leave out of the next run ([`nodes::left_out`]); `cmd` prints the warnings.
 fn left_out(alloc: &nodes::Allocation, r: &Resolved, cmd: &str) -> OpResult<Vec<(String, String)>> {
     let mut warnings = Vec::new();
-    let out = nodes::left_out(alloc, r.get("SCR_EXCLUDE_NODES"), &mut warnings).map_err(OpError::failed)?;
+    let out = nodes::left_out(alloc, r.get("SCR_EXCLUDE_NODES"), &mut warnings)?;
     for w in warnings {
         eprintln!("{cmd}: warning: {w}");
     }
@@ -193,7 +193,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
     for n in &notes {
         say(n);
     }
-    let alloc = nodes::allocation().map_err(OpError::failed)?;
+    let alloc = nodes::allocation()?;
     say(format!("allocation: {} node(s) from {}: {}", alloc.nodes.len(), alloc.source, alloc.nodes.join(",")));
     let previous = RunRecord::load(&layout.run_file()).ok().flatten().map(|r| r.nodes.len());
     let mut needed_default = launch.nodes_needed(previous, alloc.nodes.len());
@@ -231,7 +231,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         }
         let prepared = match launch.prepare(&usable, &excluded) {
             Ok(p) => p,
-            Err(why) => break Stop::Nodes(why),
+            Err(why) => break Stop::Nodes(why.to_string()),
         };
         let Prepared { command: mut cmd, shown: argv, nodes: run_nodes, map, slurm_job } = prepared;
         attempt += 1;
@@ -411,7 +411,7 @@ pub fn prerun_cli(argv: &[String]) -> OpResult<i32> {
     let resolved = crate::config::resolve()?;
     runs_limit(&resolved, None)?;
     min_nodes(&resolved, None)?;
-    let alloc = nodes::allocation().map_err(OpError::failed)?;
+    let alloc = nodes::allocation()?;
     let left_out = left_out(&alloc, &resolved, "scr_prerun")?;
     println!(
         "scr_prerun: allocation: {} ({}); excluded: {}; SCR_HALT_SECONDS={}",

@@ -263,10 +263,9 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
         Some(list) => super::nodes::expand(list).map_err(|e| OpError::usage(format!("--nodes: {e}")))?,
         None => {
             // Nodes excluded or down have nothing to give and may not answer.
-            let alloc = super::nodes::allocation().map_err(OpError::failed)?;
+            let alloc = super::nodes::allocation()?;
             let mut warnings = Vec::new();
-            let left_out = super::nodes::left_out(&alloc, resolved.get("SCR_EXCLUDE_NODES"), &mut warnings)
-                .map_err(OpError::failed)?;
+            let left_out = super::nodes::left_out(&alloc, resolved.get("SCR_EXCLUDE_NODES"), &mut warnings)?;
             for w in warnings {
                 eprintln!("scr_scavenge: warning: {w}");
             }

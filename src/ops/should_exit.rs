@@ -31,8 +31,8 @@ pub fn decide(prefix: Option<&str>, down: &[String]) -> OpResult<Verdict> {
         return Ok(v);
     }
     v.notes.push("no halt condition holds".into());
-    let alloc = nodes::allocation().map_err(super::OpError::failed)?;
-    let excluded = nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES")).map_err(super::OpError::failed)?;
+    let alloc = nodes::allocation()?;
+    let excluded = nodes::excluded(&alloc.nodes, resolved.get("SCR_EXCLUDE_NODES"))?;
     let unusable: Vec<String> =
         alloc.nodes.iter().filter(|n| excluded.contains(n) || down.contains(n)).cloned().collect();
     let usable = alloc.nodes.len() - unusable.len();

@@ -11,17 +11,17 @@
 //!   step (`scancel JOBID.STEP`) from any host, never the allocation, and only once the step's
 //!   owner (`UserId`) is proven to be the run's.
 
-use super::nodes::expand;
-use crate::identity::rm_query;
+use super::nodes::{expand, NodeError};
+use crate::identity::{rm_query, QueryError, QueryFault};
 
 /// The nodes of `nodes` (the allocation of job `job`) that cannot take a run, with why.
-pub fn unusable(job: &str, nodes: &[String]) -> Result<Vec<(String, String)>, String> {
+pub fn unusable(job: &str, nodes: &[String]) -> Result<Vec<(String, String)>, NodeError> {
     if nodes.is_empty() {
         return Ok(Vec::new());
     }
     let states = rm_query("sinfo", &["-h", "-N", "-n", &nodes.join(","), "-o", "%N %T"], &[])?;
     let in_job = rm_query("squeue", &["-h", "-j", job, "-o", "%N"], &[])?;
-    let in_job = expand(in_job.trim()).map_err(|e| format!("squeue's node list of job {job}: {e}"))?;
+    let in_job = expand(in_job.trim()).map_err(|e| e.within(format!("squeue's node list of job {job}")))?;
     Ok(unusable_from(&states, &in_job, nodes))
 }
 
@@ -70,12 +70,12 @@ pub struct Step {
 
 /// The step of job `job` that the `srun` process `pid` on `host` launched, if Slurm still
 /// lists it.
-pub fn step_of(job: &str, host: &str, pid: u32) -> Result<Option<Step>, String> {
+pub fn step_of(job: &str, host: &str, pid: u32) -> Result<Option<Step>, NodeError> {
     match rm_query("scontrol", &["-o", "show", "step", job], &[]) {
         Ok(out) => Ok(step_from(&out, host, pid)),
         // A job that ended has no steps left to show.
-        Err(e) if e.contains("Invalid job id") => Ok(None),
-        Err(e) => Err(e),
+        Err(e) if invalid_job(&e) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -97,20 +97,25 @@ fn step_from(out: &str, host: &str, pid: u32) -> Option<Step> {
 }
 
 /// Cancel one job step (`JOBID.STEP`), leaving the allocation.
-pub fn cancel_step(step: &str) -> Result<(), String> {
+pub fn cancel_step(step: &str) -> Result<(), NodeError> {
     if !step.contains('.') {
-        return Err(format!("{step:?} is not a job step (JOBID.STEP); refusing to cancel a whole allocation"));
+        return Err(NodeError::NotAStep { step: step.to_string() });
     }
-    rm_query("scancel", &[step], &[]).map(|_| ())
+    Ok(rm_query("scancel", &[step], &[]).map(|_| ())?)
+}
+
+/// Whether Slurm answered that the job does not exist (any more).
+fn invalid_job(e: &QueryError) -> bool {
+    matches!(&e.fault, QueryFault::Failed { stderr, .. } if stderr.contains("Invalid job id"))
 }
 
 /// Whether Slurm still lists the step `JOBID.STEP`.
-pub fn step_listed(step: &str) -> Result<bool, String> {
+pub fn step_listed(step: &str) -> Result<bool, NodeError> {
     let job = step.split('.').next().unwrap_or(step);
     match rm_query("squeue", &["-h", "-s", "-j", job, "-o", "%i"], &[]) {
         Ok(out) => Ok(out.lines().any(|l| l.trim() == step)),
-        Err(e) if e.contains("Invalid job id") => Ok(false),
-        Err(e) => Err(e),
+        Err(e) if invalid_job(&e) => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -158,6 +163,6 @@ mod tests {
                      StepId=11.1 UserId=? SrunHost:Pid=n1:8\n";
         assert_eq!(step_from(named, "n1", 7), Some(Step { id: "11.0".into(), uid: Some(1001) }));
         assert_eq!(step_from(named, "n1", 8), Some(Step { id: "11.1".into(), uid: None }));
-        assert!(cancel_step("10").unwrap_err().contains("refusing"));
+        assert!(cancel_step("10").unwrap_err().to_string().contains("refusing"));
     }
 }

@@ -214,7 +214,7 @@ pub fn rename_dir(old: &Path, new: &Path, log: bool) -> Result<()> {
             let path = rt.layout.scr_dir().join(RENAME_LOG);
             // entries older than every cached dataset can no longer matter
             let oldest = rt.filemap.datasets.keys().next().copied().unwrap_or(id);
-            let rel = |p: &Path| crate::paths::RelPath::new(p.to_path_buf()).map_err(crate::error::Error::Other);
+            let rel = |p: &Path| crate::paths::RelPath::new(p.to_path_buf()).map_err(crate::error::Error::from);
             let entry = (id, rel(old)?, rel(new)?);
             crate::persist::update(&path, "RENAMES", |l: &mut RenameLog| {
                 l.renames.retain(|(upto, _, _)| *upto >= oldest);
