@@ -375,29 +375,49 @@ impl Event {
     }
 }
 
+/// What is wrong with one line of the text log ([`parse_line`]): the part of the line at
+/// fault (the time stamp, the event name, the field).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error("no event name after the time stamp")]
+    NoName,
+    #[error("{time:?} is not a time stamp")]
+    Time { time: String },
+    #[error("{name:?} is not an event name")]
+    Name { name: String },
+    #[error("{rest:?}: expected key=value")]
+    NoField { rest: String },
+    #[error("{key:?} is not a field name")]
+    FieldName { key: String },
+    /// Field `key`'s value is malformed; `why` says how.
+    #[error("field {key}: {why}")]
+    Value { key: String, why: &'static str },
+}
+
 /// Parse one line of the text log, or say what is wrong with it.
-pub fn parse_line(line: &str) -> Result<Event, String> {
+pub fn parse_line(line: &str) -> Result<Event, LineError> {
     let line = line.strip_suffix('\n').unwrap_or(line);
-    let (time, rest) = line.split_once(' ').ok_or("no event name after the time stamp")?;
+    let (time, rest) = line.split_once(' ').ok_or(LineError::NoName)?;
     if time.len() < 19 || !time.as_bytes()[..4].iter().all(u8::is_ascii_digit) || time.as_bytes()[10] != b'T' {
-        return Err(format!("{time:?} is not a time stamp"));
+        return Err(LineError::Time { time: time.to_string() });
     }
     let (name, mut rest) = rest.split_once(' ').unwrap_or((rest, ""));
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
-        return Err(format!("{name:?} is not an event name"));
+        return Err(LineError::Name { name: name.to_string() });
     }
     let mut fields = Vec::new();
     while !rest.is_empty() {
-        let (key, after) = rest.split_once('=').ok_or_else(|| format!("{rest:?}: expected key=value"))?;
+        let (key, after) = rest.split_once('=').ok_or_else(|| LineError::NoField { rest: rest.to_string() })?;
         if key.is_empty() || key.contains([' ', '"']) {
-            return Err(format!("{key:?} is not a field name"));
+            return Err(LineError::FieldName { key: key.to_string() });
         }
+        let bad = |why: &'static str| LineError::Value { key: key.to_string(), why };
         let (value, after) = if let Some(q) = after.strip_prefix('"') {
             let mut v = String::new();
             let mut chars = q.char_indices();
             let end = loop {
                 let Some((i, c)) = chars.next() else {
-                    return Err(format!("field {key}: unterminated quoted value"));
+                    return Err(bad("unterminated quoted value"));
                 };
                 match c {
                     '"' => break i + 1,
@@ -411,7 +431,7 @@ pub fn parse_line(line: &str) -> Result<Event, String> {
                             let code =
                                 close.and_then(|c| u32::from_str_radix(&tail[1..c], 16).ok()).and_then(char::from_u32);
                             let (Some(code), Some(close)) = (code, close) else {
-                                return Err(format!("field {key}: bad \\u escape"));
+                                return Err(bad("bad \\u escape"));
                             };
                             v.push(code);
                             for _ in 0..=close {
@@ -419,7 +439,7 @@ pub fn parse_line(line: &str) -> Result<Event, String> {
                             }
                         }
                         Some(c) => v.push(c),
-                        None => return Err(format!("field {key}: unterminated quoted value")),
+                        None => return Err(bad("unterminated quoted value")),
                     },
                     c => v.push(c),
                 }
@@ -432,7 +452,7 @@ pub fn parse_line(line: &str) -> Result<Event, String> {
         let after = match after.strip_prefix(' ') {
             Some(a) => a,
             None if after.is_empty() => after,
-            None => return Err(format!("field {key}: a space must follow the value")),
+            None => return Err(bad("a space must follow the value")),
         };
         fields.push((key.to_string(), value));
         rest = after;

@@ -118,7 +118,7 @@ pub fn measure(text: &str, jobid: Option<&str>) -> Measured {
         let ev = match parse_line(line) {
             Ok(e) => e,
             Err(why) => {
-                m.skipped.push((n + 1, why));
+                m.skipped.push((n + 1, why.to_string()));
                 continue;
             }
         };
@@ -127,10 +127,18 @@ pub fn measure(text: &str, jobid: Option<&str>) -> Measured {
             continue;
         }
         if let Err(why) = take(&mut m, &mut pending, job, &ev) {
-            m.skipped.push((n + 1, why));
+            m.skipped.push((n + 1, why.to_string()));
         }
     }
     m
+}
+
+/// An event the advice cannot use: it lacks the measurement `key` (or it is negative).
+#[derive(Debug, thiserror::Error)]
+#[error("{event} without a valid {key}")]
+struct Unmeasured {
+    event: String,
+    key: &'static str,
 }
 
 fn take(
@@ -138,8 +146,9 @@ fn take(
     pending: &mut std::collections::HashMap<String, f64>,
     job: String,
     ev: &Event,
-) -> Result<(), String> {
-    let need = |k: &str| ev.num(k).filter(|v| *v >= 0.0).ok_or_else(|| format!("{} without a valid {k}", ev.name));
+) -> Result<(), Unmeasured> {
+    let need =
+        |key: &'static str| ev.num(key).filter(|v| *v >= 0.0).ok_or_else(|| Unmeasured { event: ev.name.clone(), key });
     match ev.name.as_str() {
         "RUN_START" => {
             pending.remove(&job);
