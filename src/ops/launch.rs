@@ -45,7 +45,7 @@ fn kind_of(argv: &[String]) -> Kind {
 /// the resource manager this runs under: `srun -N1 -n1 -w` (Slurm), `flux run -N1 -n1
 /// --requires=host:` (Flux), `blaunch` (LSF's way to start a task on a host of the job),
 /// `pbsdsh -h` (PBS). `None`: only this host can be reached.
-pub fn node_cmd_for(launcher: Option<&str>) -> Result<Option<String>, String> {
+pub fn node_cmd_for(launcher: Option<&str>) -> Result<Option<String>, LaunchError> {
     use crate::identity::Rm;
     let by_rm = || match Rm::detect() {
         Some(Rm::Slurm(_)) => Some("srun"),
@@ -64,12 +64,7 @@ pub fn node_cmd_for(launcher: Option<&str>) -> Result<Option<String>, String> {
             "pbsdsh" => "pbsdsh -h {node}",
             "mpirun" | "mpiexec" => "mpirun -np 1 --host {node}",
             "aprun" => "aprun -n 1 -L {node}",
-            other => {
-                return Err(format!(
-                    "unknown launcher {other:?} (known: srun, flux, jsrun, lrun, mpirun, mpiexec, aprun; or give \
-                     --node-cmd)"
-                ))
-            }
+            other => return Err(LaunchError::UnknownLauncher { launcher: other.to_string() }),
         }
         .to_string(),
     ))
@@ -96,20 +91,35 @@ impl Sim {
     }
 
     /// Move the ranks of excluded nodes to spare nodes (usable nodes the map does not use).
-    fn remap(&mut self, usable: &[String]) -> Result<(), String> {
+    fn remap(&mut self, usable: &[String]) -> Result<(), LaunchError> {
         let spares: Vec<String> = usable.iter().filter(|n| !self.map.contains(n)).cloned().collect();
         let mut spares = spares.into_iter();
         for old in self.distinct() {
             if usable.contains(&old) {
                 continue;
             }
-            let new = spares.next().ok_or(format!("node {old} is excluded and no spare node is left to replace it"))?;
+            let Some(new) = spares.next() else {
+                return Err(LaunchError::NoSpare { node: old });
+            };
             for n in self.map.iter_mut().filter(|n| **n == old) {
                 *n = new.clone();
             }
         }
         Ok(())
     }
+}
+
+/// Why a run cannot be launched as asked: the launcher is not one this knows how to reach a
+/// node with, or an excluded node has no spare to replace it.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(
+        "unknown launcher {launcher:?} (known: srun, flux, jsrun, lrun, mpirun, mpiexec, aprun; or give \
+         --node-cmd)"
+    )]
+    UnknownLauncher { launcher: String },
+    #[error("node {node} is excluded and no spare node is left to replace it")]
+    NoSpare { node: String },
 }
 
 /// A job's launch line and what `scr_run` adds to it.
@@ -179,7 +189,7 @@ impl Launch {
     }
 
     /// The command for the next run on the `usable` nodes, leaving out `excluded`.
-    pub fn prepare(&mut self, usable: &[String], excluded: &[String]) -> Result<Prepared, String> {
+    pub fn prepare(&mut self, usable: &[String], excluded: &[String]) -> Result<Prepared, LaunchError> {
         let mut argv = self.argv.clone();
         let mut env: Vec<(String, String)> = Vec::new();
         let mut insert: Vec<String> = Vec::new();
@@ -326,7 +336,7 @@ mod tests {
         let mut sim = Sim { script: PathBuf::from("/x/sim-node.sh"), map: s(&["n0", "n0", "n1", "n2"]) };
         sim.remap(&s(&["n1", "n2", "n3", "n4"])).unwrap();
         assert_eq!(sim.map, s(&["n3", "n3", "n1", "n2"]));
-        let e = sim.remap(&s(&["n3", "n1"])).unwrap_err();
+        let e = sim.remap(&s(&["n3", "n1"])).unwrap_err().to_string();
         assert!(e.contains("node n2 is excluded"), "{e}");
     }
 
@@ -390,7 +400,7 @@ mod tests {
         assert_eq!(node_cmd_for(Some("srun")).unwrap().unwrap(), "srun -N1 -n1 -w {node}");
         assert_eq!(node_cmd_for(Some("flux")).unwrap().unwrap(), "flux run -N1 -n1 --requires=host:{node}");
         assert_eq!(node_cmd_for(Some("/opt/bin/jsrun")).unwrap().unwrap(), "blaunch {node}");
-        assert!(node_cmd_for(Some("qsub")).unwrap_err().contains("unknown launcher \"qsub\""));
+        assert!(node_cmd_for(Some("qsub")).unwrap_err().to_string().contains("unknown launcher \"qsub\""));
     }
 
     #[test]

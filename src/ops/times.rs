@@ -14,22 +14,34 @@ unit s, m, h or d";
 
 /// Seconds since the epoch for `text`; `now` is the current time (for relative forms and the
 /// day a bare time of day falls on).
-pub fn parse(text: &str, now: i64) -> Result<i64, String> {
+pub fn parse(text: &str, now: i64) -> Result<i64, TimeError> {
     let t = text.trim();
-    let bad = || format!("{text:?} is not a time; accepted forms: {FORMS}");
+    let bad = || TimeError::NotATime { text: text.to_string() };
     if t.is_empty() {
         return Err(bad());
     }
     if let Some(v) = compact_relative(t, now) {
         return v.ok_or_else(bad);
     }
-    let base = jiff::Timestamp::from_second(now).map_err(|e| format!("current time {now}: {e}"))?;
+    let base = jiff::Timestamp::from_second(now).map_err(|e| TimeError::Now { now, why: e.to_string() })?;
     let base = base.to_zoned(jiff::tz::TimeZone::system());
     match parse_datetime::parse_datetime_at_date(base, t) {
         Ok(p) if p.as_zoned().is_some() => Ok(p.unix_epoch_second()),
-        Ok(_) => Err(format!("{text:?} is too far in the future")),
+        Ok(_) => Err(TimeError::TooFar { text: text.to_string() }),
         Err(_) => Err(bad()),
     }
+}
+
+/// A time [`parse`] cannot read: the text as given, and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TimeError {
+    #[error("{text:?} is not a time; accepted forms: {FORMS}")]
+    NotATime { text: String },
+    #[error("{text:?} is too far in the future")]
+    TooFar { text: String },
+    /// The current time itself is out of range.
+    #[error("current time {now}: {why}")]
+    Now { now: i64, why: String },
 }
 
 /// `+N[unit]`, `now+N[unit]`, `now-N[unit]` (unit `s`, `m`, `h`, `d` or the words): `None`
@@ -155,7 +167,7 @@ mod tests {
             "@x",
             "noon tomorrow at the latest",
         ] {
-            let e = parse(bad, NOW).unwrap_err();
+            let e = parse(bad, NOW).unwrap_err().to_string();
             assert!(e.contains("accepted forms") && e.contains("3pm today"), "{bad}: {e}");
         }
     }
