@@ -25,10 +25,10 @@ const MAP_MIN: u64 = 1 << 20;
 /// `Err` naming `path` when a page of `w` was past the end of the file when it was read.
 fn check(w: &mapped::Window, path: &Path) -> Result<()> {
     if w.lost_pages() {
-        return Err(Error::Other(format!(
-            "{}: part of the file vanished while it was read (truncated, or an I/O error)",
-            path.display()
-        )));
+        return Err(Error::Integrity {
+            path: path.to_path_buf(),
+            why: "part of the file vanished while it was read (truncated, or an I/O error)".into(),
+        });
     }
     Ok(())
 }

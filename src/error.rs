@@ -51,6 +51,10 @@ pub enum Error {
     /// front ends report it as a warning.
     #[error("{0}")]
     Pending(String),
+    /// An error of a layer above this module (redundancy, transfer), kept typed as the source
+    /// (`downcast_ref` finds it); `layer` names it.
+    #[error("{source}")]
+    Layer { layer: &'static str, source: Box<dyn std::error::Error + Send + Sync + 'static> },
     /// Anything else, described.
     #[error("{0}")]
     Other(String),

@@ -14,6 +14,7 @@
 //! scaled Cauchy matrix is invertible).
 
 use super::gf::{self, Matrix};
+use super::RedError;
 
 /// One shard of a stripe as a rank holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,12 +51,12 @@ impl Recovery {
 
 impl Code {
     /// A code for `n` ranks and `m` tolerated losses (`1 <= m < n`, `n <= 255`).
-    pub fn new(n: usize, m: usize) -> Result<Code, String> {
+    pub fn new(n: usize, m: usize) -> Result<Code, RedError> {
         if m == 0 || m >= n {
-            return Err(format!("a set of {n} ranks cannot tolerate {m} losses (need 1 <= failures < set size)"));
+            return Err(RedError::Shape { n, m });
         }
         if n > 255 {
-            return Err(format!("sets of {n} ranks exceed the 255 the GF(2^8) code supports"));
+            return Err(RedError::TooLarge { n });
         }
         Ok(Code { n, m })
     }
@@ -107,15 +108,15 @@ impl Code {
     }
 
     /// Coefficients that rebuild the `lost` ranks (distinct, at most `m`).
-    pub fn recovery(&self, lost: &[usize]) -> Result<Recovery, String> {
+    pub fn recovery(&self, lost: &[usize]) -> Result<Recovery, RedError> {
         let mut lost: Vec<usize> = lost.to_vec();
         lost.sort_unstable();
         lost.dedup();
         if lost.len() > self.m {
-            return Err(format!("{} ranks of the set are lost; the code tolerates {}", lost.len(), self.m));
+            return Err(RedError::TooManyLost { lost: lost.len(), m: self.m });
         }
         if let Some(&r) = lost.iter().find(|&&r| r >= self.n) {
-            return Err(format!("rank {r} is not in a set of {}", self.n));
+            return Err(RedError::NotInSet { rank: r, n: self.n });
         }
         let k = self.k();
         let mut terms = Vec::with_capacity(self.n);
@@ -125,7 +126,7 @@ impl Code {
             pos.sort_by_key(|&q| (q < self.m, q));
             pos.truncate(k);
             let gt: Matrix = pos.iter().map(|&q| self.generator_row(q)).collect();
-            let gi = gf::invert(&gt).ok_or("singular decoding matrix (a bug in the code construction)")?;
+            let gi = gf::invert(&gt).ok_or(RedError::Singular)?;
             let mut per_lost = Vec::with_capacity(lost.len());
             for &l in &lost {
                 let q = (l + self.n - s) % self.n;
@@ -287,7 +288,7 @@ mod tests {
                 }
             }
             let too_many: Vec<usize> = (0..=m).collect();
-            assert!(code.recovery(&too_many).unwrap_err().contains("tolerates"));
+            assert!(code.recovery(&too_many).unwrap_err().to_string().contains("tolerates"));
         }
     }
 

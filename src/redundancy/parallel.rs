@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use super::codec::{Code, Shard};
 use super::redfile::{self, FileEntry, Header};
 use super::stream::{Part, Stream};
-use super::{gf, RedInfo};
+use super::{gf, RedError, RedInfo};
 use crate::comm::{Comm, Waiting};
 use crate::desc::Scheme;
 use crate::error::{Error, IoContext, Result};
@@ -161,7 +161,7 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize, waiting: Wa
         encode_partner(comm, plan.index, &totals, &mut stream, &out, piece, waiting, &mut fail);
         red.chunk
     } else {
-        let code = Code::new(n, plan.failures).map_err(Error::Other)?;
+        let code = Code::new(n, plan.failures)?;
         red.chunk = code.chunk_size(totals.iter().copied().max().unwrap_or(0));
         encode_code(comm, plan.index, code, red.chunk, &mut stream, &out, piece, waiting, &mut fail);
         code.m as u64 * red.chunk
@@ -187,9 +187,7 @@ pub fn encode(plan: &SetPlan, rec: &mut DatasetRecord, piece: usize, waiting: Wa
     }
     if !comm.all_true(fail.0.is_none()) {
         let _ = crate::paths::remove_file_if_exists(&part);
-        return Err(fail
-            .0
-            .unwrap_or_else(|| Error::Other("another member of the set could not encode its part".into())));
+        return Err(fail.0.unwrap_or_else(|| RedError::PeerFailed.into()));
     }
     std::fs::rename(&part, &red.file).ctx("rename", &part)?;
     rec.red = Some(red);
@@ -348,7 +346,7 @@ pub fn rebuild(
     if red.scheme == Scheme::Partner {
         rebuild_partner(comm, red.index, lost, &totals, &mut stream, &io, piece, &mut fail);
     } else {
-        let code = Code::new(red.ranks.len(), red.failures).map_err(Error::Other)?;
+        let code = Code::new(red.ranks.len(), red.failures)?;
         rebuild_code(comm, red, code, lost, &mut stream, &io, is_lost, piece, &mut fail)?;
     }
     if is_lost {
@@ -497,7 +495,7 @@ fn rebuild_code(
     fail: &mut Failure,
 ) -> Result<()> {
     let (n, i, chunk) = (code.n, red.index, red.chunk);
-    let recovery = code.recovery(lost).map_err(Error::Other)?;
+    let recovery = code.recovery(lost)?;
     let survivors: Vec<usize> = (0..n).filter(|x| !recovery.lost.contains(x)).collect();
     let d = recovery.lost.len();
     // the sums of one piece cover n stripes for each lost member: smaller pieces for big sets

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use super::codec::{Code, Shard};
 use super::redfile;
 use super::stream::{Part, Stream};
-use super::{gf, RedInfo};
+use super::{gf, RedError, RedInfo};
 use crate::desc::Scheme;
 use crate::error::{Error, Result};
 
@@ -28,12 +28,7 @@ pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<Vec<Ve
     let n = members.len();
     let lost: Vec<usize> = (0..n).filter(|&x| members[x].lost).collect();
     if !red.tolerates(&lost) {
-        return Err(Error::Other(format!(
-            "{} of the {n} members of set {} are lost ({lost:?}); {} cannot rebuild them",
-            lost.len(),
-            red.set_id,
-            red.scheme.name()
-        )));
+        return Err(RedError::Unrebuildable { n, set: red.set_id, lost, scheme: red.scheme.name() }.into());
     }
     let totals: Vec<u64> = members.iter().map(|m| m.parts.iter().map(|p| p.size).sum()).collect();
     let mut streams: Vec<Stream> = members
@@ -69,8 +64,8 @@ pub fn rebuild(red: &RedInfo, members: &[Member], piece: usize) -> Result<Vec<Ve
             )?;
         }
     } else {
-        let code = Code::new(n, red.failures).map_err(Error::Other)?;
-        let recovery = code.recovery(&lost).map_err(Error::Other)?;
+        let code = Code::new(n, red.failures)?;
+        let recovery = code.recovery(&lost)?;
         let chunk = red.chunk;
         let mut acc = vec![0u8; piece];
         let mut off = 0u64;

@@ -279,10 +279,10 @@ impl Stream {
             let len = (n - done).min(w.bytes().len() - from);
             f(done, &w.bytes()[from..from + len]);
             if w.lost_pages() {
-                return Err(Error::Other(format!(
-                    "{}: part of the file vanished while it was read (truncated, or an I/O error)",
-                    self.parts[i].path.display()
-                )));
+                return Err(Error::Integrity {
+                    path: self.parts[i].path.clone(),
+                    why: "part of the file vanished while it was read (truncated, or an I/O error)".into(),
+                });
             }
             done += len;
         }

@@ -380,7 +380,7 @@ impl Runtime {
             let id = id as u64;
             let check = match self.filemap.datasets.get(&id) {
                 None => Err("holds no record of it".to_string()),
-                Some(rec) => redundancy::check_local(rec, None, self.settings.file_buf_size),
+                Some(rec) => redundancy::check_local(rec, None, self.settings.file_buf_size).map_err(|e| e.to_string()),
             };
             let err = check.err();
             if self.world.all_true(err.is_none()) {

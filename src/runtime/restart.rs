@@ -188,7 +188,9 @@ impl Runtime {
         let t0 = std::time::Instant::now();
         let problem = match self.filemap.datasets.get(&id) {
             Some(rec) if self.settings.crc_on_copy.verify() && !self.verified.contains(&id) => {
-                crate::redundancy::check_local(rec, Some(self.verify_threads()), self.settings.file_buf_size).err()
+                crate::redundancy::check_local(rec, Some(self.verify_threads()), self.settings.file_buf_size)
+                    .err()
+                    .map(|e| e.to_string())
             }
             Some(_) => None,
             None => Some("holds no record of it".to_string()),
