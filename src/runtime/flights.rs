@@ -117,7 +117,7 @@ impl Runtime {
     fn retire(&mut self, flight: Flight, outcome: Option<crate::transfer::background::Outcome>, ok: bool, secs: f64) {
         let id = flight.id;
         let local_err = match &outcome {
-            Some(o) => o.files.as_ref().err().cloned(),
+            Some(o) => o.files.as_ref().err().map(ToString::to_string),
             None => Some("this rank's share was lost".to_string()),
         };
         if !ok {

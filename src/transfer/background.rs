@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use super::copy::Pace;
 use super::flush::{copy_files, mark_flushing, publish};
+use super::{Reported, TransferError};
 use crate::persist;
 use crate::state::filemap::DatasetRecord;
 use crate::state::layout::Layout;
@@ -65,7 +66,7 @@ pub struct Job {
 pub struct Outcome {
     /// This rank's files in the prefix, or why its share failed (including a failure to
     /// publish, on the rank that published).
-    pub files: Result<Vec<PrefixFile>, String>,
+    pub files: Result<Vec<PrefixFile>, Reported>,
     /// Seconds from the moment the worker took the job to its arrival.
     pub secs: f64,
     /// This rank published the dataset.
@@ -120,7 +121,7 @@ impl Flusher {
                 Err(e) => {
                     // No thread: this share fails (and is retried synchronously at finalize).
                     let out = Outcome {
-                        files: Err(format!("cannot start the background flush thread: {e}")),
+                        files: Err(Reported::of(format_args!("cannot start the background flush thread: {e}"))),
                         secs: 0.0,
                         published: false,
                     };
@@ -132,7 +133,7 @@ impl Flusher {
         if let Some(tx) = &self.tx {
             if let Err(e) = tx.send(job) {
                 let out = Outcome {
-                    files: Err("the background flush thread has stopped".to_string()),
+                    files: Err(Reported::of("the background flush thread has stopped")),
                     secs: 0.0,
                     published: false,
                 };
@@ -143,7 +144,7 @@ impl Flusher {
 
     /// Record a share that cannot even start (this rank has no record of the dataset).
     pub fn fail(&self, id: u64, why: String) {
-        self.shared.set(id, Status::Done(Outcome { files: Err(why), secs: 0.0, published: false }));
+        self.shared.set(id, Status::Done(Outcome { files: Err(Reported { msg: why }), secs: 0.0, published: false }));
     }
 
     /// `(failed, seconds)` of a finished share, `None` while it is queued or running. A share
@@ -205,7 +206,7 @@ pub(crate) fn lower_priority() {
 struct Part {
     token: String,
     rank: u32,
-    files: Result<Vec<PrefixFile>, String>,
+    files: Result<Vec<PrefixFile>, Reported>,
 }
 
 /// `flush/arrivals`: how many ranks finished the attempt named by `token`.
@@ -223,21 +224,23 @@ fn flush_dir(job: &Job) -> PathBuf {
 /// One rank's share: mark (rank 0), copy, record the part, arrive, and publish if last.
 fn run(job: &Job) -> Outcome {
     let t0 = Instant::now();
-    let mut files = Err(String::new());
+    let mut files = Err(Reported::of(""));
     if job.rank == 0 {
         if let Err(e) = mark_flushing(&job.layout, &job.rec) {
-            files = Err(format!("cannot record the flush in the index: {e}"));
+            files = Err(Reported::of(format_args!("cannot record the flush in the index: {e}")));
         }
     }
-    if job.rank != 0 || files.as_ref().is_err_and(|e| e.is_empty()) {
+    if job.rank != 0 || files.as_ref().is_err_and(|e| e.msg.is_empty()) {
         let mut pace = Pace::new(job.bytes_per_sec);
-        files = copy_files(&job.layout, &job.rec, job.buf, job.crc_on_flush, &mut pace).map_err(|e| e.to_string());
+        files = copy_files(&job.layout, &job.rec, job.buf, job.crc_on_flush, &mut pace).map_err(Reported::of);
     }
     let dir = flush_dir(job);
     let part = Part { token: job.token.clone(), rank: job.rank, files: files.clone() };
-    let recorded = std::fs::create_dir_all(&dir).map_err(|e| format!("create {}: {e}", dir.display())).and_then(|_| {
-        persist::write_atomic(&dir.join(format!("part.{}", job.rank)), "flushpart", &part).map_err(|e| e.to_string())
-    });
+    let recorded = std::fs::create_dir_all(&dir)
+        .map_err(|source| Reported::of(TransferError::Create { path: dir.clone(), source }))
+        .and_then(|_| {
+            persist::write_atomic(&dir.join(format!("part.{}", job.rank)), "flushpart", &part).map_err(Reported::of)
+        });
     if let Err(e) = recorded {
         files = Err(files.err().unwrap_or(e));
     }
@@ -255,7 +258,7 @@ fn run(job: &Job) -> Outcome {
     match arrived {
         Err(e) => {
             if out.files.is_ok() {
-                out.files = Err(format!("cannot count this rank as done: {e}"));
+                out.files = Err(Reported::of(format_args!("cannot count this rank as done: {e}")));
             }
         }
         Ok((count, 0)) if count == job.ranks => match publish_parts(job) {
@@ -268,7 +271,7 @@ fn run(job: &Job) -> Outcome {
             Err(e) => {
                 // the attempt is over: whoever waits for it stops waiting
                 let _ = persist::update(&dir.join("arrivals"), "arrivals", |a: &mut Arrivals| a.failed += 1);
-                out.files = Err(format!("publishing the dataset: {e}"));
+                out.files = Err(Reported::of(format_args!("publishing the dataset: {e}")));
             }
         },
         Ok(_) => {}
@@ -293,20 +296,20 @@ pub fn wait_all_arrived(layout: &Layout, id: u64, token: &str, ranks: u32) {
 }
 
 /// The last rank to arrive: collect every part and publish the dataset.
-fn publish_parts(job: &Job) -> Result<(), String> {
+fn publish_parts(job: &Job) -> Result<(), TransferError> {
     let dir = flush_dir(job);
     let mut all = Vec::with_capacity(job.ranks as usize);
     for r in 0..job.ranks {
         let path = dir.join(format!("part.{r}"));
-        let part: Part = persist::read(&path, "flushpart")
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| format!("{} is missing", path.display()))?;
+        let Some(part): Option<Part> = persist::read(&path, "flushpart")? else {
+            return Err(TransferError::Missing { path });
+        };
         if part.token != job.token || part.rank != r {
-            return Err(format!("{} belongs to another flush attempt", path.display()));
+            return Err(TransferError::OtherAttempt { path });
         }
-        all.push(part.files.map_err(|e| format!("rank {r}: {e}"))?);
+        all.push(part.files.map_err(|why| TransferError::RankFailed { rank: r, why })?);
     }
-    publish(&job.layout, &job.rec, all).map_err(|e| e.to_string())?;
+    publish(&job.layout, &job.rec, all)?;
     let _ = crate::paths::remove_tree_if_exists(&dir);
     Ok(())
 }

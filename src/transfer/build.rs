@@ -23,6 +23,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::TransferError;
 use crate::desc::Scheme;
 use crate::error::{Error, Result};
 use crate::redundancy::redfile::{self, FileEntry, Header};
@@ -107,11 +108,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
     let dir = layout.prefix_dataset_dir(id);
     layout.prefix.below(dir.strip_prefix(&layout.prefix.path).unwrap_or(&dir))?;
     if !dir.is_dir() {
-        return Err(Error::Other(format!(
-            "{}: no such dataset directory (dataset ids are the numbers of the scr.dataset.<id> directories in {})",
-            dir.display(),
-            layout.scr_dir().display()
-        )));
+        return Err(TransferError::NoDatasetDir { dir, scr_dir: layout.scr_dir() }.into());
     }
     // Nothing is changed unless the index can be updated afterwards (a damaged one is
     // rebuilt from the dataset directories here, a missing one created).
@@ -122,11 +119,7 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
         if damaged.is_empty() && layout.summary(id).exists() {
             return build_flushed(layout, id, current);
         }
-        return Err(Error::Other(format!(
-            "{} holds no usable rank filemap (*.scrfilemap) and no summary: nothing to index{}",
-            dir.display(),
-            if damaged.is_empty() { String::new() } else { format!(" ({})", damaged.join("; ")) }
-        )));
+        return Err(TransferError::NothingToIndex { dir, damaged }.into());
     };
     let n = desc.ranks;
     let mut found: BTreeMap<u32, Found> = (0..n).map(|r| (r, Found::default())).collect();
@@ -279,9 +272,8 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
 /// that its files are all there and index it.
 fn build_flushed(layout: &Layout, id: u64, current: Current) -> Result<Report> {
     let summary = Summary::load(&layout.summary(id))?.expect("checked by the caller");
-    let r2f = Rank2File::load(&layout.rank2file(id))?.ok_or_else(|| {
-        Error::Other(format!("{} is missing: the flush of dataset {id} never finished", layout.rank2file(id).display()))
-    })?;
+    let r2f = Rank2File::load(&layout.rank2file(id))?
+        .ok_or_else(|| TransferError::FlushUnfinished { path: layout.rank2file(id), id })?;
     let mut missing = missing_files(layout, &r2f);
     missing.extend(summary.desc.missing_shared(&layout.prefix.path));
     let complete = missing.is_empty();
@@ -400,14 +392,11 @@ fn rebuild_set(
     found: &BTreeMap<u32, Found>,
     lost: &[usize],
     piece: usize,
-) -> Result<Vec<RankFile>, String> {
+) -> Result<Vec<RankFile>, TransferError> {
     let n = set.ranks.len();
     let member = |x: usize| &found[&(set.ranks[x] as u32)];
     let survivors: Vec<usize> = (0..n).filter(|x| !lost.contains(x)).collect();
-    let template = survivors
-        .iter()
-        .find_map(|&x| member(x).header.clone())
-        .ok_or("no surviving member has a usable redundancy file")?;
+    let template = survivors.iter().find_map(|&x| member(x).header.clone()).ok_or(TransferError::NoTemplate)?;
     let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
     for &x in &survivors {
         for (m, files) in &member(x).header.as_ref().expect("a survivor has a header").files {
@@ -419,7 +408,7 @@ fn rebuild_set(
     let all: Vec<Vec<FileEntry>> = all
         .into_iter()
         .enumerate()
-        .map(|(x, f)| f.ok_or(format!("no surviving redundancy file lists the files of set member {x}")))
+        .map(|(x, f)| f.ok_or(TransferError::NoFileList { member: x }))
         .collect::<Result<_, _>>()?;
     let lost_red = |x: usize| -> RedInfo {
         let mut red = RedInfo { index: x, ..template.red.clone() };
@@ -430,17 +419,13 @@ fn rebuild_set(
         red
     };
     // no part is read or rebuilt through a symbolic link below the prefix
-    let parts = |x: usize| -> Result<Vec<Part>, String> {
-        all[x]
-            .iter()
-            .map(|e| Ok(Part { path: layout.prefix.below(&e.rel).map_err(|e| e.to_string())?, size: e.size }))
-            .collect()
+    let parts = |x: usize| -> Result<Vec<Part>, TransferError> {
+        all[x].iter().map(|e| Ok(Part { path: layout.prefix.below(&e.rel)?, size: e.size })).collect()
     };
-    let parts = (0..n).map(parts).collect::<Result<Vec<_>, String>>()?;
+    let parts = (0..n).map(parts).collect::<Result<Vec<_>, TransferError>>()?;
     // A lost rank is unmistakably lost from here on, even if this build stops half-way.
     for &x in lost {
-        crate::paths::remove_file_if_exists(&layout.rank_filemap(id, set.ranks[x] as u32))
-            .map_err(|e| e.to_string())?;
+        crate::paths::remove_file_if_exists(&layout.rank_filemap(id, set.ranks[x] as u32))?;
     }
     let members: Vec<Member> = (0..n)
         .zip(parts)
@@ -454,7 +439,7 @@ fn rebuild_set(
             lost: lost.contains(&x),
         })
         .collect();
-    let crcs = serial::rebuild(&template.red, &members, piece).map_err(|e| e.to_string())?;
+    let crcs = serial::rebuild(&template.red, &members, piece)?;
     let mut out = Vec::new();
     for &x in lost {
         let red = lost_red(x);
@@ -467,24 +452,23 @@ fn rebuild_set(
             red: None,
         };
         let header = Header::new(&rec, &red, &all);
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .open(&red.file)
-            .map_err(|e| format!("open {}: {e}", red.file.display()))?;
-        redfile::finish(&file, &red.file, red.payload(), &header).map_err(|e| e.to_string())?;
+        let file =
+            std::fs::OpenOptions::new().write(true).open(&red.file).map_err(|e| Error::io("open", &red.file, e))?;
+        redfile::finish(&file, &red.file, red.payload(), &header)?;
         let mut files = Vec::new();
         // the CRC32s were taken as the rebuild wrote the bytes: no second read
         for (e, got) in all[x].iter().zip(&crcs[x]) {
             let p = layout.prefix.join(&e.rel);
             let Some(got) = *got else {
-                return Err(format!("{}: not every byte of it was rebuilt", p.display()));
+                return Err(Error::Integrity { path: p, why: "not every byte of it was rebuilt".into() }.into());
             };
             if let Some(crc) = e.crc.filter(|crc| *crc != got) {
-                return Err(format!("{}: rebuilt data has CRC32 {got:#010x}, {crc:#010x} was recorded", p.display()));
+                let why = format!("rebuilt data has CRC32 {got:#010x}, {crc:#010x} was recorded");
+                return Err(Error::Integrity { path: p, why }.into());
             }
             files.push(RankFileEntry { rel: e.rel.clone(), size: e.size, crc: Some(got), complete: true });
         }
-        let size = std::fs::metadata(&red.file).map(|m| m.len()).map_err(|e| e.to_string())?;
+        let size = std::fs::metadata(&red.file).map(|m| m.len()).map_err(|e| Error::io("stat", &red.file, e))?;
         let name = PathBuf::from(red.file.file_name().expect("a file name"));
         let rank = set.ranks[x] as u32;
         let fm = RankFile {
@@ -493,7 +477,7 @@ fn rebuild_set(
             files,
             red: Some(RankRed { info: RedInfo { file: name, ..red }, size, complete: true }),
         };
-        fm.save(&layout.rank_filemap(id, rank)).map_err(|e| e.to_string())?;
+        fm.save(&layout.rank_filemap(id, rank))?;
         out.push(fm);
     }
     Ok(out)

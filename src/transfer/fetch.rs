@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use super::copy::copy_verified;
-use super::Ctx;
+use super::{Ctx, Reported, TransferError};
 use crate::error::{Error, Result};
 use crate::scr_debug;
 use crate::state::dataset::DatasetDesc;
@@ -20,23 +20,23 @@ use crate::state::summary::{PrefixFile, Rank2File, Summary};
 pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDesc, Vec<FileMeta>)> {
     let t0 = Instant::now();
     let size = ctx.world.size();
-    let plan: Option<Result<(DatasetDesc, Rank2File), String>> = (ctx.world.rank() == 0).then(|| {
-        let summary = Summary::load(&ctx.layout.summary(id)).map_err(|e| e.to_string())?;
-        let summary = summary.ok_or_else(|| format!("{} is missing", ctx.layout.summary(id).display()))?;
-        let r2f = Rank2File::load(&ctx.layout.rank2file(id)).map_err(|e| e.to_string())?;
-        let r2f = r2f.ok_or_else(|| format!("{} is missing", ctx.layout.rank2file(id).display()))?;
-        if r2f.ranks != size as u32 {
-            return Err(format!(
-                "it was written by {} ranks and this run has {size} (restart with the same number of processes, \
-                 or set SCR_FETCH=0 and read the files yourself)",
-                r2f.ranks
-            ));
-        }
-        Ok((summary.desc, r2f))
-    });
-    let head: Result<DatasetDesc, String> = ctx.world.bcast(
+    let plan: Option<std::result::Result<(DatasetDesc, Rank2File), TransferError>> =
+        (ctx.world.rank() == 0).then(|| {
+            let summary = Summary::load(&ctx.layout.summary(id))?;
+            let summary = summary.ok_or_else(|| TransferError::Missing { path: ctx.layout.summary(id) })?;
+            let r2f = Rank2File::load(&ctx.layout.rank2file(id))?;
+            let r2f = r2f.ok_or_else(|| TransferError::Missing { path: ctx.layout.rank2file(id) })?;
+            if r2f.ranks != size as u32 {
+                return Err(TransferError::Ranks { written: r2f.ranks, ranks: size });
+            }
+            Ok((summary.desc, r2f))
+        });
+    let head: std::result::Result<DatasetDesc, Reported> = ctx.world.bcast(
         0,
-        &plan.as_ref().map(|p| p.as_ref().map(|(d, _)| d.clone()).map_err(Clone::clone)).unwrap_or(Err(String::new())),
+        &plan
+            .as_ref()
+            .map(|p| p.as_ref().map(|(d, _)| d.clone()).map_err(Reported::of))
+            .unwrap_or(Err(Reported::of(""))),
     )?;
     let desc = head.map_err(|e| Error::Collective(format!("fetch of dataset {id}: {e}")))?;
     let lists: Option<Vec<Vec<PrefixFile>>> = plan.map(|p| {

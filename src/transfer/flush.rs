@@ -212,7 +212,7 @@ pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixF
     let id = rec.desc.id;
     // shared files were written in place: they must still be there as completed
     if let Some(why) = rec.desc.missing_shared(&layout.prefix.path).into_iter().next() {
-        return Err(Error::Other(why));
+        return Err(super::TransferError::SharedFile { why }.into());
     }
     let dir = layout.prefix_dataset_dir(id);
     layout.prefix.below(dir.strip_prefix(&layout.prefix.path).unwrap_or(&dir))?;

@@ -19,6 +19,8 @@ pub mod flush;
 pub mod scavenge;
 pub mod sendfile;
 
+use std::path::PathBuf;
+
 use crate::comm::Comm;
 use crate::config::Settings;
 use crate::state::layout::Layout;
@@ -69,4 +71,92 @@ pub fn failure_summary(what: &str, all: Vec<Option<String>>) -> String {
     let shown: Vec<String> = failed.iter().take(4).map(|(r, m)| format!("rank {r}: {m}")).collect();
     let more = if failed.len() > 4 { format!("; and {} more", failed.len() - 4) } else { String::new() };
     format!("{what} failed on {} of {size} ranks: {}{more}", failed.len(), shown.join("; "))
+}
+
+/// Why a flush, fetch, scavenge or build could not do its part: the file, rank, dataset or
+/// set member at fault. A lower layer's error keeps its own type ([`TransferError::Lower`]).
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// A metadata file the transfer needs is missing.
+    #[error("{} is missing", path.display())]
+    Missing { path: PathBuf },
+    /// The rank-to-file map of dataset `id` is missing: its flush never finished.
+    #[error("{} is missing: the flush of dataset {id} never finished", path.display())]
+    FlushUnfinished { path: PathBuf, id: u64 },
+    /// A dataset written by `written` ranks, fetched by a run of `ranks`.
+    #[error(
+        "it was written by {written} ranks and this run has {ranks} (restart with the same number of processes, \
+         or set SCR_FETCH=0 and read the files yourself)"
+    )]
+    Ranks { written: u32, ranks: i32 },
+    /// A flush part left by another attempt.
+    #[error("{} belongs to another flush attempt", path.display())]
+    OtherAttempt { path: PathBuf },
+    /// Rank `rank` reported that its share failed.
+    #[error("rank {rank}: {why}")]
+    RankFailed { rank: u32, why: Reported },
+    /// A file in the prefix that does not match its record.
+    #[error("{}: does not match what was written", path.display())]
+    Mismatch { path: PathBuf },
+    /// A directory could not be created.
+    #[error("create {}: {source}", path.display())]
+    Create { path: PathBuf, source: std::io::Error },
+    /// No survivor of a redundancy set has a usable redundancy file.
+    #[error("no surviving member has a usable redundancy file")]
+    NoTemplate,
+    /// No surviving redundancy file lists the files of set member `member`.
+    #[error("no surviving redundancy file lists the files of set member {member}")]
+    NoFileList { member: usize },
+    /// `scr_index --build` of a dataset id without its directory.
+    #[error(
+        "{}: no such dataset directory (dataset ids are the numbers of the scr.dataset.<id> directories in {})",
+        dir.display(),
+        scr_dir.display()
+    )]
+    NoDatasetDir { dir: PathBuf, scr_dir: PathBuf },
+    /// A dataset directory with nothing to index; `damaged` lists the rank filemaps refused.
+    #[error(
+        "{} holds no usable rank filemap (*.scrfilemap) and no summary: nothing to index{}",
+        dir.display(),
+        if damaged.is_empty() { String::new() } else { format!(" ({})", damaged.join("; ")) }
+    )]
+    NothingToIndex { dir: PathBuf, damaged: Vec<String> },
+    /// A shared file of the dataset is not in the prefix as completed; `why` names it.
+    #[error("{why}")]
+    SharedFile { why: String },
+    /// An error of a lower layer (I/O, metadata, redundancy).
+    #[error(transparent)]
+    Lower(#[from] crate::error::Error),
+}
+
+impl From<crate::persist::MetaError> for TransferError {
+    fn from(e: crate::persist::MetaError) -> TransferError {
+        TransferError::Lower(e.into())
+    }
+}
+
+impl From<TransferError> for crate::error::Error {
+    fn from(e: TransferError) -> crate::error::Error {
+        match e {
+            TransferError::Lower(e) => e,
+            e => crate::error::Error::Layer { layer: "transfer", source: Box::new(e) },
+        }
+    }
+}
+
+/// A failure as one rank or one attempt reported it, for the records that carry it to other
+/// ranks and processes (a background flush's part file, a broadcast): serialized as the bare
+/// message, so the files keep their format.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+#[error("{msg}")]
+pub struct Reported {
+    pub msg: String,
+}
+
+impl Reported {
+    /// The report of `e`, as its message.
+    pub fn of(e: impl std::fmt::Display) -> Reported {
+        Reported { msg: e.to_string() }
+    }
 }

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use super::copy::copy_verified;
+use super::TransferError;
 use crate::checksum::file_crc;
 use crate::redundancy::RedInfo;
 use crate::state::filemap::{DatasetRecord, Filemap};
@@ -77,7 +78,7 @@ pub fn copy_node(layout: &Layout, buf: usize, ids: Option<&[u64]>) -> NodeCopy {
                     out.copied.push((id, *rank, n, bytes));
                     out.notes.extend(red_note);
                 }
-                Err(e) => out.failed.push((id, *rank, e)),
+                Err(e) => out.failed.push((id, *rank, e.to_string())),
             }
         }
     }
@@ -127,24 +128,24 @@ fn copy_rank(
     rank: u32,
     rec: &DatasetRecord,
     buf: usize,
-) -> Result<(usize, u64, Option<String>), String> {
+) -> Result<(usize, u64, Option<String>), TransferError> {
     let id = rec.desc.id;
     let dsdir = layout.prefix_dataset_dir(id);
-    layout.prefix.below(dsdir.strip_prefix(&layout.prefix.path).unwrap_or(&dsdir)).map_err(|e| e.to_string())?;
-    std::fs::create_dir_all(&dsdir).map_err(|e| format!("create {}: {e}", dsdir.display()))?;
+    layout.prefix.below(dsdir.strip_prefix(&layout.prefix.path).unwrap_or(&dsdir))?;
+    std::fs::create_dir_all(&dsdir).map_err(|source| TransferError::Create { path: dsdir.clone(), source })?;
     let mut files = Vec::with_capacity(rec.files.len());
     let mut bytes = 0;
     for f in &rec.files {
-        let dst = layout.prefix.below(&f.rel).map_err(|e| e.to_string())?;
+        let dst = layout.prefix.below(&f.rel)?;
         let c = if f.path == dst {
             // A bypass file is in the prefix already.
-            let c = file_crc(&dst, buf).map_err(|e| e.to_string())?;
+            let c = file_crc(&dst, buf)?;
             if c.size != f.size || f.crc.is_some_and(|crc| crc != c.crc) {
-                return Err(format!("{}: does not match what was written", dst.display()));
+                return Err(TransferError::Mismatch { path: dst });
             }
             c
         } else {
-            copy_verified(&f.path, &dst, Some(f.size), f.crc, buf, false).map_err(|e| e.to_string())?
+            copy_verified(&f.path, &dst, Some(f.size), f.crc, buf, false)?
         };
         bytes += c.size;
         files.push(RankFileEntry { rel: f.rel.clone(), size: c.size, crc: Some(c.crc), complete: true });
@@ -163,7 +164,7 @@ fn copy_rank(
         }
     });
     let fm = RankFile { rank, desc: rec.desc.clone(), files, red };
-    fm.save(&layout.rank_filemap(id, rank)).map_err(|e| e.to_string())?;
+    fm.save(&layout.rank_filemap(id, rank))?;
     Ok((rec.files.len(), bytes, note))
 }
 
