@@ -285,6 +285,26 @@ mod tests {
     }
 
     #[test]
+    fn a_bad_value_names_its_key_value_and_kind_and_is_placed_by_the_caller() {
+        let e = parse("SCR_FLUSH=ten").unwrap_err();
+        assert_eq!(
+            e,
+            SyntaxError::BadValue {
+                key: "SCR_FLUSH".into(),
+                value: "ten".into(),
+                expected: params::Expected(params::Kind::Count)
+            }
+        );
+        let placed = e.at("/etc/scr.conf:3");
+        assert_eq!(placed.at, "/etc/scr.conf:3");
+        assert_eq!(
+            placed.to_string(),
+            "configuration error at /etc/scr.conf:3: SCR_FLUSH=ten: expected a non-negative integer"
+        );
+        assert_eq!(parse("SCR_FLUSH").unwrap_err(), SyntaxError::NoValue { key: "SCR_FLUSH".into() });
+    }
+
+    #[test]
     fn malformed_lines() {
         assert!(parse("SCR_FLUSH").unwrap_err().to_string().contains("no value"));
         assert!(parse("SCR_FLUSH=ten").unwrap_err().to_string().contains("non-negative integer"));

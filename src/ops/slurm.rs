@@ -128,6 +128,21 @@ mod tests {
     }
 
     #[test]
+    fn an_ended_job_is_known_by_slurms_answer_not_by_the_command_line() {
+        let failed = |stderr: &str, command: &str| QueryError {
+            command: command.into(),
+            fault: QueryFault::Failed { status: std::process::ExitStatus::default(), stderr: stderr.into() },
+        };
+        assert!(invalid_job(&failed("slurm_load_jobs error: Invalid job id specified", "squeue -j 7")));
+        assert!(!invalid_job(&failed("Socket timed out on send/recv operation", "squeue -j 7")));
+        // a job named "Invalid job id" in the command line is not Slurm's answer
+        assert!(!invalid_job(&failed("", "squeue -n Invalid job id")));
+        let start =
+            QueryError { command: "scontrol".into(), fault: QueryFault::Start(std::io::ErrorKind::NotFound.into()) };
+        assert!(!invalid_job(&start));
+    }
+
+    #[test]
     fn node_states() {
         for ok in ["idle", "mixed", "allocated", "completing", "mixed$", "idle@", "IDLE", "planned-"] {
             assert!(usable_state(ok), "{ok}");

@@ -379,6 +379,17 @@ mod tests {
     /// Four "ranks" in one process, each with its own worker, flush one dataset: only the
     /// last one to arrive publishes, and the index says complete with every file listed.
     #[test]
+    fn a_failed_share_is_written_to_its_part_file_as_before() {
+        // the part files of an attempt keep the format of Result<_, String>
+        let typed: Result<Vec<PrefixFile>, Reported> = Err(Reported::of("rank 2: disk full"));
+        let plain: Result<Vec<PrefixFile>, String> = Err("rank 2: disk full".into());
+        let typed_json = serde_json::to_string(&typed).unwrap();
+        assert_eq!(typed_json, serde_json::to_string(&plain).unwrap());
+        let back: Result<Vec<PrefixFile>, Reported> = serde_json::from_str(&typed_json).unwrap();
+        assert_eq!(back.unwrap_err().to_string(), "rank 2: disk full");
+    }
+
+    #[test]
     fn last_arrival_publishes() {
         let (d, layout) = prefix();
         let mut workers: Vec<Flusher> = (0..4).map(|_| Flusher::default()).collect();
