@@ -58,75 +58,38 @@ impl Runtime {
         Runtime::start_with(mode, Launch::mpi())
     }
 
-    /// Build a running instance from `launch` (collective over its communicator).
+    /// Build a running instance from `launch` (collective over its communicator): agree on
+    /// the configuration, identify the job and the nodes, then open the run.
     pub(super) fn start_with(mode: Mode, launch: Launch) -> Result<Runtime> {
         let t0 = Instant::now();
         let Launch { world, host, config, identity: who, node_root } = launch;
         log::set_identity(world.rank(), &host);
-
-        // Rank 0 reads the configuration; everyone runs with its result.
-        let mine: std::result::Result<Settings, ConfigError> =
-            if world.rank() == 0 { config() } else { Err(ConfigError { at: String::new(), msg: String::new() }) };
-        // Rank 0 alone prints a configuration error (it is the same on every rank).
-        let settings = world.bcast(0, &mine)?.map_err(|e| Error::Collective(e.to_string()))?;
-        log::set_level(settings.debug);
-        let descs = world
-            .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))?
-            .ok_or_else(|| Error::Collective("starting SCR: rank 0 sent no descriptors".into()))?
-            .map_err(|e| Error::Collective(e.to_string()))?;
-        if world.rank() == 0 {
-            for w in &settings.warnings {
-                scr_warn!("{w}");
-            }
-            scr_debug!(
-                1,
-                "{} starting on {} ranks; effective configuration:\n{}",
-                crate::VERSION,
-                world.size(),
-                settings.describe()
-            );
-        }
-
-        let prefix = Prefix::new(&settings.prefix);
-        let mine = (world.rank() == 0).then(|| who(&prefix.path));
-        let (user, job): (String, JobId) = world.bcast(0, &mine)?.expect("rank 0 sends its identity");
-        let mut layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
-        if let Some(root) = &node_root {
-            layout = layout.on_node(root);
-        }
+        let (settings, descs) = agree_settings(&world, config)?;
+        let (layout, job) = identify(&world, &settings, who, node_root.as_deref())?;
         let (node, nnodes, node_id) = world.split_by_string(&host)?;
         if world.rank() == 0 {
-            scr_debug!(
-                1,
-                "job id {} ({}), user {user}, {nnodes} node(s), prefix {}, control {}",
-                job.id,
-                job.source,
-                layout.prefix.path.display(),
-                layout.cntl_dir.display()
-            );
-            if settings.halt_seconds > 0 {
-                match identity::end_time() {
-                    Some(end) => scr_debug!(
-                        1,
-                        "the allocation ends at {} UTC ({} s from now); SCR_HALT_SECONDS={}",
-                        identity::iso_time(end),
-                        end - identity::now_secs(),
-                        settings.halt_seconds
-                    ),
-                    None => scr_warn!(
-                        "SCR_HALT_SECONDS={} but the allocation's end time is unknown (no SCR_END_TIME, and no \
-                         resource manager job, Slurm, LSF, Flux or PBS, that reports one): the job is not halted before its allocation ends",
-                        settings.halt_seconds
-                    ),
-                }
-            }
+            report_job(&settings, &layout, &job, nnodes);
         }
+        let mut rt =
+            Runtime::new(mode, Parts { world, node, node_id: node_id as u32, host, settings, descs, layout }, t0);
+        rt.open_run()?;
+        if rt.rank0() {
+            scr_debug!(1, "{} done in {:.3} s on {}", rt.call_name("SCR_Init"), t0.elapsed().as_secs_f64(), rt.host);
+        }
+        rt.log_run_start(nnodes as i32);
+        rt.policy.compute_started();
+        rt.arm_watchdog();
+        Ok(rt)
+    }
 
-        let mut rt = Runtime {
+    /// A runtime of `parts` with nothing loaded yet (local).
+    fn new(mode: Mode, parts: Parts, t0: Instant) -> Runtime {
+        let Parts { world, node, node_id, host, settings, descs, layout } = parts;
+        Runtime {
             mode,
             world,
             node,
-            node_id: node_id as u32,
+            node_id,
             host,
             settings,
             descs,
@@ -162,23 +125,21 @@ impl Runtime {
             tally_from: None,
             adopting: false,
             start_failed: None,
-        };
-        rt.run_stamp = rt.world.bcast(0, &(identity::now_usecs() as u64))?;
-        rt.lock_prefix()?;
-        rt.make_directories()?;
-        if rt.rank0() {
-            rt.events = EventLog::for_run(&rt.settings, &rt.layout.scr_dir(), &rt.layout.jobid, &rt.host);
         }
-        rt.form_sets()?;
-        rt.setup_encoder()?;
-        rt.restore()?;
-        if rt.rank0() {
-            scr_debug!(1, "{} done in {:.3} s on {}", rt.call_name("SCR_Init"), t0.elapsed().as_secs_f64(), rt.host);
+    }
+
+    /// The run's stamp, the prefix's lock, the directories, the event log, the redundancy
+    /// sets and encoder, then what to restart from (collective).
+    fn open_run(&mut self) -> Result<()> {
+        self.run_stamp = self.world.bcast(0, &(identity::now_usecs() as u64))?;
+        self.lock_prefix()?;
+        self.make_directories()?;
+        if self.rank0() {
+            self.events = EventLog::for_run(&self.settings, &self.layout.scr_dir(), &self.layout.jobid, &self.host);
         }
-        rt.log_run_start(nnodes as i32);
-        rt.policy.compute_started();
-        rt.arm_watchdog();
-        Ok(rt)
+        self.form_sets()?;
+        self.setup_encoder()?;
+        self.restore()
     }
 
     /// The prefix's `.scr` directory (rank 0), the control and cache directories (each node's
@@ -216,10 +177,31 @@ impl Runtime {
         Ok(())
     }
 
-    /// Find what to restart from: cache first, then the prefix.
+    /// Find what to restart from: cache first, then the prefix (collective). Stages: merge
+    /// the flush records, load this rank's filemap, continue the ids, purge on request, keep
+    /// what survives in cache, check the halt conditions, then load a checkpoint.
     fn restore(&mut self) -> Result<()> {
-        // The flush files of all nodes merged (a dataset counts as flushed if any node saw
-        // its flush complete), so every rank decides alike even if a node was lost.
+        self.merge_flush_files()?;
+        let (fm_d, fm_c) = self.load_filemap()?;
+        let index = self.continue_ids(fm_d, fm_c)?;
+        self.record_landed(&index)?;
+        self.purge(&index);
+        self.scan_cache()?;
+        self.report_other_sizes();
+        if self.halts_at_init() {
+            return Ok(());
+        }
+        self.wanted = self.settings.current.clone();
+        if let Some(name) = self.wanted.clone() {
+            self.choose_current(&name)?;
+        }
+        self.load_checkpoint()?;
+        self.after_load()
+    }
+
+    /// The flush files of all nodes merged (a dataset counts as flushed if any node saw its
+    /// flush complete), so every rank decides alike even if a node was lost (collective).
+    fn merge_flush_files(&mut self) -> Result<()> {
         let mine = if self.node.rank() == 0 {
             FlushFile::load(&self.layout.flush_file()).unwrap_or_else(|e| {
                 scr_warn!("{e}; this node's record of flushed datasets is ignored");
@@ -243,7 +225,14 @@ impl Runtime {
             out
         });
         self.flushes = self.world.bcast(0, &merged.unwrap_or_default())?;
+        Ok(())
+    }
 
+    /// This rank's filemap, with its background encodings and checksums adopted, its
+    /// deletions resumed and (`SCR_DISTRIBUTE`) its datasets distributed. Returns the largest
+    /// dataset and checkpoint ids it held before (datasets being deleted count: their
+    /// directories may still exist).
+    fn load_filemap(&mut self) -> Result<(u64, u64)> {
         let fm_path = self.layout.filemap(self.world.rank());
         self.filemap = Filemap::load(&fm_path).unwrap_or_else(|e| {
             scr_error!("{e}; the cached datasets of this rank are unusable");
@@ -251,23 +240,29 @@ impl Runtime {
         });
         self.adopt_encodings();
         self.adopt_checksum_files();
-        // ids continue after datasets being deleted too (their directories may still exist)
-        let (fm_d, fm_c) = self.filemap.max_ids();
+        let ids = self.filemap.max_ids();
         self.resume_deletions()?;
-
         if self.settings.distribute && !self.settings.cache_purge {
             self.distribute()?;
         }
+        Ok(ids)
+    }
 
-        // Continue ids after everything known, in cache or in the prefix.
+    /// Continue ids after everything known, in cache (`fm_d`, `fm_c`: this rank's before it
+    /// distributed) or in the prefix (collective). Returns rank 0's index (empty elsewhere).
+    fn continue_ids(&mut self, fm_d: u64, fm_c: u64) -> Result<Index> {
         let index = if self.rank0() { self.load_index() } else { Index::default() };
         let (ix_d, ix_c) = self.world.bcast(0, &index.max_ids())?;
         let (fm_d, fm_c) = (fm_d.max(self.filemap.max_ids().0), fm_c.max(self.filemap.max_ids().1));
         self.dataset_id = (self.world.max_i64(fm_d as i64) as u64).max(ix_d);
         self.ckpt_id = (self.world.max_i64(fm_c as i64) as u64).max(ix_c);
+        Ok(index)
+    }
 
-        // A background flush that completed in the prefix after its run stopped watching
-        // (killed, or exited without SCR_Finalize) is flushed: the index is the authority.
+    /// A background flush that completed in the prefix after its run stopped watching
+    /// (killed, or exited without SCR_Finalize) is flushed: the index is the authority
+    /// (collective; rank 0 decides).
+    fn record_landed(&mut self, index: &Index) -> Result<()> {
         let landed: Vec<u64> = self
             .flushes
             .datasets
@@ -284,7 +279,12 @@ impl Runtime {
             }
             self.set_location(id, Some(Location::Pfs));
         }
+        Ok(())
+    }
 
+    /// `SCR_PREFIX_PURGE` (rank 0, from `index`), and `SCR_CACHE_PURGE` or
+    /// `SCR_DISTRIBUTE=0` (collective: this run's cached datasets leave).
+    fn purge(&mut self, index: &Index) {
         if self.settings.prefix_purge && self.rank0() {
             for id in index.datasets.keys() {
                 if let Err(e) = crate::transfer::flush::delete_from_prefix(&self.layout, *id) {
@@ -301,9 +301,11 @@ impl Runtime {
             }
             self.drop_many(&ids);
         }
-        self.scan_cache()?;
-        self.report_other_sizes();
+    }
 
+    /// The halt file updated for this run (rank 0), and its conditions checked: true when
+    /// one holds and `SCR_HALT_EXIT=1` (the run ends; nothing is loaded).
+    fn halts_at_init(&mut self) -> bool {
         if self.rank0() {
             let r = Halt::update(&self.layout.halt(), |h| {
                 if h.exit_reason.as_deref() == Some(FINALIZE_REASON) {
@@ -317,34 +319,36 @@ impl Runtime {
                 scr_warn!("cannot update the halt file: {e}");
             }
         }
-        if let Some(reason) = self.halt_reason() {
-            if self.rank0() {
-                let at = if self.mode == super::Mode::Transparent { "MPI_Init" } else { "SCR_Init" };
-                crate::log::emit("INFO", format_args!("halt condition at {at}: {reason}"));
-            }
-            if self.settings.halt_exit {
-                self.exit_requested = Some(reason);
-                return Ok(());
-            }
+        let Some(reason) = self.halt_reason() else {
+            return false;
+        };
+        if self.rank0() {
+            let at = if self.mode == super::Mode::Transparent { "MPI_Init" } else { "SCR_Init" };
+            crate::log::emit("INFO", format_args!("halt condition at {at}: {reason}"));
         }
+        if self.settings.halt_exit {
+            self.exit_requested = Some(reason);
+            return true;
+        }
+        false
+    }
 
-        self.wanted = self.settings.current.clone();
-        if let Some(name) = self.wanted.clone() {
-            self.check_current_name(&name)?;
-            if self.rank0() {
-                let r = Index::update(&self.layout.index(), |ix| {
-                    if ix.by_name(&name).is_some() {
-                        ix.current = Some(name.clone());
-                    }
-                });
-                if let Err(e) = r {
-                    scr_warn!("SCR_CURRENT={name}: cannot set the current marker: {e}");
+    /// `SCR_CURRENT=name`: checked, marked current in the index (rank 0), and the newer
+    /// cached datasets deleted (collective).
+    fn choose_current(&mut self, name: &str) -> Result<()> {
+        self.check_current_name(name)?;
+        if self.rank0() {
+            let r = Index::update(&self.layout.index(), |ix| {
+                if ix.by_name(name).is_some() {
+                    ix.current = Some(name.to_string());
                 }
+            });
+            if let Err(e) = r {
+                scr_warn!("SCR_CURRENT={name}: cannot set the current marker: {e}");
             }
-            self.drop_newer_than_named(&name);
         }
-        self.load_checkpoint()?;
-        self.after_load()
+        self.drop_newer_than_named(name);
+        Ok(())
     }
 
     /// Rank 0's view of the index (rebuilt from the prefix's dataset directories if it was
@@ -444,5 +448,93 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+}
+
+/// What `SCR_Init` agreed on before the runtime exists.
+struct Parts {
+    world: Comm,
+    node: Comm,
+    node_id: u32,
+    host: String,
+    settings: Settings,
+    descs: Descriptors,
+    layout: Layout,
+}
+
+/// Rank 0 reads the configuration and builds the descriptors; every rank runs with its
+/// result (collective: two broadcasts). Rank 0 alone prints the warnings.
+fn agree_settings(
+    world: &Comm,
+    config: Box<dyn FnOnce() -> std::result::Result<Settings, ConfigError>>,
+) -> Result<(Settings, Descriptors)> {
+    let mine: std::result::Result<Settings, ConfigError> =
+        if world.rank() == 0 { config() } else { Err(ConfigError { at: String::new(), msg: String::new() }) };
+    // Rank 0 alone prints a configuration error (it is the same on every rank).
+    let settings = world.bcast(0, &mine)?.map_err(|e| Error::Collective(e.to_string()))?;
+    log::set_level(settings.debug);
+    let descs = world
+        .bcast(0, &(world.rank() == 0).then(|| Descriptors::build(&settings)))?
+        .ok_or_else(|| Error::Collective("starting SCR: rank 0 sent no descriptors".into()))?
+        .map_err(|e| Error::Collective(e.to_string()))?;
+    if world.rank() == 0 {
+        for w in &settings.warnings {
+            scr_warn!("{w}");
+        }
+        scr_debug!(
+            1,
+            "{} starting on {} ranks; effective configuration:\n{}",
+            crate::VERSION,
+            world.size(),
+            settings.describe()
+        );
+    }
+    Ok((settings, descs))
+}
+
+/// The run's directories, named by rank 0's reading of the user and the job (collective:
+/// one broadcast), and the job.
+fn identify(
+    world: &Comm,
+    settings: &Settings,
+    who: Identify,
+    node_root: Option<&std::path::Path>,
+) -> Result<(Layout, JobId)> {
+    let prefix = Prefix::new(&settings.prefix);
+    let mine = (world.rank() == 0).then(|| who(&prefix.path));
+    let (user, job): (String, JobId) = world.bcast(0, &mine)?.expect("rank 0 sends its identity");
+    let mut layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
+    if let Some(root) = node_root {
+        layout = layout.on_node(root);
+    }
+    Ok((layout, job))
+}
+
+/// Rank 0 describes the job, and when it must halt before its allocation ends.
+fn report_job(settings: &Settings, layout: &Layout, job: &JobId, nnodes: usize) {
+    scr_debug!(
+        1,
+        "job id {} ({}), user {}, {nnodes} node(s), prefix {}, control {}",
+        job.id,
+        job.source,
+        layout.user,
+        layout.prefix.path.display(),
+        layout.cntl_dir.display()
+    );
+    if settings.halt_seconds > 0 {
+        match identity::end_time() {
+            Some(end) => scr_debug!(
+                1,
+                "the allocation ends at {} UTC ({} s from now); SCR_HALT_SECONDS={}",
+                identity::iso_time(end),
+                end - identity::now_secs(),
+                settings.halt_seconds
+            ),
+            None => scr_warn!(
+                "SCR_HALT_SECONDS={} but the allocation's end time is unknown (no SCR_END_TIME, and no \
+                 resource manager job, Slurm, LSF, Flux or PBS, that reports one): the job is not halted before its allocation ends",
+                settings.halt_seconds
+            ),
+        }
     }
 }

@@ -19,6 +19,24 @@ use crate::{scr_debug, scr_error, scr_warn};
 /// broadcast).
 const CARRIED_VICTIMS: usize = 8;
 
+/// What the stages of one `SCR_Complete_output` share.
+struct Completion {
+    id: u64,
+    /// When its output phase started.
+    start: Instant,
+    name: String,
+    /// Its redundancy descriptor's index, and whether it bypasses the cache.
+    index: usize,
+    bypass: bool,
+    /// It has a redundancy encoder, and encodes in the background (`SCR_ENCODE_ASYNC`).
+    encodes: bool,
+    deferred: bool,
+}
+
+/// A stage of a completion found the dataset invalid on every rank (and said why): it is
+/// discarded.
+struct Discarded;
+
 impl Runtime {
     pub(super) fn start_output(&mut self, name: Option<&str>, flags: i32) -> Result<()> {
         const CALL: &str = "SCR_Start_output";
@@ -332,14 +350,51 @@ impl Runtime {
             return Err(self.phase_error(call, "after SCR_Start_output"));
         };
         self.phase = Phase::Idle;
-        let (index, bypass) = (self.filemap.datasets[&id].reddesc.index, self.filemap.datasets[&id].reddesc.bypass);
-        let encodes = self.encoder(index, bypass).is_some();
-        // SCR_ENCODE_ASYNC: complete with SINGLE protection now, encode after returning
-        let deferred = self.encodes_async(index, bypass);
+        let c = self.completion(id, start);
+        // validate -> agree -> encode -> record: a failure at any stage discards the dataset
+        match self.complete_stages(&c, valid) {
+            Ok(victims) => self.dispose(&c, victims),
+            Err(Discarded) => {
+                self.drop_cached(id);
+                Ok(false)
+            }
+        }
+    }
+
+    /// What the stages of completing dataset `id` share (read once, before they run).
+    fn completion(&self, id: u64, start: Instant) -> Completion {
+        let rec = &self.filemap.datasets[&id];
+        let (index, bypass) = (rec.reddesc.index, rec.reddesc.bypass);
+        Completion {
+            id,
+            start,
+            name: rec.desc.name.clone(),
+            index,
+            bypass,
+            encodes: self.encoder(index, bypass).is_some(),
+            // SCR_ENCODE_ASYNC: complete with SINGLE protection now, encode after returning
+            deferred: self.encodes_async(index, bypass),
+        }
+    }
+
+    /// The stages of a completion up to its record: every rank checks its files
+    /// ([`Runtime::validate_files`]), the ranks agree on the outcome and the totals
+    /// ([`Runtime::agree_valid`]), redundancy is applied ([`Runtime::encode_complete`]) and
+    /// the dataset is recorded complete ([`Runtime::record_complete`]). Returns the victims
+    /// of its eviction every rank already agreed on, if any.
+    fn complete_stages(&mut self, c: &Completion, valid: bool) -> std::result::Result<Option<Vec<u64>>, Discarded> {
+        let local_err = self.validate_files(c, valid);
+        let (total, files) = self.agree_valid(c, local_err)?;
+        self.encode_complete(c, total)?;
+        self.record_complete(c, total, files)
+    }
+
+    /// Stage validate (local): each file of this rank's exists; its size (and its CRC32, when
+    /// computed at completion) is recorded. Returns what is wrong here, if anything.
+    fn validate_files(&mut self, c: &Completion, valid: bool) -> Option<String> {
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
-        let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !encodes;
+        let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !c.encodes;
         let buf = self.settings.file_buf_size;
-        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let mut problems = Vec::new();
         if !valid {
             problems.push(if self.mode == super::Mode::Transparent {
@@ -348,6 +403,7 @@ impl Runtime {
                 "the application reported valid=0".to_string()
             });
         }
+        let rec = self.filemap.datasets.get_mut(&c.id).expect("the open dataset is recorded");
         for f in rec.files.iter_mut() {
             match std::fs::metadata(&f.path) {
                 Ok(md) => {
@@ -363,24 +419,26 @@ impl Runtime {
                 Err(e) => problems.push(format!("{} (routed as {}): {e}", f.path.display(), f.rel.display())),
             }
         }
-        let local_err = (!problems.is_empty()).then(|| problems.join("; "));
-        let name = rec.desc.name.clone();
+        (!problems.is_empty()).then(|| problems.join("; "))
+    }
+
+    /// Stage agree (collective): one exchange of every rank's outcome, bytes and files, and
+    /// the names it routed; the dataset's shared files and totals are recorded. Returns the
+    /// totals (bytes, files) over every rank.
+    fn agree_valid(&mut self, c: &Completion, local_err: Option<String>) -> std::result::Result<(u64, u64), Discarded> {
+        let id = c.id;
+        let rec = &self.filemap.datasets[&id];
         let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
-        // one exchange: every rank's outcome, bytes and files, and the names it routed
         let checked = self.complete_shared(id, local_err, bytes, nfiles);
         // transparent mode: what its start marked for deletion (every rank saved its marks
         // before the exchange) leaves now
         self.bury();
         let (mut shared, total, files) = match checked {
             super::shared::Checked::Done { shared, bytes, files } => (shared, bytes, files),
-            super::shared::Checked::Misused => {
-                self.drop_cached(id);
-                return Ok(false);
-            }
+            super::shared::Checked::Misused => return Err(Discarded),
             super::shared::Checked::Failed(summary) => {
                 self.report_invalid(id, &summary);
-                self.drop_cached(id);
-                return Ok(false);
+                return Err(Discarded);
             }
         };
         // a new version of a cached checkpoint (transparent mode) keeps its shared files
@@ -406,7 +464,15 @@ impl Runtime {
         rec.desc.files = files;
         rec.desc.shared = shared;
         rec.desc.complete = true;
-        let plan = self.sets.get(index).and_then(Option::as_ref).filter(|_| encodes && !deferred);
+        Ok((total, files))
+    }
+
+    /// Stage encode (collective when the dataset has a redundancy plan): the plan applied
+    /// now, unless encoded in the background after the completion.
+    fn encode_complete(&mut self, c: &Completion, total: u64) -> std::result::Result<(), Discarded> {
+        let id = c.id;
+        let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
+        let plan = self.sets.get(c.index).and_then(Option::as_ref).filter(|_| c.encodes && !c.deferred);
         let t_encode = Instant::now();
         let applied = match plan {
             Some(p) => {
@@ -415,30 +481,40 @@ impl Runtime {
             None => Ok(()),
         };
         // (whether there is a plan is the same on every rank: without one nothing to agree on)
-        let applied = match plan {
-            Some(_) => self.agree(&format!("applying redundancy to dataset {id}"), applied),
-            None => applied,
+        let planned = plan.is_some();
+        let applied = match planned {
+            true => self.agree(&format!("applying redundancy to dataset {id}"), applied),
+            false => applied,
         };
         if let Err(e) = applied {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");
             }
-            self.drop_cached(id);
-            return Ok(false);
+            return Err(Discarded);
         }
-        if plan.is_some() && self.rank0() {
+        if planned && self.rank0() {
             let secs = t_encode.elapsed().as_secs_f64();
             let mibps = crate::log::mib_per_sec(total, secs);
-            scr_debug!(1, "redundancy for dataset {id} ({name}): {secs:.3} s, {mibps:.1} MiB/s of data encoded");
+            scr_debug!(1, "redundancy for dataset {id} ({}): {secs:.3} s, {mibps:.1} MiB/s of data encoded", c.name);
         }
+        Ok(())
+    }
+
+    /// Stage record (collective): every rank saves the dataset as complete, and in the same
+    /// reduction rank 0's choice of the datasets its completion evicts travels (see
+    /// `evict_for_complete`; decided now, nothing after changes the candidates: they exclude
+    /// this one). Returns them, if the reduction carried them all.
+    fn record_complete(
+        &mut self,
+        c: &Completion,
+        total: u64,
+        files: u64,
+    ) -> std::result::Result<Option<Vec<u64>>, Discarded> {
+        let id = c.id;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         rec.complete = true;
         let scheme = rec.red.as_ref().map_or(crate::desc::Scheme::Single, |r| r.scheme);
-        let (is_ckpt, is_output) = (rec.desc.checkpoint, rec.desc.output);
-        // One reduction: whether every rank recorded it, and rank 0's choice of the datasets
-        // its completion evicts (see `evict_for_complete`; decided now, nothing below changes
-        // the candidates: they exclude this one), carried as the maximum over the ranks.
-        let evicts = (!deferred && !bypass).then(|| rec.reddesc.store.clone());
+        let evicts = (!c.deferred && !c.bypass).then(|| rec.reddesc.store.clone());
         let planned = match &evicts {
             Some(store) if self.rank0() => self.victims_here(store, Some(id), self.room_after(store)),
             _ => Vec::new(),
@@ -453,38 +529,88 @@ impl Runtime {
             if self.rank0() {
                 scr_error!("{e}; the dataset is discarded");
             }
-            self.drop_cached(id);
-            return Ok(false);
+            return Err(Discarded);
         }
         // more victims than the reduction carries: `evict_for_complete` broadcasts them
         let victims = (all[1] as usize <= CARRIED_VICTIMS).then(|| all[2..2 + all[1] as usize].to_vec());
         self.set_location(id, Some(Location::Cache));
-        // (this rank's time once every rank recorded it: the slowest rank's, nearly)
-        let secs = start.elapsed().as_secs_f64();
         self.policy.last = super::policy::OutputStats { bytes: total, files, scheme: scheme.name() };
-        if self.rank0() {
-            scr_debug!(
-                1,
-                "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}{}",
-                if is_ckpt && is_output {
-                    "checkpoint+output"
-                } else if is_ckpt {
-                    "checkpoint"
-                } else {
-                    "output"
-                },
-                crate::log::bytes(total),
-                crate::log::mib_per_sec(total, secs),
-                scheme.name(),
-                if bypass { ", bypass" } else { "" },
-                match self.sets.get(index).and_then(Option::as_ref).filter(|_| deferred) {
-                    Some(p) => format!(" until its {} encoding is done in the background", p.scheme.name()),
-                    None => String::new(),
-                }
-            );
+        self.report_complete(c, total, files, scheme);
+        Ok(victims)
+    }
+
+    /// Rank 0 says that dataset `c.id` is complete, with its size, time and protection.
+    fn report_complete(&self, c: &Completion, total: u64, files: u64, scheme: crate::desc::Scheme) {
+        // (this rank's time once every rank recorded it: the slowest rank's, nearly)
+        let secs = c.start.elapsed().as_secs_f64();
+        if !self.rank0() {
+            return;
+        }
+        let (id, name) = (c.id, &c.name);
+        let rec = &self.filemap.datasets[&id];
+        let (is_ckpt, is_output) = (rec.desc.checkpoint, rec.desc.output);
+        scr_debug!(
+            1,
+            "dataset {id} ({name}, {}) complete: {} in {files} file(s), {secs:.3} s, {:.1} MiB/s, {}{}{}",
+            if is_ckpt && is_output {
+                "checkpoint+output"
+            } else if is_ckpt {
+                "checkpoint"
+            } else {
+                "output"
+            },
+            crate::log::bytes(total),
+            crate::log::mib_per_sec(total, secs),
+            scheme.name(),
+            if c.bypass { ", bypass" } else { "" },
+            match self.sets.get(c.index).and_then(Option::as_ref).filter(|_| c.deferred) {
+                Some(p) => format!(" until its {} encoding is done in the background", p.scheme.name()),
+                None => String::new(),
+            }
+        );
+    }
+
+    /// Stage dispose (collective): the complete dataset is flushed when due, older datasets
+    /// leave, the halt conditions are checked, and its background work starts. An output
+    /// dataset whose flush failed fails the call.
+    fn dispose(&mut self, c: &Completion, victims: Option<Vec<u64>>) -> Result<bool> {
+        let id = c.id;
+        let (is_ckpt, background, result) = self.flush_complete(c);
+
+        // Only now that it is complete do older datasets leave: a failed or killed checkpoint
+        // never costs the newest complete one. One encoded in the background has SINGLE
+        // protection until every rank's encoding finished: the older ones leave then.
+        if !c.deferred {
+            self.evict_for_complete(id, victims);
         }
 
-        let ckpt = self.filemap.datasets.get(&id).and_then(|r| r.desc.ckpt);
+        if is_ckpt && (self.version_of.is_none() || self.version_counts) {
+            self.checkpoint_taken();
+        }
+        self.progress(&[]);
+        // Last, so the background work does not compete with the rest of this call. A
+        // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
+        if c.deferred && self.filemap.datasets.contains_key(&id) {
+            self.start_encode(id);
+        }
+        if c.deferred {
+            self.evict_after_encode.push(id);
+        }
+        if background {
+            self.start_async_flush(id);
+        } else if self.filemap.datasets.contains_key(&id) {
+            self.start_checksum(id);
+        }
+        result
+    }
+
+    /// The flush a completion owes now (output, a periodic checkpoint, a bypass dataset),
+    /// unless it goes in the background. Returns whether the dataset is a checkpoint, whether
+    /// its flush goes in the background, and the call's outcome.
+    fn flush_complete(&mut self, c: &Completion) -> (bool, bool, Result<bool>) {
+        let id = c.id;
+        let rec = &self.filemap.datasets[&id];
+        let (is_ckpt, is_output, ckpt) = (rec.desc.checkpoint, rec.desc.output, rec.desc.ckpt);
         let periodic = self.settings.flush > 0 && ckpt.is_some_and(|c| c.is_multiple_of(self.settings.flush));
         // a version that only adds files to a checkpoint in the prefix goes there too (its
         // prefix copy would lack them); one that rewrites files is flushed when it is due
@@ -492,7 +618,7 @@ impl Runtime {
             periodic || (!self.version_counts && self.version_of.is_some_and(|v| self.flushed(v) || self.in_flight(v)));
         let mut result = Ok(true);
         let background = (is_output || periodic) && self.flushes_async(id);
-        if !background && (is_output || periodic || bypass) {
+        if !background && (is_output || periodic || c.bypass) {
             match self.flush_dataset(id) {
                 Ok(()) => {
                     if !is_ckpt {
@@ -509,32 +635,7 @@ impl Runtime {
                 }
             }
         }
-
-        // Only now that it is complete do older datasets leave: a failed or killed checkpoint
-        // never costs the newest complete one. One encoded in the background has SINGLE
-        // protection until every rank's encoding finished: the older ones leave then.
-        if !deferred {
-            self.evict_for_complete(id, victims);
-        }
-
-        if is_ckpt && (self.version_of.is_none() || self.version_counts) {
-            self.checkpoint_taken();
-        }
-        self.progress(&[]);
-        // Last, so the background work does not compete with the rest of this call. A
-        // dataset nothing else checksums (SINGLE, not flushed) gets its CRC32s in the background.
-        if deferred && self.filemap.datasets.contains_key(&id) {
-            self.start_encode(id);
-        }
-        if deferred {
-            self.evict_after_encode.push(id);
-        }
-        if background {
-            self.start_async_flush(id);
-        } else if self.filemap.datasets.contains_key(&id) {
-            self.start_checksum(id);
-        }
-        result
+        (is_ckpt, background, result)
     }
 
     /// Rank 0 says why dataset `id` is invalid on every rank (`summary`, agreed).
