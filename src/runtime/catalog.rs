@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::error::RuntimeError;
 use crate::paths::Prefix;
 
 /// One file of the checkpoint.
@@ -195,7 +196,7 @@ impl Catalog {
             }
             let checked = match self.damaged.get(&i) {
                 Some(why) => Err(why.clone()),
-                None => check(&in_prefix, &self.entries[i], verify),
+                None => check(&in_prefix, &self.entries[i], verify).map_err(|e| e.to_string()),
             };
             match checked {
                 Ok(()) => {
@@ -266,24 +267,26 @@ fn order(e: &Entry) -> (bool, Option<u32>, &Path) {
 }
 
 /// Check a prefix copy against its entry (`verify`: its CRC32 too, with this buffer size).
-fn check(path: &Path, e: &Entry, verify: Option<usize>) -> Result<(), String> {
+fn check(path: &Path, e: &Entry, verify: Option<usize>) -> Result<(), RuntimeError> {
+    let file = |why: String| RuntimeError::File { path: path.to_path_buf(), why };
     let (Some(buf), Some(want)) = (verify, e.crc) else {
-        return match crate::paths::size_problem(path, e.size) {
-            None => Ok(()),
-            Some(why) => Err(format!("{}: {why}", path.display())),
-        };
+        return crate::paths::size_problem(path, e.size).map_or(Ok(()), |why| Err(file(why)));
     };
-    let got = crate::checksum::file_crc(path, buf).map_err(|err| err.to_string())?;
+    let got = crate::checksum::file_crc(path, buf)?;
     if got.size != e.size {
-        return Err(format!("{}: size is {} bytes, {} were recorded", path.display(), got.size, e.size));
+        return Err(file(format!("size is {} bytes, {} were recorded", got.size, e.size)));
     }
-    crc_problem(path, got.crc, want).map_or(Ok(()), Err)
+    crc_mismatch(got.crc, want).map_or(Ok(()), |why| Err(file(why)))
 }
 
 /// Why a file whose CRC32 is `got` is refused, if `want` was recorded for it.
 pub(super) fn crc_problem(path: &Path, got: u32, want: u32) -> Option<String> {
-    (got != want)
-        .then(|| format!("{}: CRC32 is {got:#010x}, {want:#010x} was recorded (the data is corrupt)", path.display()))
+    crc_mismatch(got, want).map(|why| format!("{}: {why}", path.display()))
+}
+
+/// What [`crc_problem`] says after the file's path.
+fn crc_mismatch(got: u32, want: u32) -> Option<String> {
+    (got != want).then(|| format!("CRC32 is {got:#010x}, {want:#010x} was recorded (the data is corrupt)"))
 }
 
 #[cfg(test)]

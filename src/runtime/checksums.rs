@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
+use super::error::RuntimeError;
 use super::worker::Worker;
 use super::Runtime;
 use crate::state::crcs::{Crcs, FileCrc};
@@ -34,7 +35,7 @@ struct Job {
 enum State {
     Queued(Arc<AtomicBool>),
     Running(Arc<AtomicBool>),
-    Done(Result<Crcs, String>),
+    Done(Result<Crcs, RuntimeError>),
 }
 
 #[derive(Default)]
@@ -82,7 +83,7 @@ impl Checksummer {
                 },
                 // a panic must not leave the job Running: cancel() would wait forever
                 move |id| {
-                    failed.lock().insert(id, State::Done(Err("internal error (panic) in the checksum thread".into())));
+                    failed.lock().insert(id, State::Done(Err(RuntimeError::Panicked("checksum".into()))));
                     failed.changed.notify_all();
                 },
                 |job: &Job| job.id,
@@ -121,7 +122,7 @@ impl Checksummer {
     }
 
     /// The finished checksums, forgotten here.
-    fn take_done(&self) -> Vec<(u64, Result<Crcs, String>)> {
+    fn take_done(&self) -> Vec<(u64, Result<Crcs, RuntimeError>)> {
         let mut jobs = self.shared.lock();
         let done: Vec<u64> = jobs.iter().filter(|(_, s)| matches!(s, State::Done(_))).map(|(id, _)| *id).collect();
         done.into_iter()
@@ -145,7 +146,7 @@ impl Shared {
 }
 
 /// Read every file of `job` (stopping early when cancelled) and write the CRC32s next to it.
-fn checksum(job: &Job) -> Result<Crcs, String> {
+fn checksum(job: &Job) -> Result<Crcs, RuntimeError> {
     let mut files = Vec::with_capacity(job.files.len());
     for (rel, path, size) in &job.files {
         let c = crate::checksum::stream(path, job.buf, |_| {
@@ -154,18 +155,18 @@ fn checksum(job: &Job) -> Result<Crcs, String> {
             } else {
                 Ok(())
             }
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         if c.size != *size {
-            return Err(format!("{}: size is {} bytes, {size} were written", path.display(), c.size));
+            let why = format!("size is {} bytes, {size} were written", c.size);
+            return Err(RuntimeError::File { path: path.clone(), why });
         }
         files.push(FileCrc { rel: rel.clone(), size: c.size, crc: c.crc });
     }
     let crcs = Crcs { dataset: job.id, files };
     if job.cancel.load(Ordering::Relaxed) {
-        return Err("cancelled".into());
+        return Err(RuntimeError::Cancelled);
     }
-    crcs.save(&job.out).map_err(|e| e.to_string())?;
+    crcs.save(&job.out)?;
     Ok(crcs)
 }
 

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::catalog::{Catalog, Entry};
+use super::error::RuntimeError;
 use super::{Loaded, Runtime};
 use crate::error::Result;
 use crate::state::filemap::Filemap;
@@ -157,11 +158,11 @@ impl Runtime {
     /// is marked failed in the index, as a failed fetch is.
     pub(super) fn load_elastic(&mut self, id: u64, name: String, ranks: u32) -> Result<bool> {
         let t0 = Instant::now();
-        let listed: Option<std::result::Result<(u64, Vec<Entry>), String>> = self.rank0().then(|| {
-            let summary = Summary::load(&self.layout.summary(id)).map_err(|e| e.to_string())?;
-            let summary = summary.ok_or_else(|| format!("{} is missing", self.layout.summary(id).display()))?;
-            let r2f = Rank2File::load(&self.layout.rank2file(id)).map_err(|e| e.to_string())?;
-            let r2f = r2f.ok_or_else(|| format!("{} is missing", self.layout.rank2file(id).display()))?;
+        let listed: Option<std::result::Result<(u64, Vec<Entry>), RuntimeError>> = self.rank0().then(|| {
+            let summary = Summary::load(&self.layout.summary(id))?;
+            let summary = summary.ok_or_else(|| RuntimeError::Missing(self.layout.summary(id)))?;
+            let r2f = Rank2File::load(&self.layout.rank2file(id))?;
+            let r2f = r2f.ok_or_else(|| RuntimeError::Missing(self.layout.rank2file(id)))?;
             let mut entries: Vec<Entry> = r2f
                 .files
                 .iter()
@@ -172,10 +173,10 @@ impl Runtime {
             entries.extend(super::restart_files::shared_entries(&summary.desc));
             Ok((summary.desc.size, entries))
         });
-        let listed = self.world.bcast(0, &listed.unwrap_or(Err(String::new())))?;
+        let listed = self.world.bcast(0, &listed.unwrap_or(Err(RuntimeError::Below(String::new()))))?;
         let (size, me) = (self.world.size() as usize, self.world.rank() as usize);
         let problem = match &listed {
-            Err(why) => Some(why.clone()),
+            Err(why) => Some(why.to_string()),
             Ok((_, entries)) => entries.iter().skip(me).step_by(size).find_map(|e| {
                 let p = self.layout.prefix.join(&e.rel);
                 crate::paths::size_problem(&p, e.size).map(|why| format!("{}: {why}", p.display()))

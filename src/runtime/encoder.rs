@@ -34,6 +34,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use super::error::RuntimeError;
 use super::worker::Worker;
 use super::Runtime;
 use crate::comm::Waiting;
@@ -57,7 +58,7 @@ struct Job {
 }
 
 /// The encoded record (with `red` and CRC32s) or why it failed, and the seconds it took.
-type Outcome = (Result<DatasetRecord, String>, f64);
+type Outcome = (Result<DatasetRecord, RuntimeError>, f64);
 
 #[derive(Default)]
 struct Shared {
@@ -100,12 +101,14 @@ impl Encoder {
                 let t0 = Instant::now();
                 let mut rec = job.rec;
                 let r = match plans.get(job.index).and_then(Option::as_ref) {
-                    Some(plan) => parallel::encode(plan, &mut rec, job.piece, Waiting::Poll).map_err(|e| e.to_string()),
-                    None => Err(format!("no redundancy set for descriptor {}", job.index)),
+                    Some(plan) => {
+                        parallel::encode(plan, &mut rec, job.piece, Waiting::Poll).map_err(RuntimeError::from)
+                    }
+                    None => Err(RuntimeError::NoSet(job.index)),
                 };
                 shared.done(job.id, (r.map(|_| rec), t0.elapsed().as_secs_f64()));
             },
-            move |id| failed.done(id, (Err("internal error (panic) in the encoding thread".into()), 0.0)),
+            move |id| failed.done(id, (Err(RuntimeError::Panicked("encoding".into())), 0.0)),
             |job: &Job| job.id,
         )
     }
@@ -191,7 +194,7 @@ impl Runtime {
         let job = Job { id, index: rec.reddesc.index, rec, piece: self.settings.mpi_buf_size };
         self.encoders.shared.lock().insert(id, None);
         if let Err(job) = self.encoders.worker.send(job) {
-            self.encoders.shared.done(job.id, (Err("the encoding thread has stopped".into()), 0.0));
+            self.encoders.shared.done(job.id, (Err(RuntimeError::Stopped("encoding".into())), 0.0));
         }
     }
 

@@ -10,8 +10,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::error::RuntimeError;
 use super::Runtime;
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::{scr_debug, scr_warn};
 
 /// How long `SCR_Init` waits for a run holding the lock to end before refusing to start.
@@ -23,7 +24,7 @@ impl Runtime {
     /// every rank with a message naming the holder (collective). A file system that cannot
     /// lock gets a warning and no lock.
     pub(super) fn lock_prefix(&mut self) -> Result<()> {
-        let mine: std::result::Result<(), String> = if self.rank0() {
+        let mine: std::result::Result<(), RuntimeError> = if self.rank0() {
             let scr_dir = self.layout.scr_dir();
             let me = Holder::me(&self.layout.jobid);
             let start = Instant::now();
@@ -59,19 +60,17 @@ impl Runtime {
                         Some(h) => format!("another job ({})", h.describe()),
                         None => "another run (its record is not readable yet)".to_string(),
                     };
-                    Err(format!(
-                        "SCR_Init: prefix {} is in use by {who}, which holds {}; two runs on one prefix at once would \
-                         restart from, fail and replace each other's checkpoints. Wait for it to end, or give this \
-                         job another SCR_PREFIX",
-                        self.layout.prefix.path.display(),
-                        joblock::path(&scr_dir).display()
-                    ))
+                    Err(RuntimeError::PrefixInUse {
+                        prefix: self.layout.prefix.path.clone(),
+                        who,
+                        lock: joblock::path(&scr_dir),
+                    })
                 }
-                Err(e) => Err(format!("SCR_Init: {e}")),
+                Err(e) => Err(RuntimeError::Lock(e.to_string())),
             }
         } else {
             Ok(())
         };
-        self.world.bcast(0, &mine)?.map_err(Error::Collective)
+        Ok(self.world.bcast(0, &mine)??)
     }
 }

@@ -17,6 +17,7 @@ mod checksums;
 mod deletions;
 mod elastic;
 mod encoder;
+mod error;
 mod flights;
 mod init;
 mod joblock;

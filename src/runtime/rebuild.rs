@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
+use super::error::RuntimeError;
 use super::Runtime;
 use crate::redundancy::parallel::{self, Member};
 use crate::redundancy::redfile::{self, FileEntry, Header};
@@ -217,14 +218,14 @@ impl Runtime {
                 rt.events.record("REBUILD", &all);
             }
         };
-        let plan: Result<Plan, String> = self.world.bcast(0, &plan)?;
+        let plan: Result<Plan, RuntimeError> = self.world.bcast(0, &plan)?;
         let (plan, what) = match plan {
             Ok(p) => p,
             Err(why) => {
                 if self.rank0() {
                     scr_warn!("{why}; deleting dataset {id} from cache");
                 }
-                log(self, false, &why);
+                log(self, false, &why.to_string());
                 self.drop_cached(id);
                 return Ok(false);
             }
@@ -238,12 +239,12 @@ impl Runtime {
         let comm = self.world.split(set_id as i32, index as i32);
         let mut lost_in_set: Vec<usize> = plan.iter().filter(|p| p.0 == set_id && p.2).map(|p| p.1).collect();
         lost_in_set.sort_unstable();
-        let mut result: Result<bool, String> = Ok(false);
+        let mut result: Result<bool, RuntimeError> = Ok(false);
         if !lost_in_set.is_empty() {
             result = self.rebuild_member(id, &comm, index, lost, &lost_in_set);
         }
         let checked = result.as_ref().is_ok_and(|v| *v);
-        let err = result.err();
+        let err = result.err().map(|e| e.to_string());
         let ok = self.world.all_true(err.is_none());
         // this rank's files went through the rebuild and matched: no second read at restart
         // (the check at restart is per rank; its outcome is agreed there)
@@ -282,7 +283,7 @@ impl Runtime {
         index: usize,
         lost: bool,
         lost_in_set: &[usize],
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RuntimeError> {
         // No early return before the collectives below: every member must take part.
         let mut local_err = None;
         let header: Option<Header> = if lost {
@@ -290,12 +291,14 @@ impl Runtime {
         } else {
             let rec = self.filemap.datasets.get(&id).expect("a survivor holds a record");
             let red = rec.red.as_ref().expect("a survivor has redundancy");
-            redfile::read_header(&red.file).map_err(|e| local_err = Some(e.to_string())).ok().map(|h| h.0)
+            redfile::read_header(&red.file).map_err(|e| local_err = Some(RuntimeError::from(e))).ok().map(|h| h.0)
         };
-        let headers: Vec<Option<Header>> = comm.allgather(&header).map_err(|e| e.to_string())?;
+        let headers: Vec<Option<Header>> = comm.allgather(&header)?;
         let n = comm.size() as usize;
         let Some(template) = headers.iter().flatten().next().cloned() else {
-            return Err(local_err.unwrap_or_else(|| "no surviving member could read its redundancy file".into()));
+            return Err(local_err.unwrap_or_else(|| {
+                RuntimeError::Unrecoverable("no surviving member could read its redundancy file".into())
+            }));
         };
         let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
         for h in headers.iter().flatten() {
@@ -307,7 +310,9 @@ impl Runtime {
             }
         }
         let Some(all) = all.into_iter().collect::<Option<Vec<_>>>() else {
-            return Err("the surviving redundancy files do not list every member's files".into());
+            return Err(RuntimeError::Unrecoverable(
+                "the surviving redundancy files do not list every member's files".into(),
+            ));
         };
         let piece = self.settings.mpi_buf_size;
         if !lost {
@@ -316,7 +321,7 @@ impl Runtime {
             let r = parallel::rebuild(comm, Member::Survivor(&rec), &red, lost_in_set, &all, piece);
             return match local_err {
                 Some(e) => Err(e),
-                None => r.map_err(|e| e.to_string()),
+                None => r.map_err(RuntimeError::from),
             };
         }
         let dir = self.layout.cache_dataset_dir(&template.reddesc.store, id);
@@ -342,10 +347,9 @@ impl Runtime {
             super::remove_part(&old);
         }
         // the rebuilt files are checked against their CRC32s as they are written
-        let checked =
-            parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &all, piece).map_err(|e| e.to_string())?;
+        let checked = parallel::rebuild(comm, Member::Lost(&rec), &red, lost_in_set, &all, piece)?;
         self.filemap.datasets.insert(id, rec);
-        self.save_filemap().map_err(|e| e.to_string())?;
+        self.save_filemap()?;
         Ok(checked)
     }
 }
@@ -364,7 +368,7 @@ struct Status {
 
 /// Rank 0's plan: for every rank (set id, index in set, lost), or why the dataset cannot be
 /// rebuilt.
-fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
+fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, RuntimeError> {
     let name = all.iter().find_map(|s| s.name.clone()).unwrap_or_default();
     let lost: Vec<usize> = (0..size).filter(|&r| !all[r].intact).collect();
     let lost_files: Vec<String> = lost
@@ -382,12 +386,13 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
         lost_files.join("; "),
         if lost.len() > 4 { "; ..." } else { "" }
     );
+    let unrebuildable = |why: String| RuntimeError::Unrebuildable { id, lost: what.clone(), why };
     let mut plan: Vec<Option<(usize, usize)>> = vec![None; size];
     let mut sets: BTreeMap<usize, RedInfo> = BTreeMap::new();
     for s in all {
         if let Some(red) = &s.red {
             if red.ranks.iter().any(|&r| r < 0 || r as usize >= size) {
-                return Err(format!("{what}, and it was written by a run with other ranks"));
+                return Err(unrebuildable(", and it was written by a run with other ranks".into()));
             }
             for (x, &r) in red.ranks.iter().enumerate() {
                 plan[r as usize] = Some((red.set_id, x));
@@ -396,21 +401,21 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
         }
     }
     if plan.iter().any(Option::is_none) {
-        return Err(format!("{what}; it has no redundancy data for every rank (SINGLE protection)"));
+        return Err(unrebuildable("; it has no redundancy data for every rank (SINGLE protection)".into()));
     }
     // an intact member without redundancy: its set's encoding never finished everywhere
     if let Some(r) = (0..size).find(|&r| all[r].intact && all[r].red.is_none()) {
-        return Err(format!(
-            "{what}; its redundancy encoding did not finish on every member (rank {r} has none), so it has \
-             SINGLE protection only"
-        ));
+        return Err(unrebuildable(format!(
+            "; its redundancy encoding did not finish on every member (rank {r} has none), so it has SINGLE \
+             protection only"
+        )));
     }
     for (sid, red) in &sets {
         let lost_here: Vec<usize> = (0..red.ranks.len()).filter(|&x| !all[red.ranks[x] as usize].intact).collect();
         if !red.tolerates(&lost_here) {
             let ranks: Vec<i32> = lost_here.iter().map(|&x| red.ranks[x]).collect();
-            return Err(format!(
-                "{what}; set {sid} lost ranks {ranks:?} of {:?}, more than {} can rebuild (tolerates {})",
+            return Err(unrebuildable(format!(
+                "; set {sid} lost ranks {ranks:?} of {:?}, more than {} can rebuild (tolerates {})",
                 red.ranks,
                 red.scheme.name(),
                 if red.scheme == crate::desc::Scheme::Partner {
@@ -418,7 +423,7 @@ fn plan_rebuild(id: u64, all: &[Status], size: usize) -> Result<Plan, String> {
                 } else {
                     red.failures.to_string()
                 }
-            ));
+            )));
         }
     }
     let plan = plan

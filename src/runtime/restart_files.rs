@@ -94,7 +94,7 @@ impl Runtime {
             let mut verdicts: Vec<Option<String>> = listed.iter().map(|(_, problem)| problem.clone()).collect();
             for ((&(k, want), (path, _)), crc) in read.iter().zip(&files).zip(crcs) {
                 verdicts[k] = match crc {
-                    Err(why) => Some(why),
+                    Err(why) => Some(why.to_string()),
                     Ok(got) => crc_problem(path, got, want),
                 };
             }

@@ -35,6 +35,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use super::error::RuntimeError;
 use super::{with_rt, Mode, Phase, Runtime};
 use crate::error::{Error, Result};
 use crate::state::dataset::SharedFile;
@@ -74,7 +75,7 @@ enum Agreed {
     /// Some rank failed: the summary.
     Failed(String),
     /// The names, checked, and the dataset's (bytes, files) on all ranks.
-    Names(std::result::Result<Vec<SharedFile>, String>, (u64, u64)),
+    Names(std::result::Result<Vec<SharedFile>, RuntimeError>, (u64, u64)),
 }
 
 /// How the completion exchange of a dataset ended ([`Runtime::complete_shared`]).
@@ -148,7 +149,7 @@ impl Runtime {
         };
         let done = match done {
             Ok(list) if list.is_empty() => Ok(list),
-            Ok(list) => self.finish_shared(id, list).unwrap_or_else(|e| Err(e.to_string())),
+            Ok(list) => self.finish_shared(id, list).unwrap_or_else(|e| Err(e.into())),
             Err(e) => Err(e),
         };
         match done {
@@ -187,7 +188,7 @@ impl Runtime {
         let totals = (all.iter().map(|r| r.bytes).sum(), all.iter().map(|r| r.files).sum());
         let colliding = match plan_shared(&all, &BTreeMap::new(), bypass, self.mode) {
             Err(Clash::Hashes(h)) => h,
-            Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(msg), totals)),
+            Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(RuntimeError::Names(msg)), totals)),
             Ok(list) => return Ok(Agreed::Names(Ok(list), totals)),
         };
         // some name hash was routed by several ranks: learn the names
@@ -202,8 +203,8 @@ impl Runtime {
         }
         let done = match plan_shared(&all, &by_rank, bypass, self.mode) {
             Ok(list) => Ok(list),
-            Err(Clash::Named(msg)) => Err(msg),
-            Err(Clash::Hashes(_)) => Err("the names the ranks routed could not be compared".to_string()),
+            Err(Clash::Named(msg)) => Err(RuntimeError::Names(msg)),
+            Err(Clash::Hashes(_)) => Err(RuntimeError::Uncompared),
         };
         Ok(Agreed::Names(done, totals))
     }
@@ -216,7 +217,7 @@ impl Runtime {
         &self,
         id: u64,
         mut list: Vec<SharedFile>,
-    ) -> Result<std::result::Result<Vec<SharedFile>, String>> {
+    ) -> Result<std::result::Result<Vec<SharedFile>, RuntimeError>> {
         let rec = &self.filemap.datasets[&id];
         let staged: Vec<PathBuf> = list.iter().map(|s| shared_target(&self.layout, rec, &s.rel)).collect();
         let sizes = self.rank0().then(|| {
@@ -224,16 +225,14 @@ impl Runtime {
                 .iter()
                 .zip(&list)
                 .map(|(p, s)| {
-                    std::fs::metadata(p).map(|m| m.len()).map_err(|e| {
-                        format!(
-                            "shared file {}: {}: {e} (none of its writers {:?} created it)",
-                            s.rel.display(),
-                            p.display(),
-                            s.writers
-                        )
+                    std::fs::metadata(p).map(|m| m.len()).map_err(|e| RuntimeError::SharedMissing {
+                        rel: s.rel.clone(),
+                        path: p.clone(),
+                        why: e.to_string(),
+                        writers: s.writers.clone(),
                     })
                 })
-                .collect::<std::result::Result<Vec<u64>, String>>()
+                .collect::<std::result::Result<Vec<u64>, RuntimeError>>()
         });
         let sizes = match self.world.bcast(0, &sizes.unwrap_or(Ok(Vec::new())))? {
             Ok(sizes) => sizes,
@@ -243,13 +242,14 @@ impl Runtime {
         let files: Vec<(PathBuf, u64)> =
             if verify { staged.iter().cloned().zip(sizes.iter().copied()).collect() } else { Vec::new() };
         let done = self.crcs_in_slices(&files)?.map(|crcs| {
-            let crcs = crcs.into_iter().collect::<std::result::Result<Vec<u32>, String>>()?;
+            let crcs = crcs.into_iter().collect::<std::result::Result<Vec<u32>, RuntimeError>>()?;
             for (k, s) in list.iter_mut().enumerate() {
                 s.size = sizes[k];
                 s.crc = crcs.get(k).copied();
                 let to = self.layout.prefix.join(&s.rel);
                 if staged[k] != to {
-                    std::fs::rename(&staged[k], &to).map_err(|e| format!("rename {} into place: {e}", to.display()))?;
+                    std::fs::rename(&staged[k], &to)
+                        .map_err(|e| RuntimeError::Rename { to: to.clone(), why: e.to_string() })?;
                 }
             }
             Ok(list)
@@ -264,7 +264,7 @@ impl Runtime {
     pub(super) fn crcs_in_slices(
         &self,
         files: &[(PathBuf, u64)],
-    ) -> Result<Option<Vec<std::result::Result<u32, String>>>> {
+    ) -> Result<Option<Vec<std::result::Result<u32, RuntimeError>>>> {
         let mut slices = Vec::new();
         for (k, &(_, size)) in files.iter().enumerate() {
             let n = size.div_ceil(SLICE).clamp(1, self.world.size() as u64);
@@ -275,14 +275,14 @@ impl Runtime {
             }
         }
         let (me, ranks) = (self.world.rank() as usize, self.world.size() as usize);
-        type Slice = (usize, u64, std::result::Result<u32, String>, u64);
+        type Slice = (usize, u64, std::result::Result<u32, RuntimeError>, u64);
         let mine: Vec<Slice> = slices
             .iter()
             .skip(me)
             .step_by(ranks)
             .map(|&(k, off, len)| {
                 let crc = crate::checksum::crc_of_range(&files[k].0, off, len, self.settings.file_buf_size);
-                (k, off, crc.map_err(|e| e.to_string()), len)
+                (k, off, crc.map_err(RuntimeError::from), len)
             })
             .collect();
         Ok(self.world.gather(0, &mine)?.map(|all| {
@@ -291,7 +291,8 @@ impl Runtime {
             (0..files.len())
                 .map(|k| {
                     let of_k = parts.iter().filter(|p| p.0 == k).map(|p| p.2.clone().map(|crc| (crc, p.3)));
-                    of_k.collect::<std::result::Result<Vec<(u32, u64)>, String>>().map(|s| crate::checksum::combine(&s))
+                    of_k.collect::<std::result::Result<Vec<(u32, u64)>, RuntimeError>>()
+                        .map(|s| crate::checksum::combine(&s))
                 })
                 .collect()
         }))
