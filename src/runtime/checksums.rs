@@ -178,7 +178,7 @@ impl Runtime {
             return;
         }
         let Some(rec) = self.filemap.datasets.get(&id) else { return };
-        let encoding = self.encoders.pending(id);
+        let encoding = self.bg.encoding(id);
         if encoding || rec.red.is_some() || rec.reddesc.bypass || rec.files.iter().all(|f| f.crc.is_some()) {
             return;
         }
@@ -190,13 +190,13 @@ impl Runtime {
             .collect();
         let out = Crcs::path(&rec.dir, self.world.rank());
         let job = Job { id, files, out, buf: self.settings.file_buf_size, cancel: Arc::new(AtomicBool::new(false)) };
-        self.checksums.submit(job);
+        self.bg.checksums.submit(job);
     }
 
     /// Copy finished background checksums into the filemap (local, no MPI).
     pub(super) fn retire_checksums(&mut self) {
         let mut changed = false;
-        for (id, r) in self.checksums.take_done() {
+        for (id, r) in self.bg.checksums.take_done() {
             match (r, self.filemap.datasets.get_mut(&id)) {
                 (Ok(crcs), Some(rec)) => {
                     let n = crcs.apply(rec);
@@ -218,12 +218,12 @@ impl Runtime {
 
     /// Forget (and stop) the checksum of a dataset that leaves the cache.
     pub(super) fn cancel_checksum(&self, id: u64) {
-        self.checksums.cancel(id);
+        self.bg.checksums.cancel(id);
     }
 
     /// Wait for the checksums still running and record them (`SCR_Finalize`, halt).
     pub(super) fn finish_checksums(&mut self) {
-        self.checksums.finish();
+        self.bg.checksums.finish();
         self.retire_checksums();
     }
 

@@ -130,8 +130,7 @@ impl Runtime {
 
     /// Step 1: mark dataset `id` on this rank (in memory; the caller saves the filemap).
     pub(super) fn doom(&mut self, id: u64) {
-        self.flusher.wait(id);
-        self.encoders.wait(id);
+        self.bg.wait_for(id);
         self.cancel_checksum(id);
         // its shared files (in the prefix), decided while the flush record still says whether
         // it reached the prefix
@@ -156,7 +155,7 @@ impl Runtime {
         let tag = format!("{}.{}", self.world.rank(), self.run_stamp);
         for (id, rec) in &doomed {
             scr_debug!(2, "dataset {id}: moving {} to the trash", rec.dir.display());
-            self.deleter.trash(&rec.dir, &tag);
+            self.bg.deleter.trash(&rec.dir, &tag);
         }
         if !doomed.is_empty() {
             crate::log::crash_point("buried");
@@ -203,7 +202,7 @@ impl Runtime {
             }
             for id in doomed {
                 if let Some(rec) = fm.datasets.remove(&id).or_else(|| fm.deleting.remove(&id)) {
-                    self.deleter.trash(&rec.dir, &tag);
+                    self.bg.deleter.trash(&rec.dir, &tag);
                 }
             }
             let r = if fm.datasets.is_empty() && fm.deleting.is_empty() {
@@ -229,14 +228,14 @@ impl Runtime {
             let Ok(rd) = std::fs::read_dir(&bin) else { continue };
             for e in rd.flatten() {
                 scr_debug!(1, "removing {} left by an earlier run", e.path().display());
-                self.deleter.remove(e.path());
+                self.bg.deleter.remove(e.path());
             }
         }
     }
 
     /// `SCR_Finalize`, halt: wait for the removals and record that the marks are gone.
     pub(super) fn finish_deletions(&mut self) {
-        self.deleter.finish();
+        self.bg.deleter.finish();
         if let Err(e) = self.save_filemap() {
             scr_error!("{e}");
         }

@@ -162,7 +162,7 @@ impl Runtime {
         }
         // duplicates of every set communicator (collective over each set) for the thread
         let plans: Vec<Option<SetPlan>> = self.sets.iter().map(|p| p.as_ref().map(SetPlan::duplicate)).collect();
-        let started = self.encoders.start(plans);
+        let started = self.bg.encoders.start(plans);
         if !self.world.all_true(started.is_ok()) {
             if let Err(e) = started {
                 scr_error!("cannot start the encoding thread: {e}");
@@ -173,10 +173,10 @@ impl Runtime {
                     self.encoding_step()
                 );
             }
-            self.encoders.worker.finish();
+            self.bg.encoders.worker.finish();
             return Ok(());
         }
-        self.encoders.active = true;
+        self.bg.encoders.active = true;
         if self.rank0() {
             scr_debug!(1, "redundancy is encoded in the background ({level})");
         }
@@ -185,16 +185,16 @@ impl Runtime {
 
     /// Whether datasets of descriptor `index` are encoded in the background.
     pub(super) fn encodes_async(&self, index: usize, bypass: bool) -> bool {
-        self.encoders.active && self.encoder(index, bypass).is_some()
+        self.bg.encoders.active && self.encoder(index, bypass).is_some()
     }
 
     /// Queue the encoding of dataset `id` (collective in effect: every rank queues it).
     pub(super) fn start_encode(&mut self, id: u64) {
         let Some(rec) = self.filemap.datasets.get(&id).cloned() else { return };
         let job = Job { id, index: rec.reddesc.index, rec, piece: self.settings.mpi_buf_size };
-        self.encoders.shared.lock().insert(id, None);
-        if let Err(job) = self.encoders.worker.send(job) {
-            self.encoders.shared.done(job.id, (Err(RuntimeError::Stopped("encoding".into())), 0.0));
+        self.bg.encoders.shared.lock().insert(id, None);
+        if let Err(job) = self.bg.encoders.worker.send(job) {
+            self.bg.encoders.shared.done(job.id, (Err(RuntimeError::Stopped("encoding".into())), 0.0));
         }
     }
 
@@ -202,7 +202,7 @@ impl Runtime {
     /// dataset; a failed one keeps SINGLE protection and gets its CRC32s in the background.
     pub(super) fn retire_encodes(&mut self) {
         let mut changed = false;
-        for (id, (result, secs)) in self.encoders.take_done() {
+        for (id, (result, secs)) in self.bg.encoders.take_done() {
             let Some(rec) = self.filemap.datasets.get_mut(&id) else { continue };
             let plan = self.sets.get(rec.reddesc.index).and_then(Option::as_ref);
             let (scheme, first) = plan.map_or((Scheme::Single, true), |p| (p.scheme, p.index == 0));
@@ -240,7 +240,7 @@ impl Runtime {
 
     /// Wait for every encoding this rank queued and record them (`SCR_Finalize`, halt).
     pub(super) fn finish_encodes(&mut self) {
-        self.encoders.worker.finish();
+        self.bg.encoders.worker.finish();
         self.retire_encodes();
     }
 

@@ -40,23 +40,21 @@ impl Runtime {
     }
 
     pub(super) fn in_flight(&self, id: u64) -> bool {
-        self.flights.iter().any(|f| f.id == id)
+        self.bg.in_flight(id)
     }
 
     /// Start flushing dataset `id` in the background (collective: every rank queues its share).
     pub(super) fn start_async_flush(&mut self, id: u64) {
-        self.flush_seq += 1;
-        let token = format!("{}.{}", self.run_stamp, self.flush_seq);
-        self.flights.push(Flight { id, started: Instant::now(), token: token.clone() });
+        let token = self.bg.take_off(id, self.run_stamp);
         // before any rank copies: older entries this flush overwrites are never restarted from
         let superseded =
             crate::transfer::flush::supersede_overlapping(&self.world, &self.layout, self.filemap.datasets.get(&id));
         if let Err(e) = superseded {
-            self.flusher.fail(id, format!("dataset {id}: {e}"));
+            self.bg.flusher.fail(id, format!("dataset {id}: {e}"));
             return;
         }
         let Some(rec) = self.filemap.datasets.get(&id).cloned() else {
-            self.flusher.fail(id, format!("dataset {id} is not in this rank's cache"));
+            self.bg.flusher.fail(id, format!("dataset {id} is not in this rank's cache"));
             return;
         };
         self.set_location(id, Some(Location::Flushing));
@@ -74,10 +72,10 @@ impl Runtime {
             on_published: Some(self.published_hook()),
         };
         if self.rank0() {
-            scr_debug!(1, "dataset {id}: background flush started ({} in flight)", self.flights.len());
+            scr_debug!(1, "dataset {id}: background flush started ({} in flight)", self.bg.flights.len());
             self.events.flush_start(id, &job.rec.desc.name, job.rec.desc.size, "async");
         }
-        self.flusher.submit(job);
+        self.bg.flusher.submit(job);
     }
 
     /// Check the flushes in flight and retire the finished ones (collective). With `wait`,
@@ -86,29 +84,30 @@ impl Runtime {
         self.retire_encodes();
         self.evict_encoded();
         self.retire_checksums();
-        if self.flights.is_empty() {
+        if self.bg.flights.is_empty() {
             return;
         }
         for id in wait {
-            self.flusher.wait(*id);
+            self.bg.flusher.wait(*id);
         }
         // Per flight: [share not finished, share failed, share seconds in microseconds].
         let mine: Vec<u64> = self
+            .bg
             .flights
             .iter()
-            .flat_map(|f| match self.flusher.peek(f.id) {
+            .flat_map(|f| match self.bg.flusher.peek(f.id) {
                 Some((failed, secs)) => [0, failed as u64, (secs * 1e6) as u64],
                 None => [1, 0, 0],
             })
             .collect();
         let all = self.world.max_u64s(&mine);
-        let flights = std::mem::take(&mut self.flights);
+        let flights = std::mem::take(&mut self.bg.flights);
         for (i, flight) in flights.into_iter().enumerate() {
             if all[3 * i] != 0 {
-                self.flights.push(flight);
+                self.bg.flights.push(flight);
                 continue;
             }
-            let outcome = self.flusher.take(flight.id);
+            let outcome = self.bg.flusher.take(flight.id);
             self.retire(flight, outcome, all[3 * i + 1] == 0, all[3 * i + 2] as f64 / 1e6);
         }
     }
@@ -193,13 +192,13 @@ impl Runtime {
     /// flush in flight that writes below it finish on all ranks, so no copy lands in the old
     /// directory after the rename. Not collective: the ranks' arrivals are read in the prefix.
     pub(super) fn settle_flushes_under(&self, dir: &Path) {
-        for f in &self.flights {
+        for f in &self.bg.flights {
             // named by the directory, or with files below it (this rank may have none)
             let below = self.filemap.datasets.get(&f.id).is_some_and(|r| {
                 Path::new(&r.desc.name).starts_with(dir) || r.files.iter().any(|m| m.rel.starts_with(dir))
             });
             if below {
-                self.flusher.wait(f.id);
+                self.bg.flusher.wait(f.id);
                 crate::transfer::background::wait_all_arrived(&self.layout, f.id, &f.token, self.world.size() as u32);
             }
         }
@@ -207,7 +206,7 @@ impl Runtime {
 
     /// Block until every flush in flight is retired (`SCR_Finalize`, halt).
     pub(super) fn finish_flights(&mut self) {
-        let ids: Vec<u64> = self.flights.iter().map(|f| f.id).collect();
+        let ids: Vec<u64> = self.bg.flights.iter().map(|f| f.id).collect();
         if ids.is_empty() {
             return;
         }
@@ -215,6 +214,6 @@ impl Runtime {
             scr_debug!(1, "waiting for {} background flush(es) to finish", ids.len());
         }
         self.progress(&ids);
-        self.flusher.stop();
+        self.bg.flusher.stop();
     }
 }

@@ -12,6 +12,8 @@
 //! ranks combine it, and all return the same result. The front ends (C API, preload) call
 //! these functions and map errors to return codes.
 
+mod adoption;
+mod background;
 mod catalog;
 mod checksums;
 mod deletions;
@@ -136,47 +138,22 @@ pub struct Runtime {
     sets: Vec<Option<crate::redundancy::parallel::SetPlan>>,
     /// Set when a halt condition holds and `SCR_HALT_EXIT=1`: the front end ends the run.
     exit_requested: Option<String>,
-    /// The background flush worker and the flushes in flight (same list on every rank).
-    flusher: crate::transfer::background::Flusher,
-    flights: Vec<flights::Flight>,
-    /// Background flushes started in this run, and the run's start time (rank 0's clock):
-    /// together they name each flush attempt.
-    flush_seq: u64,
+    /// The run's start time (rank 0's clock): names each flush attempt and trash directory.
     run_stamp: u64,
     /// The event log for events any rank may see first ([`Runtime::any_rank_log`]).
     any_rank_log: Option<crate::events::EventLog>,
-    /// Hang detection (`SCR_WATCHDOG_TIMEOUT`), when configured.
-    watchdog: Option<watchdog::Watchdog>,
-    /// Cached datasets eviction must keep for now (transparent mode: the application still
-    /// sees their files while a new dataset forms).
-    pinned: Vec<u64>,
-    /// Transparent mode: the cached checkpoint the current output phase makes a new version
-    /// of (same name; see `version_counts` for its number and flush).
-    version_of: Option<u64>,
-    /// That version rewrites files of the earlier one (on some rank): it counts as a
-    /// checkpoint of its own (a new checkpoint number; flushed when due).
-    version_counts: bool,
-    /// Background CRC32 of SINGLE datasets ([`checksums`]).
-    checksums: checksums::Checksummer,
-    /// Background removal of deleted datasets ([`deletions`]).
-    deleter: deletions::Deleter,
-    /// Background redundancy encoding ([`encoder`]).
-    encoders: encoder::Encoder,
-    /// Datasets encoded in the background whose completion evicts older datasets only once
-    /// every rank's encoding finished (until then they have SINGLE protection only), oldest
-    /// first; the same on every rank.
-    evict_after_encode: Vec<u64>,
+    /// Transparent mode forming a dataset: the datasets it pins in cache, the earlier version
+    /// it replaces ([`adoption`]).
+    adoption: adoption::Adoption,
+    /// Flushes, encodings, checksums, deletions and the watchdog in other threads
+    /// ([`background`]).
+    bg: background::Background,
     /// Rank 0: the prefix's job lock, held for the whole run ([`joblock`]).
     job_lock: Option<crate::state::joblock::JobLock>,
     /// The collectives of the dataset being formed are counted from this snapshot on
     /// (`SCR_Start_output`, or in transparent mode the sync point that forms it), and
     /// reported with its completion (`SCR_DEBUG=1`).
     tally_from: Option<crate::comm::Tally>,
-    /// Transparent mode is forming a dataset ([`transparent::adopt_output`]): its name and
-    /// flags are agreed by construction, and a local failure to start it only makes it invalid.
-    adopting: bool,
-    /// Why this rank could not start the dataset being adopted (reported at its completion).
-    start_failed: Option<String>,
 }
 
 enum State {

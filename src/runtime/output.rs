@@ -70,10 +70,10 @@ impl Runtime {
         // failure, and rank 0's choice of the datasets this start evicts (count + 1, then
         // them; 0: not chosen, they are broadcast below).
         let mut carried: Option<Vec<u64>> = None;
-        if !self.adopting {
+        if !self.adoption.active() {
             let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) & (u64::MAX >> 1);
             // the store this dataset goes to, as below (API mode: no earlier version)
-            let planned = (self.rank0() && local.is_ok() && self.version_of.is_none()).then(|| {
+            let planned = (self.rank0() && local.is_ok() && self.adoption.earlier().is_none()).then(|| {
                 let d = self.descs.select((self.ckpt_id + u64::from(is_ckpt)).max(1), is_ckpt, is_output);
                 if d.bypass {
                     Vec::new()
@@ -108,11 +108,11 @@ impl Runtime {
         // descriptor); one that rewrites files is a checkpoint of its own (a new number, for
         // the flush interval and the halt count) on the earlier version's store, where its
         // carried files are hard-linked.
-        let earlier = self.version_of.and_then(|v| self.filemap.datasets.get(&v));
+        let earlier = self.adoption.earlier().and_then(|v| self.filemap.datasets.get(&v));
         let earlier_ckpt = earlier.and_then(|r| r.desc.ckpt);
         let earlier_store = earlier.map(|r| r.reddesc.store.clone());
         let ckpt = match earlier_ckpt {
-            Some(c) if !self.version_counts => c,
+            Some(c) if !self.adoption.counts() => c,
             _ => {
                 if is_ckpt {
                     self.ckpt_id += 1;
@@ -172,12 +172,12 @@ impl Runtime {
             crate::log::crash_point("marked");
         }
         let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
-        if self.adopting {
+        if self.adoption.active() {
             // transparent mode: the files are moved in next and the dataset completes at once;
             // a rank that failed here makes it invalid everywhere at its completion, whose
             // exchange also comes after every rank saved its marks: the victims are moved
             // away after it (`complete_output`)
-            self.start_failed = local.err().map(|e| e.to_string());
+            self.adoption.start_failed(local.err().map(|e| e.to_string()));
             self.phase = Phase::Output { id, start: Instant::now() };
             return Ok(());
         }
@@ -216,7 +216,7 @@ impl Runtime {
                 .values()
                 .filter(|r| r.reddesc.store == store && !r.reddesc.bypass && Some(r.desc.id) != keep)
                 // the earlier version of the dataset being written: the new one replaces it
-                .filter(|r| Some(r.desc.id) != self.version_of)
+                .filter(|r| Some(r.desc.id) != self.adoption.earlier())
                 // another number of processes wrote it: never evicted, it is not this run's
                 .filter(|r| self.fits(r.desc.ranks))
                 .collect();
@@ -227,7 +227,7 @@ impl Runtime {
                 if excess == 0 {
                     break;
                 }
-                if self.pinned.contains(&r.desc.id) {
+                if self.adoption.pins(r.desc.id) {
                     continue;
                 }
                 if r.desc.output && !self.flushed(r.desc.id) && !self.in_flight(r.desc.id) {
@@ -442,7 +442,7 @@ impl Runtime {
             }
         };
         // a new version of a cached checkpoint (transparent mode) keeps its shared files
-        if let Some(old) = self.version_of.and_then(|v| self.filemap.datasets.get(&v)) {
+        if let Some(old) = self.adoption.earlier().and_then(|v| self.filemap.datasets.get(&v)) {
             let kept: Vec<_> =
                 old.desc.shared.iter().filter(|o| !shared.iter().any(|s| s.rel == o.rel)).cloned().collect();
             shared.extend(kept);
@@ -584,7 +584,7 @@ impl Runtime {
             self.evict_for_complete(id, victims);
         }
 
-        if is_ckpt && (self.version_of.is_none() || self.version_counts) {
+        if is_ckpt && (self.adoption.earlier().is_none() || self.adoption.counts()) {
             self.checkpoint_taken();
         }
         self.progress(&[]);
@@ -594,7 +594,7 @@ impl Runtime {
             self.start_encode(id);
         }
         if c.deferred {
-            self.evict_after_encode.push(id);
+            self.bg.evict_after_encode.push(id);
         }
         if background {
             self.start_async_flush(id);
@@ -614,8 +614,9 @@ impl Runtime {
         let periodic = self.settings.flush > 0 && ckpt.is_some_and(|c| c.is_multiple_of(self.settings.flush));
         // a version that only adds files to a checkpoint in the prefix goes there too (its
         // prefix copy would lack them); one that rewrites files is flushed when it is due
-        let periodic =
-            periodic || (!self.version_counts && self.version_of.is_some_and(|v| self.flushed(v) || self.in_flight(v)));
+        let periodic = periodic
+            || (!self.adoption.counts()
+                && self.adoption.earlier().is_some_and(|v| self.flushed(v) || self.in_flight(v)));
         let mut result = Ok(true);
         let background = (is_output || periodic) && self.flushes_async(id);
         if !background && (is_output || periodic || c.bypass) {
@@ -699,25 +700,26 @@ impl Runtime {
     /// One whose encoding failed on some rank keeps them (it has SINGLE protection only); so
     /// does one a newer dataset followed, whose own eviction decides.
     pub(super) fn evict_encoded(&mut self) {
-        if self.evict_after_encode.is_empty() {
+        if self.bg.evict_after_encode.is_empty() {
             return;
         }
         // per dataset: [encoding still running here, not encoded here, not the newest here]
         let newest = self.filemap.datasets.keys().max().copied();
         let mine: Vec<u64> = self
+            .bg
             .evict_after_encode
             .iter()
             .flat_map(|id| {
                 let rec = self.filemap.datasets.get(id);
                 let unencoded = rec.is_some_and(|r| r.red.is_none());
-                [self.encoders.pending(*id) as u64, unencoded as u64, (newest != Some(*id)) as u64]
+                [self.bg.encoding(*id) as u64, unencoded as u64, (newest != Some(*id)) as u64]
             })
             .collect();
         let all = self.world.max_u64s(&mine);
-        let waiting = std::mem::take(&mut self.evict_after_encode);
+        let waiting = std::mem::take(&mut self.bg.evict_after_encode);
         for (i, id) in waiting.into_iter().enumerate() {
             if all[3 * i] != 0 {
-                self.evict_after_encode.push(id);
+                self.bg.evict_after_encode.push(id);
             } else if all[3 * i + 1] == 0 && all[3 * i + 2] == 0 {
                 self.evict_for_complete(id, None);
             } else if self.rank0() {

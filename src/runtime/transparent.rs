@@ -357,16 +357,9 @@ impl Runtime {
         }
         let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
         let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
-        self.pinned = earlier.into_iter().chain(newest).collect();
-        self.version_of = earlier;
-        self.version_counts = counts;
-        self.adopting = true;
+        self.adoption.begin(earlier.into_iter().chain(newest).collect(), earlier, counts);
         let r = self.adopt_phase(a, flags, &carried);
-        self.adopting = false;
-        self.start_failed = None;
-        self.pinned.clear();
-        self.version_of = None;
-        self.version_counts = false;
+        self.adoption.end();
         if r?.is_none() {
             return Ok(Adopted::Invalid);
         }
@@ -385,7 +378,7 @@ impl Runtime {
         let id = self.dataset_id;
         // From here on every rank must reach complete_output: local failures only make the
         // dataset invalid.
-        let mut problems: Vec<String> = self.start_failed.take().into_iter().collect();
+        let mut problems: Vec<String> = self.adoption.take_start_failed().into_iter().collect();
         let moves = files.iter().map(|(rel, at)| (rel, at, false));
         let links = carried.iter().map(|f| (&f.rel, &f.path, true));
         // every file recorded first, with one write of the filemap, then placed

@@ -265,8 +265,8 @@ impl super::Runtime {
         let Some(limits) = Limits::from_settings(&self.settings) else { return };
         let in_prefix = self.restart.as_ref().is_some_and(|r| r.in_prefix);
         let log = self.any_rank_log();
-        self.watchdog = Watchdog::start(limits, in_prefix, self.rank0(), log);
-        if let (Some(dog), super::Mode::Transparent) = (&self.watchdog, self.mode) {
+        self.bg.watchdog = Watchdog::start(limits, in_prefix, self.rank0(), log);
+        if let (Some(dog), super::Mode::Transparent) = (&self.bg.watchdog, self.mode) {
             // the preload made SCR_Init and makes SCR_Start_output: say what the user sees
             let mut s = dog.shared.state.lock().unwrap_or_else(|e| e.into_inner());
             s.since = "MPI_Init".into();
@@ -276,7 +276,7 @@ impl super::Runtime {
 
     /// `SCR_Start_output` began dataset `id` (`bypass`: its files go to the prefix).
     pub(super) fn watchdog_kick(&self, id: u64, bypass: bool) {
-        if let Some(w) = &self.watchdog {
+        if let Some(w) = &self.bg.watchdog {
             w.kick(id);
             if bypass {
                 w.wrote_to_prefix();
@@ -286,14 +286,14 @@ impl super::Runtime {
 
     /// The current output phase writes to the prefix (a flush).
     pub(super) fn watchdog_wrote(&self) {
-        if let Some(w) = &self.watchdog {
+        if let Some(w) = &self.bg.watchdog {
             w.wrote_to_prefix();
         }
     }
 
     /// Disarm for good (the run is stopping).
     pub(super) fn stop_watchdog(&mut self) {
-        if let Some(w) = self.watchdog.take() {
+        if let Some(w) = self.bg.watchdog.take() {
             w.stop();
         }
     }
