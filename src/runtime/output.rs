@@ -316,6 +316,53 @@ impl Runtime {
             Phase::Output { id, .. } => *id,
         };
         let rel = self.dataset_rel(call, name)?;
+        self.route_in_dataset(call, id, rel, Path::new(name))
+    }
+
+    /// [`Runtime::route_file_unsaved`] of a file named by its path below the prefix, as it
+    /// is (transparent mode, in the output phase it forms a dataset in): no conversion
+    /// through a string and back, and a name that is not UTF-8 is refused, naming the file,
+    /// rather than recorded under another name.
+    pub(super) fn route_rel(&mut self, rel: &Path) -> Result<(PathBuf, bool)> {
+        let call = self.call_name("SCR_Route_file");
+        let (id, shown) = self.output_rel(call, rel)?;
+        self.route_in_dataset(call, id, rel.to_path_buf(), &shown)
+    }
+
+    /// The open dataset's id and the prefix's path of `rel` (for messages), when `rel` may be
+    /// routed in it: an output phase, a relative UTF-8 name (as the metadata records names)
+    /// outside the prefix's `.scr` directory.
+    pub(super) fn output_rel(&self, call: &'static str, rel: &Path) -> Result<(u64, PathBuf)> {
+        let Phase::Output { id, .. } = self.phase else {
+            return Err(self.phase_error(call, "in an output phase (after SCR_Start_output)"));
+        };
+        let shown = self.layout.prefix.join(rel);
+        if let Some(why) = crate::paths::rel_problem(rel) {
+            return Err(Error::usage(call, format!("{}: not a name below the prefix ({why})", rel.display())));
+        }
+        if rel.to_str().is_none() {
+            return Err(Error::usage(
+                call,
+                format!("{}: the name is not valid UTF-8, which SCR's metadata cannot record", shown.display()),
+            ));
+        }
+        if crate::paths::in_scr_dir(rel) {
+            return Err(Error::usage(
+                call,
+                format!(
+                    "{} is inside the prefix's {} directory, which SCR reserves",
+                    shown.display(),
+                    crate::paths::SCR_DIR
+                ),
+            ));
+        }
+        Ok((id, shown))
+    }
+
+    /// Route file `rel` (below the prefix) of open dataset `id` for this rank: its target,
+    /// and whether it was newly recorded. `shown` names it in messages.
+    fn route_in_dataset(&mut self, call: &'static str, id: u64, rel: PathBuf, shown: &Path) -> Result<(PathBuf, bool)> {
+        let name = shown.display();
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         if rec.desc.shared.iter().any(|s| s.rel == rel) {
             // declared shared by this rank (SCR_Route_shared_file): the same place again

@@ -100,6 +100,21 @@ impl Runtime {
             return Err(self.phase_error(call, "in an output phase (after SCR_Start_output)"));
         };
         let rel = self.dataset_rel(call, name)?;
+        self.declare_shared(call, id, rel, Path::new(name))
+    }
+
+    /// [`Runtime::route_shared`] of a file named by its path below the prefix, as it is
+    /// (transparent mode): no conversion through a string.
+    pub(super) fn route_shared_rel(&mut self, rel: &Path) -> Result<PathBuf> {
+        let call = self.call_name(ROUTE_SHARED);
+        let (id, shown) = self.output_rel(call, rel)?;
+        self.declare_shared(call, id, rel.to_path_buf(), &shown)
+    }
+
+    /// Declare `rel` a shared file of open dataset `id` written by this rank; returns where
+    /// it is written. `shown` names it in messages.
+    fn declare_shared(&mut self, call: &'static str, id: u64, rel: PathBuf, shown: &Path) -> Result<PathBuf> {
+        let name = shown.display();
         let me = self.world.rank() as u32;
         let transparent = self.mode == super::Mode::Transparent;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");

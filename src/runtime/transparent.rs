@@ -385,7 +385,7 @@ impl Runtime {
         let mut placements = Vec::new();
         let mut recorded = false;
         for (rel, current, link) in moves.chain(links) {
-            match self.route_file_unsaved(&self.layout.prefix.join(rel).to_string_lossy()) {
+            match self.route_rel(rel) {
                 Ok((target, new)) => {
                     recorded |= new;
                     placements.push((current, target, link));
@@ -410,7 +410,7 @@ impl Runtime {
             }
         }
         for rel in a.shared {
-            if let Err(e) = self.route_shared(&self.layout.prefix.join(rel).to_string_lossy()) {
+            if let Err(e) = self.route_shared_rel(rel) {
                 problems.push(e.to_string());
             }
         }

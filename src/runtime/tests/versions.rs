@@ -149,3 +149,60 @@ fn versions_of_a_flushed_checkpoint_that_add_files_are_flushed_too() {
     let ix = index(&c);
     assert_eq!(ix.by_name("ckpt").map(|e| (e.desc.id, e.desc.files)), Some((2, 4)));
 }
+
+#[test]
+fn a_file_name_that_is_not_utf8_makes_the_version_invalid_and_names_no_other_file() {
+    use std::os::unix::ffi::OsStrExt;
+    let c = cluster(2);
+    let out = c.run(|rt| {
+        // the byte 0xff is no UTF-8: a conversion through a string would name another file
+        let mut bytes = format!("ckpt/r.{}.", rt.rank()).into_bytes();
+        bytes.push(0xff);
+        let rel = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+        let staging = rt.layout.cntl_dir.join("staging.raw");
+        std::fs::create_dir_all(&staging).unwrap();
+        let at = staging.join(rel.file_name().unwrap());
+        std::fs::write(&at, b"raw").unwrap();
+        let list = vec![(rel.clone(), at.clone())];
+        let a = Adopt {
+            name: "ckpt",
+            flags: CKPT,
+            files: &list,
+            shared: &[],
+            removed: &[],
+            valid: true,
+            version_only: false,
+        };
+        let adopted = rt.adopt_output(&a).expect("adopt");
+        let routed = rt.route_rel(&rel).map(|(p, _)| p).map_err(|e| e.to_string());
+        (adopted, rt.cached_names(), std::fs::read(&at).ok(), routed)
+    });
+    for (adopted, names, bytes, routed) in out {
+        assert_eq!(adopted, Adopted::Invalid, "no dataset records the file under another name");
+        assert!(names.is_empty(), "{names:?}");
+        assert_eq!(bytes.as_deref(), Some(&b"raw"[..]), "the file stays where the application wrote it");
+        let e = routed.expect_err("outside an output phase");
+        assert!(e.contains("in an output phase"), "{e}");
+    }
+}
+
+#[test]
+fn route_rel_refuses_a_name_not_utf8_naming_the_file() {
+    use std::os::unix::ffi::OsStrExt;
+    let c = cluster(1);
+    let out = c.run(|rt| {
+        rt.start_output(Some("ckpt"), CKPT).unwrap();
+        let rel = PathBuf::from(std::ffi::OsStr::from_bytes(b"ckpt/bad.\xff"));
+        let e = rt.route_rel(&rel).map(|_| ()).unwrap_err().to_string();
+        let ok = rt.route_rel(Path::new("ckpt/good")).map(|(p, new)| (p.ends_with("ckpt/good"), new));
+        let scr = rt.route_rel(Path::new(".scr/x")).map(|_| ()).unwrap_err().to_string();
+        rt.complete_output(false).unwrap();
+        (e, ok.unwrap(), scr)
+    });
+    for (e, ok, scr) in out {
+        assert!(e.contains("ckpt/bad.") && e.contains("is not valid UTF-8"), "{e}");
+        assert!(e.starts_with("placing a file in cache: ") && e.contains("/prefix/ckpt/bad."), "{e}");
+        assert_eq!(ok, (true, true));
+        assert!(scr.contains("which SCR reserves"), "{scr}");
+    }
+}
