@@ -263,7 +263,7 @@ pub fn opened(fd: i32, track: u32, created: bool) {
                 p.epoch = epoch;
                 fds::set(fd, id);
                 if let (1, Some(s)) = (p.writers, session) {
-                    super::writes::opened(s, &p.cache);
+                    super::writes::opened(&s.pending, &p.cache);
                 }
             }
         }
@@ -313,7 +313,7 @@ pub fn closed(id: u32, ok: bool) {
             materialize(&p.cache, &s.prefix.join(&p.rel), true);
         }
     } else if let Some(p) = t.get(id) {
-        super::writes::closed(s, &p.cache, !p.failed);
+        super::writes::closed(&s.pending, &p.cache, !p.failed);
     }
 }
 

@@ -24,8 +24,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
-use super::session::Session;
-
 /// The open journal and its path.
 static JOURNAL: Mutex<Option<(PathBuf, File)>> = Mutex::new(None);
 
@@ -67,18 +65,20 @@ fn path_of(pending: &Path) -> PathBuf {
     pending.join(crate::paths::SCR_DIR).join("writes")
 }
 
-/// Pending file `cache` got its first descriptor open for writing.
-pub(super) fn opened(s: &Session, cache: &Path) {
-    record(s, cache, Mark::Open);
+/// Pending file `cache` of the pending area `pending` got its first descriptor open for
+/// writing.
+pub(super) fn opened(pending: &Path, cache: &Path) {
+    record(pending, cache, Mark::Open);
 }
 
-/// The last descriptor of pending file `cache` closed (`ok`: no write or close failed).
-pub(super) fn closed(s: &Session, cache: &Path, ok: bool) {
-    record(s, cache, if ok { Mark::Closed } else { Mark::Failed });
+/// The last descriptor of pending file `cache` of the pending area `pending` closed (`ok`: no
+/// write or close failed).
+pub(super) fn closed(pending: &Path, cache: &Path, ok: bool) {
+    record(pending, cache, if ok { Mark::Closed } else { Mark::Failed });
 }
 
-fn record(s: &Session, cache: &Path, mark: Mark) {
-    if s.pending.as_os_str().is_empty() {
+fn record(pending: &Path, cache: &Path, mark: Mark) {
+    if pending.as_os_str().is_empty() {
         return; // a child process: no pending area, nothing recovers its files
     }
     let ino = match std::fs::metadata(cache) {
@@ -91,7 +91,7 @@ fn record(s: &Session, cache: &Path, mark: Mark) {
     let mut g = JOURNAL.lock().unwrap_or_else(|e| e.into_inner());
     let appended = (|| -> std::io::Result<()> {
         if g.is_none() {
-            let path = path_of(&s.pending);
+            let path = path_of(pending);
             if let Some(dir) = path.parent() {
                 std::fs::create_dir_all(dir)?;
             }
@@ -107,7 +107,7 @@ fn record(s: &Session, cache: &Path, mark: Mark) {
             crate::scr_warn!(
                 "{}: {e}; if this run is killed, the files it wrote since its last sync point are left out \
                  of their checkpoints at the next start",
-                path_of(&s.pending).display()
+                path_of(pending).display()
             );
         }
     }
