@@ -588,27 +588,34 @@ fn quantum_espresso_md_killed_with_sigkill_restarts_from_cache() {
     let md_step = |job: &Job| {
         complete_everywhere(job).into_iter().rev().find(|(_, (_, f))| f.iter().any(|(rel, _)| rel.ends_with("si.md")))
     };
-    // the kill hits between two steps' writes (QE rewrites out/ in place: a plain file system
-    // cannot restart from a step cut short either, and the files of a step being written are
-    // only in the pending area): the job is stopped (SIGSTOP) once a step is complete, killed
-    // if no rank has a pending file, else let go on to the next step
-    let pending = |job: &Job| {
-        job.cached_files("scr.pending/")
-            .into_iter()
-            .filter(|f| !f.contains("scr.pending/view.") && !f.contains("scr.pending/removed."))
-            .count()
+    // the kill hits while a rank writes one of the next step's files (QE rewrites out/ in
+    // place; a plain file system would restart from a step cut short and pw.x stop on
+    // PARSE_ERR): once a step is complete, the job is stopped (SIGSTOP) as soon as a rank
+    // has a file of its pending area open, and killed if it still has. The next start must
+    // leave every such file out and restart from the newest complete step.
+    run.wait_until("an MD step complete in cache", || md_step(&job).is_some());
+    let ranks: Vec<i32> = run.processes();
+    let writing = || {
+        ranks.iter().any(|p| {
+            std::fs::read_dir(format!("/proc/{p}/fd")).into_iter().flatten().flatten().any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|t| {
+                    let t = t.to_string_lossy();
+                    t.contains("/scr.pending/") && !t.contains("/.scr/") && !t.contains("/scr.pending/view.")
+                })
+            })
+        })
     };
-    let mut seen = 0;
-    for attempt in 0.. {
-        run.wait_until("an MD step complete in cache", || md_step(&job).is_some_and(|(id, _)| id > seen));
-        run.signal(libc::SIGSTOP);
-        let id = md_step(&job).map_or(seen, |(id, _)| id);
-        if pending(&job) == 0 {
-            break;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        assert!(std::time::Instant::now() < deadline, "no rank was seen writing a pending file in 120 s");
+        if writing() {
+            run.signal(libc::SIGSTOP);
+            if writing() {
+                break;
+            }
+            run.signal(libc::SIGCONT);
         }
-        assert!(attempt < 30, "no kill between two steps' writes in 30 steps");
-        run.signal(libc::SIGCONT);
-        seen = id;
+        std::thread::sleep(std::time::Duration::from_millis(1));
     }
     let out = run.kill();
     // what SCR restarts from: the newest checkpoint complete on every rank

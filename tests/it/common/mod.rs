@@ -217,6 +217,11 @@ impl Spawned {
         }
     }
 
+    /// The job's processes now (`mpirun`, its daemons, the ranks).
+    pub fn processes(&self) -> Vec<i32> {
+        self.child.as_ref().map(|c| job_tree(c.id() as i32)).unwrap_or_default()
+    }
+
     /// Kill the whole job now (SIGKILL to its process group) and return what it printed.
     pub fn kill(mut self) -> String {
         if let Some(mut c) = self.child.take() {
@@ -262,6 +267,17 @@ fn kill_group(child: &std::process::Child) {
 /// `mpirun` and every process below it (Open MPI starts each rank in a process group of its
 /// own, so signalling the group alone leaves the ranks running until they notice).
 fn signal_job(pid: i32, sig: i32) {
+    let all = job_tree(pid);
+    for p in all.iter().rev() {
+        // SAFETY: signalling processes this test started (the job's process tree).
+        unsafe { libc::kill(*p, sig) };
+    }
+    // SAFETY: signalling the process group this test created for the child.
+    unsafe { libc::kill(-pid, sig) };
+}
+
+/// Process `pid` and every process below it.
+fn job_tree(pid: i32) -> Vec<i32> {
     let mut all = vec![pid];
     let mut i = 0;
     while i < all.len() {
@@ -277,12 +293,7 @@ fn signal_job(pid: i32, sig: i32) {
         }
         i += 1;
     }
-    for p in all.iter().rev() {
-        // SAFETY: signalling processes this test started (the job's process tree).
-        unsafe { libc::kill(*p, sig) };
-    }
-    // SAFETY: signalling the process group this test created for the child.
-    unsafe { libc::kill(-pid, sig) };
+    all
 }
 
 impl Drop for Spawned {
