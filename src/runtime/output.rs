@@ -38,95 +38,29 @@ struct Completion {
 struct Discarded;
 
 impl Runtime {
+    /// `SCR_Start_output`, in stages: check the arguments here ([`check_start`]), agree on them
+    /// and on the datasets the start evicts ([`Runtime::agree_start`]), number the dataset and
+    /// choose its descriptor ([`Runtime::number_dataset`]), mark the victims, record it
+    /// ([`Runtime::record_start`]) and open the phase ([`Runtime::open_output`]).
     pub(super) fn start_output(&mut self, name: Option<&str>, flags: i32) -> Result<()> {
         const CALL: &str = "SCR_Start_output";
         let call = self.call_name(CALL);
         if self.phase != Phase::Idle {
             return Err(self.phase_error(call, "between output and restart phases"));
         }
-        let mut local: Result<()> = Ok(());
-        if flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0 || flags == 0 {
-            local = Err(Error::usage(
-                call,
-                format!("flags={flags}: pass SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT or both (SCR_FLAG_CHECKPOINT|SCR_FLAG_OUTPUT)"),
-            ));
-        }
-        if let Some(n) = name {
-            if n.is_empty() || n.len() >= crate::MAX_FILENAME {
-                local = Err(Error::usage(
-                    call,
-                    format!("the dataset name must have 1 to {} bytes", crate::MAX_FILENAME - 1),
-                ));
-            }
-        }
-        let is_ckpt = flags & FLAG_CHECKPOINT != 0;
-        let is_output = flags & FLAG_OUTPUT != 0;
+        let local = check_start(call, name, flags);
+        let (is_ckpt, is_output) = (flags & FLAG_CHECKPOINT != 0, flags & FLAG_OUTPUT != 0);
         // (before the agreement: it may evict, and rank 0 chooses the victims of this start
         // with the agreement)
         self.progress(&[]);
-        // Every rank must pass the same name and flags (transparent mode passes the name and
-        // flags the ranks agreed on: the same local outcome everywhere, nothing to check).
-        // One reduction: the largest key, the largest complement (the smallest key), a
-        // failure, and rank 0's choice of the datasets this start evicts (count + 1, then
-        // them; 0: not chosen, they are broadcast below).
-        let mut carried: Option<Vec<u64>> = None;
-        if !self.adoption.active() {
-            let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) & (u64::MAX >> 1);
-            // the store this dataset goes to, as below (API mode: no earlier version)
-            let planned = (self.rank0() && local.is_ok() && self.adoption.earlier().is_none()).then(|| {
-                let d = self.descs.select((self.ckpt_id + u64::from(is_ckpt)).max(1), is_ckpt, is_output);
-                if d.bypass {
-                    Vec::new()
-                } else {
-                    let store = d.store.clone();
-                    self.victims_here(&store, None, 0)
-                }
-            });
-            let mut mine =
-                vec![key, u64::MAX - key, local.is_err() as u64, planned.as_ref().map_or(0, |v| v.len() as u64 + 1)];
-            mine.extend(planned.iter().flatten().take(CARRIED_VICTIMS));
-            mine.resize(4 + CARRIED_VICTIMS, 0);
-            let all = self.world.max_u64s(&mine);
-            if local.is_ok() && all[0] != u64::MAX - all[1] {
-                local = Err(Error::usage(
-                    call,
-                    format!("ranks passed different names or flags (this rank: {name:?}, {flags})"),
-                ));
-            }
-            self.agree_known(call, local, all[2] != 0 || all[0] != u64::MAX - all[1])?;
-            let n = all[3] as usize;
-            if (1..=CARRIED_VICTIMS + 1).contains(&n) {
-                carried = Some(all[4..4 + n - 1].to_vec());
-            }
+        let carried = if !self.adoption.active() {
+            self.agree_start(call, name, flags, local)?
         } else {
             local?;
-        }
-
-        self.restart = None;
-        self.dataset_id += 1;
-        // A new version of a checkpoint that only adds files keeps its number (and so its
-        // descriptor); one that rewrites files is a checkpoint of its own (a new number, for
-        // the flush interval and the halt count) on the earlier version's store, where its
-        // carried files are hard-linked.
-        let earlier = self.adoption.earlier().and_then(|v| self.filemap.datasets.get(&v));
-        let earlier_ckpt = earlier.and_then(|r| r.desc.ckpt);
-        let earlier_store = earlier.map(|r| r.reddesc.store.clone());
-        let ckpt = match earlier_ckpt {
-            Some(c) if !self.adoption.counts() => c,
-            _ => {
-                if is_ckpt {
-                    self.ckpt_id += 1;
-                }
-                self.ckpt_id
-            }
+            None
         };
-        let id = self.dataset_id;
-        let mut reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
-        if let (Some(c), Some(store)) = (earlier_ckpt, earlier_store) {
-            if reddesc.store != store {
-                reddesc = self.descs.select(c.max(1), is_ckpt, is_output).clone();
-            }
-        }
+        self.restart = None;
+        let (id, ckpt, reddesc) = self.number_dataset(is_ckpt, is_output);
         self.watchdog_kick(id, reddesc.bypass);
         if !reddesc.bypass {
             // Marked now, saved with the new record below, moved away once every rank saved.
@@ -142,6 +76,89 @@ impl Runtime {
                 self.doom(victim);
             }
         }
+        let local = self.record_start(id, ckpt, name, (is_ckpt, is_output), reddesc);
+        self.open_output(call, id, local)
+    }
+
+    /// Every rank must pass the same name and flags (transparent mode passes the name and
+    /// flags the ranks agreed on: the same local outcome everywhere, nothing to check). One
+    /// reduction: the largest key, the largest complement (the smallest key), a failure, and
+    /// rank 0's choice of the datasets this start evicts (count + 1, then them; 0: not chosen,
+    /// they are broadcast later). Returns that choice if the reduction carried it.
+    fn agree_start(
+        &mut self,
+        call: &'static str,
+        name: Option<&str>,
+        flags: i32,
+        mut local: Result<()>,
+    ) -> Result<Option<Vec<u64>>> {
+        let (is_ckpt, is_output) = (flags & FLAG_CHECKPOINT != 0, flags & FLAG_OUTPUT != 0);
+        let key = crate::identity::fnv1a(format!("{name:?}/{flags}").as_bytes()) & (u64::MAX >> 1);
+        // the store this dataset goes to, as below (API mode: no earlier version)
+        let planned = (self.rank0() && local.is_ok() && self.adoption.earlier().is_none()).then(|| {
+            let d = self.descs.select((self.ckpt_id + u64::from(is_ckpt)).max(1), is_ckpt, is_output);
+            if d.bypass {
+                Vec::new()
+            } else {
+                let store = d.store.clone();
+                self.victims_here(&store, None, 0)
+            }
+        });
+        let mut mine =
+            vec![key, u64::MAX - key, local.is_err() as u64, planned.as_ref().map_or(0, |v| v.len() as u64 + 1)];
+        mine.extend(planned.iter().flatten().take(CARRIED_VICTIMS));
+        mine.resize(4 + CARRIED_VICTIMS, 0);
+        let all = self.world.max_u64s(&mine);
+        if local.is_ok() && all[0] != u64::MAX - all[1] {
+            local = Err(Error::usage(
+                call,
+                format!("ranks passed different names or flags (this rank: {name:?}, {flags})"),
+            ));
+        }
+        self.agree_known(call, local, all[2] != 0 || all[0] != u64::MAX - all[1])?;
+        let n = all[3] as usize;
+        Ok((1..=CARRIED_VICTIMS + 1).contains(&n).then(|| all[4..4 + n - 1].to_vec()))
+    }
+
+    /// The new dataset's id, checkpoint number and redundancy descriptor (local, alike on
+    /// every rank). A new version of a checkpoint that only adds files keeps its number (and
+    /// so its descriptor); one that rewrites files is a checkpoint of its own (a new number,
+    /// for the flush interval and the halt count) on the earlier version's store, where its
+    /// carried files are hard-linked.
+    fn number_dataset(&mut self, is_ckpt: bool, is_output: bool) -> (u64, u64, crate::desc::RedDesc) {
+        self.dataset_id += 1;
+        let earlier = self.adoption.earlier().and_then(|v| self.filemap.datasets.get(&v));
+        let earlier_ckpt = earlier.and_then(|r| r.desc.ckpt);
+        let earlier_store = earlier.map(|r| r.reddesc.store.clone());
+        let ckpt = match earlier_ckpt {
+            Some(c) if !self.adoption.counts() => c,
+            _ => {
+                if is_ckpt {
+                    self.ckpt_id += 1;
+                }
+                self.ckpt_id
+            }
+        };
+        let mut reddesc = self.descs.select(ckpt.max(1), is_ckpt, is_output).clone();
+        if let (Some(c), Some(store)) = (earlier_ckpt, earlier_store) {
+            if reddesc.store != store {
+                reddesc = self.descs.select(c.max(1), is_ckpt, is_output).clone();
+            }
+        }
+        (self.dataset_id, ckpt, reddesc)
+    }
+
+    /// Record dataset `id` incomplete in the filemap (with the marks of its victims) and make
+    /// its cache directory (local). `kind`: (checkpoint, output).
+    fn record_start(
+        &mut self,
+        id: u64,
+        ckpt: u64,
+        name: Option<&str>,
+        kind: (bool, bool),
+        reddesc: crate::desc::RedDesc,
+    ) -> Result<()> {
+        let (is_ckpt, is_output) = kind;
         let rec = DatasetRecord {
             desc: DatasetDesc {
                 id,
@@ -171,7 +188,12 @@ impl Runtime {
         if !self.filemap.deleting.is_empty() {
             crate::log::crash_point("marked");
         }
-        let local = saved.and_then(|_| crate::paths::create_dirs(&dir));
+        saved.and_then(|_| crate::paths::create_dirs(&dir))
+    }
+
+    /// Open the output phase of dataset `id` once every rank recorded it (`local`: this
+    /// rank's outcome); the victims marked leave after the agreement.
+    fn open_output(&mut self, call: &'static str, id: u64, local: Result<()>) -> Result<()> {
         if self.adoption.active() {
             // transparent mode: the files are moved in next and the dataset completes at once;
             // a rank that failed here makes it invalid everywhere at its completion, whose
@@ -847,4 +869,23 @@ impl Runtime {
             }
         }
     }
+}
+
+/// `SCR_Start_output`'s arguments checked on this rank: known flags, a name of 1 to
+/// `SCR_MAX_FILENAME - 1` bytes.
+fn check_start(call: &'static str, name: Option<&str>, flags: i32) -> Result<()> {
+    let mut local: Result<()> = Ok(());
+    if flags & !(FLAG_CHECKPOINT | FLAG_OUTPUT) != 0 || flags == 0 {
+        local = Err(Error::usage(
+            call,
+            format!("flags={flags}: pass SCR_FLAG_CHECKPOINT, SCR_FLAG_OUTPUT or both (SCR_FLAG_CHECKPOINT|SCR_FLAG_OUTPUT)"),
+        ));
+    }
+    if let Some(n) = name {
+        if n.is_empty() || n.len() >= crate::MAX_FILENAME {
+            local =
+                Err(Error::usage(call, format!("the dataset name must have 1 to {} bytes", crate::MAX_FILENAME - 1)));
+        }
+    }
+    local
 }
