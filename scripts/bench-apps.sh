@@ -11,6 +11,9 @@
 # Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
 # directories; plain and preloaded runs alternate RUNS times (default 5); printed: the median,
 # min and max wall time of each side and the median, min and max of the per-pair ratio.
+# SCR_BENCH_BEFORE=<another libscr_preload.so> (e.g. a worktree's release build of the previous
+# commit) adds a third run to each round, with that library, in alternating order with this
+# one, and prints its figures beside this build's and the per-round ratio of the two.
 # Needs: openfoam openfoam-examples quantum-espresso quantum-espresso-data (apt).
 # Usage: scripts/bench-apps.sh [runs] [qe md steps]
 set -euo pipefail
@@ -66,15 +69,22 @@ K_POINTS automatic
  2 2 2 0 0 0
 EOF
 
-# one <app> <preload 0|1> -> wall seconds of one run in a fresh copy
+before=${SCR_BENCH_BEFORE:-}
+if [ -n "$before" ] && [ ! -f "$before" ]; then
+  echo "SCR_BENCH_BEFORE=$before: no such file" >&2
+  exit 2
+fi
+
+# one <app> <preload 0|1|2> -> wall seconds of one run in a fresh copy (2: SCR_BENCH_BEFORE's library)
 one() {
-  local app=$1 pre=$2 run=$work/run
+  local app=$1 pre=$2 run=$work/run lib=$lib
+  [ "$pre" = 2 ] && lib=$before
   rm -rf "$run" "$work/cache" "$work/cntl"
   cp -a "$work/$app" "$run"
   local cmd pattern
   if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='processor*/[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
   local env=()
-  [ "$pre" = 1 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
+  [ "$pre" != 0 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
   local t0 t1
   t0=$(date +%s.%N)
   (cd "$run" && mpirun -np 4 "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
@@ -84,6 +94,10 @@ one() {
 }
 
 pairs() { # pairs <app> <name>
+  if [ -n "$before" ]; then
+    triples "$@"
+    return
+  fi
   for _ in $(seq "$runs"); do
     x=$(one "$1" 0)
     y=$(one "$1" 1)
@@ -97,8 +111,26 @@ pairs() { # pairs <app> <name>
                  name, ma, a[1], a[n], mb, b[1], b[n], mr, r[1], r[n], n }'
 }
 
+triples() { # triples <app> <name>: plain, then SCR_BENCH_BEFORE's library and this one in turn
+  for i in $(seq "$runs"); do
+    x=$(one "$1" 0)
+    if [ $((i % 2)) = 1 ]; then y=$(one "$1" 2); z=$(one "$1" 1); else z=$(one "$1" 1); y=$(one "$1" 2); fi
+    echo "$x $y $z"
+  done | awk -v name="$2" '
+    function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+                                    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+    { n++; p[n] = $1; rb[n] = $2 / $1; ra[n] = $3 / $1; d[n] = $3 / $2 }
+    END { mp = med(p, n); mb = med(rb, n); ma = med(ra, n); md = med(d, n)
+          printf "  %-34s plain %.2f s; before/plain %.3f (%.3f-%.3f); this/plain %.3f (%.3f-%.3f); this/before %.3f (%.3f-%.3f), %d rounds\n",
+                 name, mp, mb, rb[1], rb[n], ma, ra[1], ra[n], md, d[1], d[n], n }'
+}
+
 echo "real applications, 4 ranks, /dev/shm; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf "  %-34s %21s %21s   %s\n" "run (wall s: median (min-max))" "plain" "preloaded" "preloaded/plain"
+if [ -n "$before" ]; then
+  echo "  (before: $before; this: $lib; ratios: median (min-max) of the per-round ratios)"
+else
+  printf "  %-34s %21s %21s   %s\n" "run (wall s: median (min-max))" "plain" "preloaded" "preloaded/plain"
+fi
 pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
 same() { # same <app> <grep pattern>: the last runs with and without the preload printed the same
   if diff <(grep -E "$2" "$work/out.$1.0") <(grep -E "$2" "$work/out.$1.1") >/dev/null; then
