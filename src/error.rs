@@ -7,7 +7,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use crate::paths::UnsafePath;
+use crate::paths::{PathError, UnsafePath};
 use crate::persist::MetaError;
 
 /// Result alias for the runtime layers.
@@ -69,6 +69,16 @@ impl Error {
     /// A misuse of the API by `call`.
     pub fn usage(call: &'static str, msg: impl Into<String>) -> Self {
         Error::Usage { call, msg: msg.into() }
+    }
+}
+
+impl From<PathError> for Error {
+    fn from(e: PathError) -> Self {
+        match e {
+            PathError::Io { op, path, source } => Error::Io { op, path, source },
+            PathError::Link { path, why } => Error::Integrity { path, why },
+            PathError::Refused { path, why } => Error::Refused { path, why },
+        }
     }
 }
 

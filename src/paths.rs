@@ -11,8 +11,6 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::{Error, IoContext, Result};
-
 /// Absolute, lexically normalised form of `p` (relative paths are taken against `cwd`).
 pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
     let joined = if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) };
@@ -184,7 +182,7 @@ impl Prefix {
 
     /// The absolute path of `rel` (relative to the prefix), checked by [`below`]: no
     /// component below the prefix is a symbolic link.
-    pub fn below(&self, rel: &Path) -> Result<PathBuf> {
+    pub fn below(&self, rel: &Path) -> Result<PathBuf, PathError> {
         below(&self.path, rel)
     }
 }
@@ -207,18 +205,18 @@ pub fn link_below(base: &Path, rel: &Path) -> Option<PathBuf> {
 
 /// The one checked way SCR reaches a path below the prefix (or another directory it owns)
 /// for its own writes, reads as checkpoint data, renames and deletes: `base/rel` if no
-/// component below `base` is a symbolic link, else an [`Error::Integrity`] naming the path
+/// component below `base` is a symbolic link, else a [`PathError::Link`] naming the path
 /// and the link. Someone who can write into the prefix could otherwise replace a dataset's
 /// directory (`ckpt.5`, `.scr`) by a link to another directory and make a flush write there,
 /// a fetch read from there or a prune delete there. `base` itself may be a link (users point
 /// the prefix at a file system that way). The walk uses `lstat`, so a link swapped in between
 /// the check and the use is not caught; the O_NOFOLLOW temporaries still catch a link at
 /// the final name.
-pub fn below(base: &Path, rel: &Path) -> Result<PathBuf> {
+pub fn below(base: &Path, rel: &Path) -> Result<PathBuf, PathError> {
     let path = base.join(rel);
     match link_below(base, rel) {
         None => Ok(path),
-        Some(link) => Err(Error::Integrity {
+        Some(link) => Err(PathError::Link {
             why: if link == path {
                 format!("is a symbolic link below {}; SCR does not follow it", base.display())
             } else {
@@ -226,6 +224,47 @@ pub fn below(base: &Path, rel: &Path) -> Result<PathBuf> {
             },
             path,
         }),
+    }
+}
+
+/// A failure of one of the path operations below, with the path it concerns. The runtime's
+/// [`crate::error::Error`] converts it (`Io` to `Io`, `Link` to `Integrity`, `Refused` to
+/// `Refused`), so callers keep using `?`.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    /// A file-system call on `path` failed while doing `op`.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done (`"create directory"`, `"remove"`, ...).
+        op: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: io::Error,
+    },
+    /// A component of `path` below the directory SCR owns is a symbolic link ([`below`]).
+    #[error("{}: {why}", path.display())]
+    Link {
+        /// The path SCR would have used.
+        path: PathBuf,
+        /// Which component is the link.
+        why: String,
+    },
+    /// A directory SCR will not use ([`ensure_private_dir`]): not a directory, or another
+    /// user's.
+    #[error("{}: {why}", path.display())]
+    Refused {
+        /// The directory.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+impl PathError {
+    fn io(op: &'static str, path: &Path, source: io::Error) -> PathError {
+        PathError::Io { op, path: path.to_path_buf(), source }
     }
 }
 
@@ -310,24 +349,28 @@ pub fn size_problem(path: &Path, size: u64) -> Option<String> {
 /// Create `dir` and its missing parents with mode 0700 and check that `dir` is a real
 /// directory owned by this user. A directory owned by someone else is refused: the library
 /// must never write checkpoints where another user can read or replace them.
-pub fn ensure_private_dir(dir: &Path) -> Result<()> {
+pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
     match fs::symlink_metadata(dir) {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ctx("create directory", dir)?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|e| PathError::io("create directory", dir, e))?;
         }
-        Err(e) => return Err(Error::io("inspect directory", dir, e)),
+        Err(e) => return Err(PathError::io("inspect directory", dir, e)),
     }
-    let md = fs::symlink_metadata(dir).ctx("inspect directory", dir)?;
+    let md = fs::symlink_metadata(dir).map_err(|e| PathError::io("inspect directory", dir, e))?;
     if !md.file_type().is_dir() {
-        return Err(Error::Refused {
+        return Err(PathError::Refused {
             path: dir.to_path_buf(),
             why: "exists but is not a directory (a symbolic link or file is refused for node-local storage)".into(),
         });
     }
     let me = crate::sys::euid();
     if md.uid() != me {
-        return Err(Error::Refused {
+        return Err(PathError::Refused {
             path: dir.to_path_buf(),
             why: format!(
                 "owned by uid {} but this process runs as uid {me}; refusing to use another user's directory \
@@ -337,14 +380,15 @@ pub fn ensure_private_dir(dir: &Path) -> Result<()> {
         });
     }
     if md.permissions().mode() & 0o077 != 0 {
-        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).ctx("restrict permissions of", dir)?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+            .map_err(|e| PathError::io("restrict permissions of", dir, e))?;
     }
     Ok(())
 }
 
 /// Create `dir` and its parents (mode 0700 for new ones); an existing directory is accepted.
-pub fn create_dirs(dir: &Path) -> Result<()> {
-    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).ctx("create directory", dir)
+pub fn create_dirs(dir: &Path) -> Result<(), PathError> {
+    fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| PathError::io("create directory", dir, e))
 }
 
 /// Remove `dir` and then each parent that became empty, stopping at (and keeping) `stop`.
@@ -361,11 +405,11 @@ pub fn prune_empty_dirs(mut dir: &Path, stop: &Path) {
 }
 
 /// Remove a file, treating "already gone" as success.
-pub fn remove_file_if_exists(path: &Path) -> Result<()> {
+pub fn remove_file_if_exists(path: &Path) -> Result<(), PathError> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io("remove", path, e)),
+        Err(e) => Err(PathError::io("remove", path, e)),
     }
 }
 
@@ -383,11 +427,11 @@ pub fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
 }
 
 /// Remove a directory tree, treating "already gone" as success.
-pub fn remove_tree_if_exists(path: &Path) -> Result<()> {
+pub fn remove_tree_if_exists(path: &Path) -> Result<(), PathError> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io("remove directory", path, e)),
+        Err(e) => Err(PathError::io("remove directory", path, e)),
     }
 }
 

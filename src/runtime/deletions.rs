@@ -82,10 +82,12 @@ impl Deleter {
         self.seq += 1;
         let bin = store.join(TRASH);
         let to = bin.join(format!("{}.{tag}.{}", name.to_string_lossy(), self.seq));
-        let moved = crate::paths::create_dirs(&bin).and_then(|_| match std::fs::rename(dir, &to) {
-            Ok(()) => Ok(true),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(crate::error::Error::io("move to the trash", dir, e)),
+        let moved = crate::paths::create_dirs(&bin).map_err(crate::error::Error::from).and_then(|_| {
+            match std::fs::rename(dir, &to) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(crate::error::Error::io("move to the trash", dir, e)),
+            }
         });
         match moved {
             Ok(true) => self.remove(to),
@@ -206,7 +208,7 @@ impl Runtime {
                 }
             }
             let r = if fm.datasets.is_empty() && fm.deleting.is_empty() {
-                crate::paths::remove_file_if_exists(&path)
+                crate::paths::remove_file_if_exists(&path).map_err(crate::error::Error::from)
             } else {
                 fm.save(&path).map_err(Into::into)
             };

@@ -188,7 +188,7 @@ impl Runtime {
         if !self.filemap.deleting.is_empty() {
             crate::log::crash_point("marked");
         }
-        saved.and_then(|_| crate::paths::create_dirs(&dir))
+        saved.and_then(|_| Ok(crate::paths::create_dirs(&dir)?))
     }
 
     /// Open the output phase of dataset `id` once every rank recorded it (`local`: this

@@ -95,7 +95,7 @@ impl Runtime {
                     super::remove_part(&rec);
                     let path = self.layout.filemap(owner);
                     let r = if fm.datasets.is_empty() {
-                        crate::paths::remove_file_if_exists(&path)
+                        crate::paths::remove_file_if_exists(&path).map_err(crate::error::Error::from)
                     } else {
                         fm.save(&path).map_err(Into::into)
                     };

@@ -285,7 +285,7 @@ impl Runtime {
                 }
             }
         }
-        crate::paths::ensure_private_dir(&pending)
+        Ok(crate::paths::ensure_private_dir(&pending)?)
     }
 
     /// The pending area of transparent mode (in the store of the first checkpoint).

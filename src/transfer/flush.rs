@@ -357,7 +357,7 @@ pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
     if let Some(r2f) = Rank2File::load(&layout.rank2file(id))? {
         let shared = shared.iter().map(|f| &f.rel);
         let rels: Vec<&PathBuf> = r2f.files.values().flatten().map(|f| &f.rel).chain(shared).collect();
-        let paths = rels.iter().map(|rel| layout.prefix.below(rel)).collect::<Result<Vec<PathBuf>>>()?;
+        let paths = rels.iter().map(|rel| layout.prefix.below(rel)).collect::<Result<Vec<PathBuf>, _>>()?;
         let keep = kept_by_others(layout, id);
         for (rel, p) in rels.iter().zip(paths) {
             match &keep {

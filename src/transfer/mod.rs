@@ -135,6 +135,12 @@ impl From<crate::persist::MetaError> for TransferError {
     }
 }
 
+impl From<crate::paths::PathError> for TransferError {
+    fn from(e: crate::paths::PathError) -> TransferError {
+        TransferError::Lower(e.into())
+    }
+}
+
 impl From<TransferError> for crate::error::Error {
     fn from(e: TransferError) -> crate::error::Error {
         match e {
