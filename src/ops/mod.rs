@@ -14,7 +14,8 @@
 //! | [`next`] | what the next run would restart from, for job scripts (`scr_index --restart`) |
 //! | [`interval`] | checkpoint interval advice from the event log (`scr_interval`) |
 //! | [`scavenge`] | `scr_copy` on one node and `scr_scavenge` over the nodes (the copy and the build, `scr_index --build`, are [`crate::transfer::scavenge`] and [`crate::transfer::build`]) |
-//! | [`nodes`] | node lists: the allocation, the nodes left out of a run, host-list syntax |
+//! | [`hostlist`] | host-list syntax (`n[1-3,7]`) and why the nodes of a run could not be known |
+//! | [`nodes`] | node lists: the allocation, the nodes left out of a run |
 //! | [`slurm`] | what the commands ask Slurm: unusable nodes, a run's job step, cancelling it |
 //! | [`run`] | the run wrapper: pre-run checks, relaunch decisions, scavenge at the end |
 //! | [`should_exit`] | the same stop-or-relaunch decision for job scripts that loop themselves |
@@ -31,6 +32,7 @@
 pub mod args;
 pub mod down;
 pub mod halt;
+pub mod hostlist;
 pub mod index;
 pub mod interval;
 pub mod launch;

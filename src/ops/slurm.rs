@@ -11,7 +11,7 @@
 //!   step (`scancel JOBID.STEP`) from any host, never the allocation, and only once the step's
 //!   owner (`UserId`) is proven to be the run's.
 
-use super::nodes::{expand, NodeError};
+use super::hostlist::{expand, NodeError};
 use crate::identity::{rm_query, QueryError, QueryFault};
 
 /// The nodes of `nodes` (the allocation of job `job`) that cannot take a run, with why.
