@@ -439,6 +439,15 @@ pub fn process_start(pid: u32) -> Option<u64> {
     fields.get(19)?.parse().ok()
 }
 
+/// The run `scr_run` launched in this prefix from this host, if it is still going.
+pub fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
+    Ok(RunRecord::load(&layout.run_file())?.filter(|rec| {
+        rec.ended.is_none()
+            && rec.host == crate::identity::host_name()
+            && process_is(rec.launcher_pid, rec.launcher_start)
+    }))
+}
+
 /// Whether process `pid` is alive and is the one that started at `start`.
 pub fn process_is(pid: u32, start: u64) -> bool {
     process_start(pid) == Some(start)

@@ -16,7 +16,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
-use super::halt::process_is;
+use super::halt::active_run;
 use super::launch::{default_preload, sibling, Launch, Prepared};
 use super::scavenge;
 use super::{nodes, OpError, OpResult};
@@ -82,15 +82,6 @@ pub fn prerun(prefix: Option<&str>) -> OpResult<(Layout, crate::config::Settings
         notes.push(format!("halt condition already satisfied: {why}"));
     }
     Ok((layout, settings, notes))
-}
-
-/// The run `scr_run` launched in this prefix from this host, if it is still going.
-pub fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
-    Ok(RunRecord::load(&layout.run_file())?.filter(|rec| {
-        rec.ended.is_none()
-            && rec.host == crate::identity::host_name()
-            && process_is(rec.launcher_pid, rec.launcher_start)
-    }))
 }
 
 /// Why the job must not run (again) now, if it must not. `skip_finalize`: `SCR_Finalize`'s

@@ -252,7 +252,7 @@ pub fn cli(argv: &[String]) -> OpResult<i32> {
     let by_launcher = super::launch::node_cmd_for(p.value("joblauncher"))
         .map_err(|e| OpError::usage(format!("--joblauncher: {e}")))?;
     let (layout, settings) = job_context(p.value("prefix"))?;
-    if let Some(rec) = super::run::active_run(&layout)? {
+    if let Some(rec) = super::halt::active_run(&layout)? {
         return Err(OpError::failed(format!(
             "the job is still running (scr_run's launcher, process {}): scavenge after its last run ends",
             rec.launcher_pid
