@@ -147,6 +147,19 @@ impl Index {
         out
     }
 
+    /// The index of the datasets a rebuild found ([`recover::rebuild`]): their fetch history
+    /// and restart marks are lost; the newest complete checkpoint is current.
+    fn rebuilt(found: Vec<recover::Found>) -> Index {
+        let mut index = Index::default();
+        for f in found {
+            let entry = IndexEntry { complete: f.complete, ..complete_entry(f.desc, f.flushed) };
+            index.datasets.insert(f.id, entry);
+        }
+        index.current =
+            index.datasets.values().rev().find(|e| e.complete && e.desc.checkpoint).map(|e| e.desc.name.clone());
+        index
+    }
+
     /// The highest dataset and checkpoint ids recorded.
     pub fn max_ids(&self) -> (u64, u64) {
         let d = self.datasets.keys().max().copied().unwrap_or(0);
@@ -170,7 +183,8 @@ fn read_or_rebuild(path: &Path) -> Result<Index, MetaError> {
     }
     let moved = if path.exists() { recover::move_aside(path) } else { None };
     let rebuilt = recover::rebuild(scr_dir);
-    persist::write_atomic(path, KIND, &rebuilt.index)?;
+    let index = Index::rebuilt(rebuilt.found);
+    persist::write_atomic(path, KIND, &index)?;
     let what = match &moved {
         Some(to) => format!("{} {why}; the damaged copy was moved to {}", path.display(), to.display()),
         None if why == "is missing" => format!("{} is missing", path.display()),
@@ -180,7 +194,7 @@ fn read_or_rebuild(path: &Path) -> Result<Index, MetaError> {
         "{what}; the index was rebuilt from the dataset directories of the prefix (restart markers and fetch history are lost): {}",
         if rebuilt.notes.is_empty() { "nothing to index".to_string() } else { rebuilt.notes.join("; ") }
     );
-    Ok(rebuilt.index)
+    Ok(index)
 }
 
 #[cfg(test)]
@@ -216,6 +230,26 @@ mod tests {
         assert_eq!(ix.current.as_deref(), Some("ckpt.5"), "an older one never takes over");
         ix.promote_current(2);
         assert_eq!(ix.current.as_deref(), Some("ckpt.5"), "nor a failed one");
+    }
+
+    #[test]
+    fn a_rebuilt_index_makes_the_newest_complete_checkpoint_current() {
+        let found = |id: u64, complete: bool, checkpoint: bool| recover::Found {
+            id,
+            desc: DatasetDesc { checkpoint, ..DatasetDesc::sample(id, &format!("ckpt.{id}"), 2) },
+            complete,
+            flushed: None,
+        };
+        let ix = Index::rebuilt(vec![
+            found(2, true, true),
+            found(4, true, true),
+            found(6, false, true),
+            found(7, true, false),
+        ]);
+        assert_eq!(ix.datasets.keys().copied().collect::<Vec<_>>(), vec![2, 4, 6, 7]);
+        assert!(!ix.datasets[&6].complete && ix.datasets[&7].complete);
+        assert_eq!(ix.current.as_deref(), Some("ckpt.4"), "6 is incomplete, 7 is output only");
+        assert_eq!(ix.restart_candidates(&[]), vec![4, 2]);
     }
 
     /// A flushed dataset's directory, as a flush leaves it.

@@ -14,17 +14,31 @@
 
 use std::path::{Path, PathBuf};
 
-use super::index::{Index, IndexEntry};
+use super::dataset::DatasetDesc;
 use super::summary::{Rank2File, Summary};
 use crate::identity;
 
 /// The mark a dropped dataset's directory carries (`.scr/scr.dataset.<id>/dropped`).
 pub const DROPPED: &str = "dropped";
 
-/// What a rebuild found: the new index and one line per dataset directory.
+/// A dataset directory a rebuild indexes: its summary's record and whether every file it
+/// lists is in the prefix with its recorded size.
+#[derive(Debug)]
+pub struct Found {
+    /// The dataset id (`scr.dataset.<id>`).
+    pub id: u64,
+    /// The dataset as its summary records it.
+    pub desc: DatasetDesc,
+    /// Complete when written and every file is in the prefix as recorded.
+    pub complete: bool,
+    /// When the flush finished (the summary's modification time, ISO).
+    pub flushed: Option<String>,
+}
+
+/// What a rebuild found: the datasets to index, by id, and one line per dataset directory.
 #[derive(Debug)]
 pub struct Rebuilt {
-    pub index: Index,
+    pub found: Vec<Found>,
     pub notes: Vec<String>,
 }
 
@@ -48,10 +62,11 @@ pub fn anything_to_index(scr_dir: &Path) -> bool {
     dataset_dirs(scr_dir).iter().any(|(_, d)| d.join("summary.scr").exists() && !d.join(DROPPED).exists())
 }
 
-/// Rebuild the index of the prefix whose `.scr` directory is `scr_dir`.
+/// Read the dataset directories of the prefix whose `.scr` directory is `scr_dir`: what a
+/// rebuilt index holds ([`super::index`] makes the index of it).
 pub fn rebuild(scr_dir: &Path) -> Rebuilt {
     let prefix = scr_dir.parent().unwrap_or(scr_dir);
-    let mut index = Index::default();
+    let mut found = Vec::new();
     let mut notes = Vec::new();
     for (id, dir) in dataset_dirs(scr_dir) {
         if dir.join(DROPPED).exists() {
@@ -94,22 +109,9 @@ pub fn rebuild(scr_dir: &Path) -> Rebuilt {
             .ok()
             .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
             .map(|d| identity::iso_time(d.as_secs() as i64));
-        index.datasets.insert(
-            id,
-            IndexEntry {
-                desc,
-                complete,
-                flushed,
-                flushing: false,
-                failed: false,
-                superseded_by: None,
-                fetches: Vec::new(),
-            },
-        );
+        found.push(Found { id, desc, complete, flushed });
     }
-    index.current =
-        index.datasets.values().rev().find(|e| e.complete && e.desc.checkpoint).map(|e| e.desc.name.clone());
-    Rebuilt { index, notes }
+    Rebuilt { found, notes }
 }
 
 /// The first file of `r2f` that is not in the prefix with its recorded size.
@@ -154,7 +156,6 @@ pub fn move_aside(path: &Path) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::dataset::DatasetDesc;
     use crate::state::summary::PrefixFile;
 
     fn flushed(scr: &Path, id: u64, name: &str, ranks: u32, data: &[u8]) {
@@ -185,11 +186,8 @@ mod tests {
         std::fs::write(scr.join("scr.dataset.7").join(DROPPED), b"").unwrap();
         std::fs::create_dir_all(scr.join("scr.dataset.8/flush")).unwrap();
         let r = rebuild(&scr);
-        let ix = &r.index;
-        assert_eq!(ix.datasets.keys().copied().collect::<Vec<_>>(), vec![2, 4, 6]);
-        assert!(ix.datasets[&2].complete && ix.datasets[&4].complete && !ix.datasets[&6].complete);
-        assert_eq!(ix.current.as_deref(), Some("ckpt.4"));
-        assert_eq!(ix.restart_candidates(&[]), vec![4, 2]);
+        let got: Vec<(u64, bool)> = r.found.iter().map(|f| (f.id, f.complete)).collect();
+        assert_eq!(got, vec![(2, true), (4, true), (6, false)]);
         let notes = r.notes.join("\n");
         assert!(notes.contains("ckpt.6 (dataset 6): incomplete") && notes.contains("rank_1 of rank 1"), "{notes}");
         assert!(
