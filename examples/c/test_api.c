@@ -19,7 +19,7 @@
  *                   temporary name with a suffix could not hold
  * --crash-delay S   the crash of --crash-after/--crash-after-count comes S seconds after the
  *                   checkpoint (the library's background work on it has time to finish)
- * --pause-before K DIR  in a run that did not restart, before step K rank 0 creates
+ * --pause-before K DIR  in a run that did not restart, before step K (all ranks there) rank 0 creates
  *                   DIR/paused.K and waits until DIR/resume.K exists; if that file says
  *                   "crash", every rank calls _exit(9) (a test changes things meanwhile)
  * --crash-during K  rank 0 dies half-way through writing checkpoint K
@@ -60,10 +60,14 @@ static int quiet = 0;
 static int uneven = 0;
 static int many = 0;
 
-/* Rank 0 announces it reached the gate before `step` and waits to be let through. */
+/* Rank 0 announces it reached the gate before `step` and waits to be let through. The
+ * barrier first: every rank has returned from the steps before, the library's synchronous
+ * work after their last collective included (a node leader records a completed flush in its
+ * flush.scr after the flush's agreement), so what a test inspects at the pause is settled. */
 static void pause_gate(const char* dir, int step)
 {
   int crash = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) {
     char path[4096];
     snprintf(path, sizeof path, "%s/paused.%d", dir, step);
