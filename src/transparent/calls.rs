@@ -7,118 +7,23 @@
 //! path may be under the prefix. The library's own I/O here passes the hooks (the re-entry
 //! guard is set first).
 
-use std::ffi::{CStr, CString, OsStr};
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
 use super::fds::{self, Tracked};
-use super::prefix::{reserved, PATH_MAX};
-use super::rules::{self, Disk, OnDisk, Open};
+use super::plain::{c_path, errno_of, materialize, may_open, on_disk, OnDisk, PASS};
+pub use super::plain::{Call, Done, Opening};
+use super::prefix::reserved;
+use super::rules::{self, Disk, Open};
 pub use super::session::concerns;
 use super::session::{self, owner, routing, table_for_file, table_for_id, table_now, Session};
 use super::table::{Held, Table};
 use crate::reentry::Inside;
-use crate::scr_error;
-
-/// What the front end does with the application's call.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Call {
-    /// The real function with the application's arguments.
-    Pass,
-    /// The real function with this absolute path (and `AT_FDCWD`) instead.
-    Path(CString),
-    /// Fail with this errno.
-    Fail(i32),
-}
-
-/// A call performed here: `Ok(value)` (errno as the application had it) or `Err(errno)`.
-pub type Done = Result<i32, i32>;
-
-pub(super) fn c_path(p: &Path) -> Call {
-    match CString::new(p.as_os_str().as_bytes()) {
-        Ok(c) => Call::Path(c),
-        Err(_) => Call::Pass,
-    }
-}
-
-pub(super) fn errno_of(e: &std::io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
-}
-
-/// Run the application's call as it is and report it.
-pub(super) fn real_done(real: &mut dyn FnMut() -> i32) -> Done {
-    let r = real();
-    if r < 0 {
-        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO))
-    } else {
-        Ok(r)
-    }
-}
-
-/// The path argument relative to the prefix (`""` for the prefix itself), if it is below it,
-/// is not SCR's own ([`reserved`]) and this is the process that routes.
-pub(super) fn resolve(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
-    resolve_any(s, dirfd, path).filter(|rel| !reserved(rel))
-}
-
-/// As [`resolve`], SCR's own names included.
-fn resolve_any(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
-    let bytes = path.to_bytes();
-    let mut buf = [0u8; PATH_MAX];
-    let base = match bytes.first() {
-        None => return None,
-        Some(b'/') => None,
-        Some(_) => (s.base)(dirfd, &mut buf).map(|n| &buf[..n]),
-    };
-    if !s.prefix.may_contain(bytes, base) || !s.is_owner() {
-        return None;
-    }
-    s.prefix.relative(bytes, base)
-}
-
-/// As [`resolve`], for a file below the prefix (not the prefix itself).
-pub(super) fn resolve_file(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
-    resolve(s, dirfd, path).filter(|rel| !rel.as_os_str().is_empty())
-}
-
-/// The absolute, normalised form of any path argument.
-pub(super) fn absolute(s: &Session, dirfd: i32, path: &CStr) -> Option<PathBuf> {
-    let p = Path::new(OsStr::from_bytes(path.to_bytes()));
-    if p.is_absolute() {
-        return Some(crate::paths::normalize(p, Path::new("/")));
-    }
-    let mut buf = [0u8; PATH_MAX];
-    let n = (s.base)(dirfd, &mut buf)?;
-    Some(crate::paths::normalize(p, Path::new(OsStr::from_bytes(&buf[..n]))))
-}
-
-pub(super) fn on_disk(p: &Path) -> OnDisk {
-    match std::fs::symlink_metadata(p) {
-        Ok(m) if m.is_file() => OnDisk::File,
-        Ok(m) if m.is_dir() => OnDisk::Dir,
-        Ok(_) => OnDisk::Other,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => OnDisk::Missing,
-        Err(_) => OnDisk::Other,
-    }
-}
-
-/// The outcome of deciding an open.
-#[derive(Debug)]
-pub struct Opening {
-    pub call: Call,
-    /// The pending file a successful open writes (0: none); report the descriptor with
-    /// [`opened`].
-    pub track: u32,
-    /// The pending file was added for this open (an open that fails abandons it).
-    pub created: bool,
-}
-
-const PASS: Opening = Opening { call: Call::Pass, track: 0, created: false };
 
 /// An open of `path` (relative to `dirfd`) with `flags`.
 pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     let Some(s) = routing() else { return PASS };
-    let Some(rel) = resolve_any(s, dirfd, path) else { return PASS };
+    let Some(rel) = s.resolve_any(dirfd, path) else { return PASS };
     if s.child && (rules::writing(flags) || reserved(&rel)) {
         // a child changes no cached file: its writes reach the prefix
         return PASS;
@@ -160,17 +65,6 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
             }
         }
     }
-}
-
-/// Whether the application may open the existing file `p` with `flags`' access mode.
-fn may_open(p: &Path, flags: i32) -> Result<(), i32> {
-    let acc = flags & libc::O_ACCMODE;
-    std::fs::OpenOptions::new()
-        .read(acc != libc::O_WRONLY)
-        .write(acc != libc::O_RDONLY)
-        .open(p)
-        .map(drop)
-        .map_err(|e| errno_of(&e))
 }
 
 /// A new pending file for `rel`, its bytes copied from `from` first (an update in place).
@@ -363,7 +257,7 @@ pub fn write_failed(fd: i32) {
 /// `utimensat`, `readlink`, ...): on the cached bytes when SCR holds the path.
 pub fn held(dirfd: i32, path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
-    let Some(rel) = resolve_file(s, dirfd, path) else { return Call::Pass };
+    let Some(rel) = s.resolve_file(dirfd, path) else { return Call::Pass };
     let _inside = Inside::enter();
     let t = table_for_file(&rel);
     match t.held(&rel) {
@@ -403,7 +297,7 @@ pub fn update(path: &CStr) -> Call {
 /// prefix.
 pub fn statfs(path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
-    let Some(rel) = resolve_file(s, libc::AT_FDCWD, path) else { return Call::Pass };
+    let Some(rel) = s.resolve_file(libc::AT_FDCWD, path) else { return Call::Pass };
     let _inside = Inside::enter();
     if table_for_file(&rel).held(&rel).is_none() {
         return Call::Pass;
@@ -418,33 +312,12 @@ pub fn statfs(path: &CStr) -> Call {
 /// name. `None`: the real `realpath` answers.
 pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
     let s = routing()?;
-    let rel = resolve_file(s, libc::AT_FDCWD, path)?;
+    let rel = s.resolve_file(libc::AT_FDCWD, path)?;
     let _inside = Inside::enter();
     table_for_file(&rel).held(&rel)?;
     let abs = s.prefix.join(&rel);
     let (dir, name) = (abs.parent()?, abs.file_name()?);
     Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))
-}
-
-/// Copy pending bytes to the application's path (after `MPI_Finalize`, a file cannot join a
-/// dataset any more); `last`: drop the pending copy.
-pub(super) fn materialize(cache: &Path, dest: &Path, last: bool) {
-    if let Some(parent) = dest.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
-    match std::fs::copy(cache, dest) {
-        Ok(_) => {
-            if last {
-                let _ = std::fs::remove_file(cache);
-            }
-        }
-        Err(err) => scr_error!(
-            "transparent mode: cannot copy {} to {}: {err}; the bytes stay in {}",
-            cache.display(),
-            dest.display(),
-            cache.display()
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::calls::{absolute, resolve};
 use super::prefix::{reserved, PATH_MAX};
 use super::session::{routing, table, table_now, Session};
 use super::table::Table;
@@ -92,7 +91,7 @@ impl Merge {
 /// files below that directory.
 pub fn listing(dirfd: i32, path: &CStr) -> Option<Merge> {
     let s = routing()?;
-    let rel = resolve(s, dirfd, path)?;
+    let rel = s.resolve(dirfd, path)?;
     extras_of(&rel)
 }
 
@@ -107,7 +106,7 @@ pub fn listing_fd(fd: i32) -> Option<Merge> {
     let n = (s.base)(fd, &mut buf)?;
     buf[n] = 0;
     let path = CStr::from_bytes_until_nul(&buf).ok()?;
-    let rel = resolve(s, libc::AT_FDCWD, path)?;
+    let rel = s.resolve(libc::AT_FDCWD, path)?;
     extras_of(&rel)
 }
 
@@ -336,7 +335,7 @@ impl Walk {
 pub fn walk(root: &CStr, flags: i32) -> Option<Result<Walk, i32>> {
     let s = routing()?;
     let bytes = root.to_bytes();
-    let abs = absolute(s, libc::AT_FDCWD, root)?;
+    let abs = s.absolute(libc::AT_FDCWD, root)?;
     let _inside = Inside::enter();
     let t = table_now();
     // held files below the root (the root below the prefix, or the prefix below the root)

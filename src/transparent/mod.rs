@@ -5,6 +5,7 @@
 //!
 //! | module | owns |
 //! |---|---|
+//! | `plain` | the answers the front end applies ([`Call`], [`Done`], [`Opening`]), plain file operations |
 //! | [`prefix`] | which path arguments concern the prefix (fast, no allocation) |
 //! | [`table`] | the file table: pending files, cached datasets' files, removals, namespace changes |
 //! | [`rules`] | the open, rename, link and removal rules, as plain functions over the table |
@@ -12,6 +13,7 @@
 //! | [`names`] | renames, links and removals, performed here on the cache and the prefix |
 //! | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
 //! | [`fds`] | which descriptors write pending files |
+//! | `shared_files` | the table's part for shared files (plain data) |
 //! | [`shared`] | files several ranks write (MPI-IO, `SCR_PRELOAD_SHARED`): written once in the prefix |
 //! | [`shells`] | directories made for checkpoint files, removed when empty once their checkpoint is gone |
 //! | [`listing`] | merged directory listings and `nftw` walks |
@@ -31,10 +33,12 @@ pub mod fds;
 pub mod listing;
 pub mod names;
 pub(crate) mod naming;
+mod plain;
 pub mod prefix;
 pub mod rules;
 pub mod session;
 pub mod shared;
+mod shared_files;
 pub(crate) mod shells;
 pub mod sync;
 pub mod table;

@@ -8,8 +8,8 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
-use super::calls::{absolute, errno_of, materialize, on_disk, real_done, resolve_file, Done};
-use super::rules::{self, Link, OnDisk, Rename};
+use super::plain::{errno_of, materialize, on_disk, real_done, Done, OnDisk};
+use super::rules::{self, Link, Rename};
 use super::session::{routing, table_now, Session};
 use super::sync;
 use super::table::{Change, Held, Table};
@@ -20,7 +20,7 @@ use crate::scr_error;
 pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing().filter(|_| flags & libc::RENAME_EXCHANGE == 0) else { return real_done(real) };
     let noreplace = flags & libc::RENAME_NOREPLACE != 0;
-    let (from, to) = (resolve_file(s, od, old), resolve_file(s, nd, new));
+    let (from, to) = (s.resolve_file(od, old), s.resolve_file(nd, new));
     if from.is_none() && to.is_none() {
         return real_done(real);
     }
@@ -29,7 +29,7 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
     let to_routed = to.as_deref().is_some_and(|p| s.routed(p));
     let dest = match &to {
         Some(rel) => Some(s.prefix.join(rel)),
-        None => absolute(s, nd, new),
+        None => s.absolute(nd, new),
     };
     let exists = || dest.as_deref().is_some_and(|d| on_disk(d) != OnDisk::Missing);
     let from_dir = || from.as_deref().is_some_and(|f| on_disk(&s.prefix.join(f)) == OnDisk::Dir);
@@ -101,7 +101,7 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
             Ok(0)
         }
         Rename::Adopt => {
-            let src = from_abs.or_else(|| absolute(s, od, old));
+            let src = from_abs.or_else(|| s.absolute(od, old));
             match src.filter(|p| on_disk(p) == OnDisk::File) {
                 Some(src) => adopt(s, &mut t, &src, to.as_deref().unwrap_or(Path::new(""))),
                 None => {
@@ -208,7 +208,7 @@ pub(super) fn move_pending(s: &Session, t: &mut Table, from: &Path, to: &Path) {
 /// `unlink`/`remove`/`unlinkat` of a file. `real` performs the application's call.
 pub fn unlink(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
-    let Some(rel) = resolve_file(s, dirfd, path) else { return real_done(real) };
+    let Some(rel) = s.resolve_file(dirfd, path) else { return real_done(real) };
     let _inside = Inside::enter();
     let mut t = table_now();
     let (bytes, held) = t.remove(&rel);
@@ -237,7 +237,7 @@ pub fn unlinkat(dirfd: i32, path: &CStr, flags: i32, real: &mut dyn FnMut() -> i
 /// `remove`: [`unlink`] for a file, [`rmdir`] for a directory.
 pub fn remove(path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
-    let Some(rel) = resolve_file(s, libc::AT_FDCWD, path) else { return real_done(real) };
+    let Some(rel) = s.resolve_file(libc::AT_FDCWD, path) else { return real_done(real) };
     let dir = {
         let _inside = Inside::enter();
         table_now().held(&rel).is_none() && on_disk(&s.prefix.join(&rel)) == OnDisk::Dir
@@ -253,7 +253,7 @@ pub fn remove(path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
 /// the prefix would); a removal is shared with every rank at the next sync point.
 pub fn rmdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
-    let Some(rel) = resolve_file(s, dirfd, path) else { return real_done(real) };
+    let Some(rel) = s.resolve_file(dirfd, path) else { return real_done(real) };
     let _inside = Inside::enter();
     let mut t = table_now();
     if let Some(e) = rules::rmdir(&t, &rel) {
@@ -273,7 +273,7 @@ pub fn rmdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
 /// remembered, so that one made for checkpoint files leaves with them ([`super::shells`]).
 pub fn mkdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(s) = routing() else { return real_done(real) };
-    let rel = resolve_file(s, dirfd, path);
+    let rel = s.resolve_file(dirfd, path);
     let r = real_done(real)?;
     if let (false, Some(rel)) = (s.child, rel) {
         let _inside = Inside::enter();
@@ -287,7 +287,7 @@ pub fn mkdir(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
 pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, flags: i32, real: &mut dyn FnMut() -> i32) -> Done {
     // AT_EMPTY_PATH links a descriptor, not a path
     let Some(s) = routing().filter(|_| flags & libc::AT_EMPTY_PATH == 0) else { return real_done(real) };
-    let (from, to) = (resolve_file(s, od, old), resolve_file(s, nd, new));
+    let (from, to) = (s.resolve_file(od, old), s.resolve_file(nd, new));
     if from.is_none() {
         return real_done(real);
     }
@@ -295,7 +295,7 @@ pub fn link(od: i32, old: &CStr, nd: i32, new: &CStr, flags: i32, real: &mut dyn
     let mut t = table_now();
     let dest = match &to {
         Some(rel) => Some(s.prefix.join(rel)),
-        None => absolute(s, nd, new),
+        None => s.absolute(nd, new),
     };
     let Some(dest) = dest else { return Err(libc::ENOENT) };
     let to_routed = to.as_deref().is_some_and(|p| s.routed(p));

@@ -19,17 +19,8 @@
 
 use std::path::{Path, PathBuf};
 
+use super::plain::OnDisk;
 use super::table::{Held, Table};
-
-/// What the prefix holds at a path (`lstat`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnDisk {
-    Missing,
-    File,
-    Dir,
-    /// A symbolic link, a device, or an error other than `ENOENT`: the kernel decides.
-    Other,
-}
 
 /// What the prefix holds at a path and at its parent directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -16,13 +16,14 @@
 //! as it waited for the lock before.
 
 use std::cell::Cell;
-use std::collections::BTreeSet;
+use std::ffi::{CStr, OsStr};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
-use super::prefix::{BaseFn, PrefixPaths};
-use super::table::Table;
+use super::prefix::{reserved, BaseFn, PrefixPaths, PATH_MAX};
+use super::table::{Completing, Table};
 use crate::config::patterns::PatternSet;
 use crate::reentry::Inside;
 use crate::{scr_debug, scr_error, scr_warn};
@@ -91,6 +92,43 @@ impl Session {
     pub fn declared_shared(&self, rel: &std::path::Path) -> bool {
         rel.to_str().is_some_and(|r| self.shared.takes(r, self.rank)) && self.routed(rel)
     }
+
+    /// The path argument relative to the prefix (`""` for the prefix itself), if it is below
+    /// it, is not SCR's own ([`reserved`]) and this is the process that routes.
+    pub(super) fn resolve(&self, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+        self.resolve_any(dirfd, path).filter(|rel| !reserved(rel))
+    }
+
+    /// As [`Session::resolve`], SCR's own names included.
+    pub(super) fn resolve_any(&self, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+        let bytes = path.to_bytes();
+        let mut buf = [0u8; PATH_MAX];
+        let base = match bytes.first() {
+            None => return None,
+            Some(b'/') => None,
+            Some(_) => (self.base)(dirfd, &mut buf).map(|n| &buf[..n]),
+        };
+        if !self.prefix.may_contain(bytes, base) || !self.is_owner() {
+            return None;
+        }
+        self.prefix.relative(bytes, base)
+    }
+
+    /// As [`Session::resolve`], for a file below the prefix (not the prefix itself).
+    pub(super) fn resolve_file(&self, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+        self.resolve(dirfd, path).filter(|rel| !rel.as_os_str().is_empty())
+    }
+
+    /// The absolute, normalised form of any path argument.
+    pub(super) fn absolute(&self, dirfd: i32, path: &CStr) -> Option<PathBuf> {
+        let p = Path::new(OsStr::from_bytes(path.to_bytes()));
+        if p.is_absolute() {
+            return Some(crate::paths::normalize(p, Path::new("/")));
+        }
+        let mut buf = [0u8; PATH_MAX];
+        let n = (self.base)(dirfd, &mut buf)?;
+        Some(crate::paths::normalize(p, Path::new(OsStr::from_bytes(&buf[..n]))))
+    }
 }
 
 static SESSION: OnceLock<Session> = OnceLock::new();
@@ -101,16 +139,6 @@ static FINISHED: AtomicBool = AtomicBool::new(false);
 static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
 /// A process started by a rank: its read-only session, if the rank published a view.
 static CHILD: OnceLock<Option<Session>> = OnceLock::new();
-
-/// A completion the runtime works on without the table lock ([`without_table`]): the files
-/// it takes (pending and shared ids, and the paths of those and of the removed files it
-/// records). Committed files may change under it too (a new version replaces them, the cache
-/// evicts them).
-#[derive(Debug, Default)]
-pub(super) struct Completing {
-    pub ids: BTreeSet<u32>,
-    pub rels: BTreeSet<PathBuf>,
-}
 
 /// Signalled when a completion ends (with the table mutex).
 static COMPLETED: Condvar = Condvar::new();
@@ -385,7 +413,7 @@ pub fn at_exit() {
     }
     if finished() {
         for p in &pending {
-            super::calls::materialize(&p.cache, &s.prefix.join(&p.rel), p.writers == 0);
+            super::plain::materialize(&p.cache, &s.prefix.join(&p.rel), p.writers == 0);
         }
     } else if crate::runtime::mode().is_some() {
         scr_warn!(
@@ -400,6 +428,7 @@ pub fn at_exit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
     use std::sync::atomic::AtomicBool;
     use std::sync::mpsc;
     use std::time::Duration;

@@ -37,132 +37,18 @@
 //!   exists never held a complete checkpoint. (The journal is node-local: a node lost with it
 //!   leaves its staging files behind.)
 
-use std::collections::BTreeMap;
 use std::ffi::{CStr, CString};
 use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::calls::{c_path, resolve_file, Call, Opening};
+use super::plain::{c_path, Call, Opening};
 use super::prefix::reserved;
 use super::rules;
 use super::session::{routing, table_now, Session};
 use super::table::Table;
 use crate::reentry::Inside;
 use crate::state::layout::{shared_of_staging, shared_staging_name};
-
-/// A file shared in this phase, as this rank opened it.
-#[derive(Debug, Clone)]
-pub struct Entry {
-    /// Relative to the prefix.
-    pub rel: PathBuf,
-    /// Where its writers write it (absolute).
-    pub staging: PathBuf,
-    /// Descriptors of this rank open for writing.
-    pub writers: u32,
-    /// A write or close failed on this rank.
-    pub failed: bool,
-    /// The sync epoch of its last open (datasets form oldest first).
-    pub epoch: u64,
-}
-
-/// The shared files this rank opened since the last dataset completed (part of the file table).
-#[derive(Debug, Default)]
-pub struct SharedFiles {
-    files: BTreeMap<u32, Entry>,
-    next: u32,
-    /// Last closes on this rank so far ([`super::table::Table::settled`]).
-    settled: u64,
-}
-
-impl SharedFiles {
-    fn find(&self, rel: &Path) -> Option<(u32, &Entry)> {
-        self.files.iter().find(|(_, e)| e.rel == rel).map(|(id, e)| (*id, e))
-    }
-
-    /// Record `rel` as shared (its id; the existing one if it is already).
-    fn declare(&mut self, s: &Session, rel: &Path, epoch: u64) -> u32 {
-        if let Some((id, _)) = self.find(rel) {
-            return id;
-        }
-        self.next += 1;
-        let id = super::fds::SHARED_BIT | self.next;
-        let staging = shared_staging_name(&s.prefix.join(rel));
-        journal_staging(s, &staging);
-        self.files.insert(id, Entry { rel: rel.to_path_buf(), staging, writers: 0, failed: false, epoch });
-        id
-    }
-
-    /// Where `rel` is written while it is shared in this phase.
-    pub fn staging(&self, rel: &Path) -> Option<&Path> {
-        self.find(rel).map(|(_, e)| e.staging.as_path())
-    }
-
-    /// A descriptor of shared file `id` was opened (`fd < 0`: the open failed, and a file
-    /// declared by it, `created`, is forgotten).
-    pub(super) fn opened(&mut self, id: u32, fd: i32, created: bool, epoch: u64) {
-        if fd < 0 {
-            if created && self.files.get(&id).is_some_and(|e| e.writers == 0) {
-                self.files.remove(&id);
-            }
-            return;
-        }
-        if let Some(e) = self.files.get_mut(&id) {
-            e.writers += 1;
-            e.epoch = epoch;
-        }
-    }
-
-    /// A descriptor of `id` was duplicated.
-    pub(super) fn duplicated(&mut self, id: u32) {
-        if let Some(e) = self.files.get_mut(&id) {
-            e.writers += 1;
-        }
-    }
-
-    /// A descriptor of `id` closed (`ok`: successfully).
-    pub(super) fn closed(&mut self, id: u32, ok: bool) {
-        if let Some(e) = self.files.get_mut(&id) {
-            e.writers = e.writers.saturating_sub(1);
-            e.failed |= !ok;
-            if e.writers == 0 {
-                self.settled += 1;
-            }
-        }
-    }
-
-    /// How many shared files had their last close on this rank so far.
-    pub(super) fn settled(&self) -> u64 {
-        self.settled
-    }
-
-    /// A write on a descriptor of `id` failed.
-    pub(super) fn failed(&mut self, id: u32) {
-        if let Some(e) = self.files.get_mut(&id) {
-            e.failed = true;
-        }
-    }
-
-    /// (shared files open for writing on this rank, closed ones)
-    pub(super) fn counts(&self) -> (u64, u64) {
-        let open = self.files.values().filter(|e| e.writers > 0).count() as u64;
-        (open, self.files.len() as u64 - open)
-    }
-
-    /// The shared files no descriptor of this rank writes any more, by id.
-    pub(super) fn closed_files(&self) -> Vec<(u32, Entry)> {
-        self.files.iter().filter(|(_, e)| e.writers == 0).map(|(id, e)| (*id, e.clone())).collect()
-    }
-
-    /// The shared files a descriptor of this rank still writes.
-    pub(super) fn open_files(&self) -> impl Iterator<Item = &Entry> {
-        self.files.values().filter(|e| e.writers > 0)
-    }
-
-    pub(super) fn forget(&mut self, id: u32) {
-        self.files.remove(&id);
-    }
-}
 
 /// An open of `rel` (relative to the prefix, reserved names included) with `flags`, if it
 /// concerns a shared file: a staging name passes (tracked when this rank declared the file
@@ -179,16 +65,28 @@ pub(super) fn open(s: &Session, t: &mut Table, rel: &Path, flags: i32) -> Option
     }
     let (id, created) = match t.shared.find(rel) {
         Some((id, _)) => (id, false),
-        None if writing && s.declared_shared(rel) => (t.shared.declare(s, rel, t.epoch), true),
+        None if writing && s.declared_shared(rel) => (declare(s, t, rel).0, true),
         None => return None,
     };
-    let staging = t.shared.files.get(&id).map(|e| e.staging.clone()).unwrap_or_default();
+    let staging = t.shared.get(id).map(|e| e.staging.clone()).unwrap_or_default();
     if writing {
         unlink_planted(&staging);
         Some(Opening { call: c_path(&staging), track: id, created })
     } else {
         Some(Opening { call: c_path(&staging), track: 0, created: false })
     }
+}
+
+/// Record `rel` as shared in the table (its id, and whether it was already): a new one is
+/// written at its staging name, which the journal records first.
+fn declare(s: &Session, t: &mut Table, rel: &Path) -> (u32, bool) {
+    if let Some((id, _)) = t.shared.find(rel) {
+        return (id, true);
+    }
+    let staging = shared_staging_name(&s.prefix.join(rel));
+    journal_staging(s, &staging);
+    let epoch = t.epoch;
+    (t.shared.add(rel, staging, epoch), false)
 }
 
 /// Remove a symbolic link (or anything but a regular file) at staging name `staging` before
@@ -325,7 +223,7 @@ pub fn mpi_open(name: &CStr, amode: Amode, processes: i32, agree: Agree) -> MpiC
     }
     let (fs, path) = split_fs_prefix(name.to_bytes());
     let Ok(path) = CString::new(path) else { return MpiCall::Pass };
-    let Some(rel) = resolve_file(s, libc::AT_FDCWD, &path) else { return MpiCall::Pass };
+    let Some(rel) = s.resolve_file(libc::AT_FDCWD, &path) else { return MpiCall::Pass };
     let _inside = Inside::enter();
     let rank = i64::from(s.rank);
     let shared_here = table_now().shared.find(&rel).is_some();
@@ -456,10 +354,8 @@ fn adopt_private(
     }
     let (known, id, staging) = {
         let mut t = table_now();
-        let epoch = t.epoch;
-        let known = t.shared.find(rel).is_some();
-        let id = t.shared.declare(s, rel, epoch);
-        (known, id, t.shared.files[&id].staging.clone())
+        let (id, known) = declare(s, &mut t, rel);
+        (known, id, t.shared.get(id).map(|e| e.staging.clone()).unwrap_or_default())
     };
     let id = if known { 0 } else { id };
     if shared {
@@ -545,7 +441,7 @@ pub fn mpi_opened(o: &MpiOpen, ok: bool) {
     }
     let _inside = Inside::enter();
     let mut t = super::session::table();
-    if t.shared.files.get(&o.id).is_some_and(|e| e.writers == 0) {
+    if t.shared.get(o.id).is_some_and(|e| e.writers == 0) {
         t.shared.forget(o.id);
     }
 }
@@ -570,33 +466,5 @@ mod tests {
         assert_eq!(split_fs_prefix(b"/p/a:b"), (&b""[..], &b"/p/a:b"[..]));
         assert_eq!(split_fs_prefix(b"c:x"), (&b""[..], &b"c:x"[..]), "one letter is no file system");
         assert_eq!(split_fs_prefix(b"dir/x:y"), (&b""[..], &b"dir/x:y"[..]));
-    }
-
-    #[test]
-    fn descriptors_count_until_closed_and_failures_stick() {
-        let mut sh = SharedFiles::default();
-        let id = crate::transparent::fds::SHARED_BIT | 1;
-        sh.files.insert(
-            id,
-            Entry { rel: "c/s".into(), staging: "/p/c/.s.scrshared".into(), writers: 0, failed: false, epoch: 0 },
-        );
-        use crate::transparent::fds::Tracked;
-        assert_eq!(
-            (Tracked::of(id), Tracked::of(1), Tracked::of(0)),
-            (Some(Tracked::Shared(id)), Some(Tracked::Pending(1)), None)
-        );
-        sh.opened(id, 5, true, 3);
-        sh.duplicated(id);
-        assert_eq!(sh.counts(), (1, 0));
-        sh.closed(id, true);
-        sh.failed(id);
-        sh.closed(id, true);
-        assert_eq!(sh.counts(), (0, 1));
-        let closed = sh.closed_files();
-        assert_eq!((closed[0].1.epoch, closed[0].1.failed), (3, true));
-        assert_eq!(sh.staging(Path::new("c/s")), Some(Path::new("/p/c/.s.scrshared")));
-        // a failed open forgets only a file it declared and nobody writes
-        sh.opened(id, -1, true, 4);
-        assert!(sh.closed_files().is_empty());
     }
 }

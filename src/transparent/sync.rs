@@ -41,8 +41,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use super::naming::Part;
-use super::session::{self, Completing, Session};
-use super::table::{Change, Committed, Table};
+use super::session::{self, Session};
+use super::table::{Change, Committed, Completing, Table};
 use crate::comm::Comm;
 use crate::config::patterns::Route;
 use crate::reentry::Inside;
@@ -451,7 +451,7 @@ fn complete(
     // files no pattern takes any more (held from an earlier run's patterns) go to the prefix
     for id in homeless {
         if let Some(p) = t.get(id).cloned() {
-            super::calls::materialize(&p.cache, &s.prefix.join(&p.rel), true);
+            super::plain::materialize(&p.cache, &s.prefix.join(&p.rel), true);
             t.forget(id);
         }
     }

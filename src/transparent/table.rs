@@ -17,7 +17,7 @@
 //! one MPI-IO opens on every rank) would be one more kind of entry keyed the same way, whose
 //! bytes are not in one rank's pending area; nothing in the lookups assumes a private copy.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -111,9 +111,19 @@ pub struct Table {
     /// removal, a rename): a sync point attempts completion only after one.
     settled: u64,
     /// Files several ranks write, opened since the last dataset completed.
-    pub shared: super::shared::SharedFiles,
+    pub shared: super::shared_files::SharedFiles,
     /// A completion runs without the table lock (see [`super::session::without_table`]).
-    pub(super) completing: Option<super::session::Completing>,
+    pub(super) completing: Option<Completing>,
+}
+
+/// A completion the runtime works on without the table lock ([`without_table`]): the files
+/// it takes (pending and shared ids, and the paths of those and of the removed files it
+/// records). Committed files may change under it too (a new version replaces them, the cache
+/// evicts them).
+#[derive(Debug, Default)]
+pub(super) struct Completing {
+    pub ids: BTreeSet<u32>,
+    pub rels: BTreeSet<PathBuf>,
 }
 
 fn strictly_below(p: &Path, dir: &Path) -> bool {
