@@ -15,8 +15,9 @@ use super::plain::{c_path, errno_of, materialize, may_open, on_disk, OnDisk, PAS
 pub use super::plain::{Call, Done, Opening};
 use super::prefix::reserved;
 use super::rules::{self, Disk, Open};
-pub use super::session::concerns;
-use super::session::{self, owner, routing, table_for_file, table_for_id, table_now, Session};
+use super::session::Session;
+pub use super::state::concerns;
+use super::state::{self, owner, routing, table_for_file, table_for_id, table_now};
 use super::table::{Held, Table};
 use crate::reentry::Inside;
 
@@ -28,7 +29,7 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
         // a child changes no cached file: its writes reach the prefix
         return PASS;
     }
-    super::test_panic(path);
+    super::plain::test_panic(path);
     let _inside = Inside::enter();
     // (an open for reading only looks at what SCR holds for `rel`)
     let mut t = if rules::writing(flags) || reserved(&rel) { table_now() } else { table_for_file(&rel) };
@@ -200,7 +201,7 @@ pub fn closed(id: u32, ok: bool) {
     if !t.closed(id, ok) {
         return;
     }
-    if session::finished() {
+    if state::finished() {
         if let Some(p) = t.get(id).cloned() {
             t.forget(id);
             drop(t);

@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::prefix::{reserved, PATH_MAX};
-use super::session::{routing, table, table_now, Session};
+use super::session::Session;
+use super::state::{routing, table, table_now};
 use super::table::Table;
 use crate::reentry::Inside;
 

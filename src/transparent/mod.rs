@@ -30,6 +30,7 @@
 
 pub mod calls;
 pub mod fds;
+mod lifecycle;
 pub mod listing;
 pub mod names;
 pub(crate) mod naming;
@@ -40,6 +41,7 @@ pub mod session;
 pub mod shared;
 mod shared_files;
 pub(crate) mod shells;
+mod state;
 pub mod sync;
 pub mod table;
 pub mod view;
@@ -49,24 +51,14 @@ mod writes;
 mod agreement_tests;
 
 pub use calls::{Call, Done, Opening};
+pub use lifecycle::{at_exit, finish, start, stop};
+pub use plain::{test_panic, TEST_PANIC};
 pub use prefix::{BaseFn, PATH_MAX};
-pub use session::{at_exit, finish, routing, start, stop};
+pub use state::routing;
 
 /// The communicator a sync point's agreement runs on ([`sync::point_with`] hands it to the
 /// front end's agreement, e.g. [`sync::agree`]).
 pub use crate::comm::Comm;
-
-/// Test builds only: a path whose name contains this makes the core panic inside the hook
-/// that handles it, so tests can show that a panic never reaches the application.
-pub const TEST_PANIC: &str = "SCR_TEST_PANIC";
-
-/// Panic when `path` asks for it ([`TEST_PANIC`]); compiled out of release builds.
-#[inline]
-pub fn test_panic(path: &std::ffi::CStr) {
-    if cfg!(debug_assertions) && path.to_bytes().windows(TEST_PANIC.len()).any(|w| w == TEST_PANIC.as_bytes()) {
-        panic!("test panic ({TEST_PANIC} in the path)");
-    }
-}
 
 // The few services of lower layers the front end needs, as narrow functions here so that
 // `libscr_preload.so` reaches the core only through this module (`tests/it/layers.rs`).

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use super::plain::{errno_of, materialize, on_disk, real_done, Done, OnDisk};
 use super::rules::{self, Link, Rename};
-use super::session::{routing, table_now, Session};
-use super::sync;
+use super::session::Session;
+use super::state::{refresh_committed, routing, table_now};
 use super::table::{Change, Held, Table};
 use crate::reentry::Inside;
 use crate::scr_error;
@@ -82,7 +82,7 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
                     if let Err(e) = crate::runtime::rename_dir(&from, to, true) {
                         scr_error!("transparent mode: recording the rename of {}: {e}", from.display());
                     }
-                    sync::refresh_committed(&mut t);
+                    refresh_committed(&mut t);
                     t.record(Change::RenamedDir { from, to: to.clone() });
                 }
                 None => {

@@ -9,6 +9,18 @@ use std::path::Path;
 
 use crate::scr_error;
 
+/// Test builds only: a path whose name contains this makes the core panic inside the hook
+/// that handles it, so tests can show that a panic never reaches the application.
+pub const TEST_PANIC: &str = "SCR_TEST_PANIC";
+
+/// Panic when `path` asks for it ([`TEST_PANIC`]); compiled out of release builds.
+#[inline]
+pub fn test_panic(path: &std::ffi::CStr) {
+    if cfg!(debug_assertions) && path.to_bytes().windows(TEST_PANIC.len()).any(|w| w == TEST_PANIC.as_bytes()) {
+        panic!("test panic ({TEST_PANIC} in the path)");
+    }
+}
+
 /// What the front end does with the application's call.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Call {

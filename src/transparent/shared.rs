@@ -45,7 +45,8 @@ use std::path::{Path, PathBuf};
 use super::plain::{c_path, Call, Opening};
 use super::prefix::reserved;
 use super::rules;
-use super::session::{routing, table_now, Session};
+use super::session::Session;
+use super::state::{routing, table, table_now};
 use super::table::Table;
 use crate::reentry::Inside;
 use crate::state::layout::{shared_of_staging, shared_staging_name};
@@ -440,7 +441,7 @@ pub fn mpi_opened(o: &MpiOpen, ok: bool) {
         return;
     }
     let _inside = Inside::enter();
-    let mut t = super::session::table();
+    let mut t = table();
     if t.shared.get(o.id).is_some_and(|e| e.writers == 0) {
         t.shared.forget(o.id);
     }

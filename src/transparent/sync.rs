@@ -37,34 +37,17 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use super::naming::Part;
-use super::session::{self, Session};
-use super::table::{Change, Committed, Completing, Table};
+use super::session::Session;
+use super::state::{self, refresh_committed, SyncState};
+use super::table::{Change, Completing, Table};
 use crate::comm::Comm;
 use crate::config::patterns::Route;
 use crate::reentry::Inside;
 use crate::runtime::{Adopt, Adopted};
 use crate::{scr_error, scr_warn};
-
-struct SyncState {
-    comm: Comm,
-    /// This process's session (known at the first sync point).
-    session: Option<&'static Session>,
-    /// A checkpoint completed at the previous sync point: check the halt conditions now.
-    halt_check: bool,
-    /// [`Table::settled`] at this rank's last completion attempt: closed files that were
-    /// there then (waiting for a file open for writing) flag nothing until it changes.
-    tried: u64,
-    /// Sync points that deferred their agreement since the last one ([`point_deferrable`]).
-    /// Like `quiet`, the same on every rank: it follows the world collectives, which every
-    /// rank makes in the same order, and the agreed flags.
-    skipped: u32,
-    /// Agreements in a row that found nothing closed, removed or renamed on any rank.
-    quiet: u32,
-}
 
 /// Deferral of the agreement ([`point_deferrable`]): it starts after this many agreements in
 /// a row found nothing closed, removed or renamed, and lets at most this many world
@@ -74,39 +57,24 @@ struct SyncState {
 /// completion (a rename into place, a late file) at the next collective.
 pub const DEFER_LIMIT: u32 = 8;
 
-static SYNC: Mutex<Option<SyncState>> = Mutex::new(None);
-
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub(super) fn setup() {
-    extern "C" fn forked() {
-        FORKED.store(true, Ordering::Relaxed);
-    }
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    // the handler only stores to an atomic (a failure, ENOMEM, is ignored as before)
-    ONCE.call_once(|| {
-        let _ = crate::sys::at_fork_child(forked);
-    });
-    *SYNC.lock().unwrap_or_else(|e| e.into_inner()) =
-        Some(SyncState { comm: Comm::world_dup(), session: None, halt_check: false, tried: 0, skipped: 0, quiet: 0 });
+    state::watch_forks();
+    *state::sync() = Some(SyncState::new(Comm::world_dup()));
 }
-
-/// This process is a forked child of a rank (it copied the sync state but must not act on
-/// it). Sync points test this instead of the process id ([`session::owner`]'s system call):
-/// MPI is never called from a `vfork` child, which shares the parent's memory.
-static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Drop the communicator (before the real `MPI_Finalize`); rank 0 reports how the sync
 /// points' agreements travelled (`SCR_DEBUG=1`).
 pub(super) fn teardown() {
-    let st = SYNC.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if st.is_some_and(|st| st.comm.rank() == 0) {
-        let [sep, bar, all, def] = std::array::from_fn(|i| VIA[i].load(Ordering::Relaxed));
+    let st = state::sync().take();
+    if let Some(st) = st.filter(|st| st.comm.rank() == 0) {
+        let [sep, bar, all, def] = st.via;
         crate::scr_debug!(
             1,
             "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {sep} had a separate one, {def} deferred theirs",
             sep + bar + all + def
         );
-        crate::scr_debug!(1, "transparent mode: {} sync points attempted completion", ATTEMPTS.load(Ordering::Relaxed));
+        crate::scr_debug!(1, "transparent mode: {} sync points attempted completion", st.attempts);
     }
 }
 
@@ -122,7 +90,7 @@ pub enum Point {
     /// was not run, the caller runs its collective itself.
     Off,
     /// A halt condition holds after a checkpoint and `SCR_HALT_EXIT` is set (the agreement
-    /// was not run): the caller ends the run ([`session::stop`], the real `MPI_Finalize`,
+    /// was not run): the caller ends the run ([`super::lifecycle::stop`], the real `MPI_Finalize`,
     /// exit status 0).
     Halt,
     /// The agreement ran and the sync point is complete.
@@ -147,10 +115,6 @@ pub enum Via {
     Deferred,
 }
 
-static VIA: [AtomicU64; 4] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
-/// Sync points that attempted completion (`SCR_DEBUG=1` reports it).
-static ATTEMPTS: AtomicU64 = AtomicU64::new(0);
-
 /// The agreement on SCR's own communicator: one small allreduce.
 pub fn agree(comm: &Comm, mine: Flags) -> Flags {
     let bits = mine.iter().enumerate().fold(0u32, |b, (i, f)| b | (u32::from(*f) << i));
@@ -160,7 +124,7 @@ pub fn agree(comm: &Comm, mine: Flags) -> Flags {
 
 /// A sync point (collective; `last`: the one in `MPI_Finalize`). Returns `true` when a halt
 /// condition holds after a checkpoint and `SCR_HALT_EXIT` is set: the caller ends the run
-/// ([`session::stop`], the real `MPI_Finalize`, exit status 0).
+/// ([`super::lifecycle::stop`], the real `MPI_Finalize`, exit status 0).
 pub fn point(last: bool) -> bool {
     point_with(last, Via::Separate, |comm, mine| Some(agree(comm, mine))) == Point::Halt
 }
@@ -188,21 +152,20 @@ pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Opti
 
 /// [`point_with`], or with `defer` [`point_deferrable`]'s rule.
 fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
-    if crate::reentry::inside() || FORKED.load(Ordering::Relaxed) {
+    if crate::reentry::inside() || state::forked() {
         return Point::Off;
     }
-    let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = state::sync();
     let Some(st) = g.as_mut() else { return Point::Off };
     if defer && !last && st.quiet >= DEFER_LIMIT && st.skipped + 1 < DEFER_LIMIT {
         st.skipped += 1;
-        let n = &VIA[Via::Deferred as usize];
-        n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        st.via[Via::Deferred as usize] += 1;
         return Point::Deferred;
     }
     let s = match st.session {
         Some(s) => s,
         None => {
-            let Some(s) = session::owner() else { return Point::Off };
+            let Some(s) = state::owner() else { return Point::Off };
             *st.session.insert(s)
         }
     };
@@ -214,7 +177,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         }
         return Point::Halt;
     }
-    let mut t = session::table();
+    let mut t = state::table();
     super::view::absorb(s, &mut t, true);
     // (the epoch counts every sync point, deferred ones too: a file held open is reported
     // after as many world collectives whatever their kind)
@@ -240,10 +203,10 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     if closed || removed || changes || held_check {
         // (datasets with a file open for writing somewhere wait, except at the last point)
         st.tried = t.settled();
-        ATTEMPTS.store(ATTEMPTS.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+        st.attempts += 1;
         crate::runtime::count_collectives_from(Some(from));
         let checkpointed;
-        (checkpointed, t) = complete(s, &st.comm, t, false, !last);
+        (checkpointed, t) = complete(s, st, t, false, !last);
         st.halt_check = checkpointed;
         crate::runtime::count_collectives_from(None);
         if t.no_pending() {
@@ -251,9 +214,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         }
     }
     super::view::publish(s, &t);
-    // (under the sync lock: a load and a store suffice)
-    let n = &VIA[via as usize];
-    n.store(n.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    st.via[via as usize] += 1;
     Point::Done
 }
 
@@ -315,11 +276,11 @@ struct Group {
 pub(super) fn recover(s: &Session) {
     use std::os::unix::fs::MetadataExt;
     let _inside = Inside::enter();
-    let mut g = SYNC.lock().unwrap_or_else(|e| e.into_inner());
+    let mut g = state::sync();
     let Some(st) = g.as_mut() else { return };
     // before the collective below: no rank opens a staging name again until all passed it
     super::shared::remove_staged(s);
-    let mut t = session::table();
+    let mut t = state::table();
     let mut found = Vec::new();
     crate::paths::walk_files(&s.pending, &mut |p| found.push(p.to_path_buf()));
     let cut_short = super::writes::cut_short(&s.pending);
@@ -346,7 +307,7 @@ pub(super) fn recover(s: &Session) {
     }
     if st.comm.max_u64s(&[added])[0] > 0 {
         crate::runtime::count_collectives_from(Some(crate::comm::tally()));
-        t = complete(s, &st.comm, t, true, false).1;
+        t = complete(s, st, t, true, false).1;
         crate::runtime::count_collectives_from(None);
     }
     // (completing forgot every file it looked at: what is left on disk joined nothing)
@@ -364,9 +325,6 @@ pub(super) fn recover(s: &Session) {
 /// A file open for writing across more than this many sync points is reported, once per
 /// run: it is in no checkpoint while it is open, and the dataset of its name waits for it.
 pub const HELD_OPEN_SYNCS: u64 = 100;
-
-/// The report of [`HELD_OPEN_SYNCS`] was printed (by rank 0; every rank knows).
-static HELD_REPORTED: AtomicBool = AtomicBool::new(false);
 
 /// What one rank says when datasets complete.
 #[derive(Default, serde::Serialize, serde::Deserialize)]
@@ -389,14 +347,15 @@ struct Offer {
 /// form; `wait_open`: a dataset with a file open for writing on some rank waits for the next
 /// sync point); whether a checkpoint completed, and the table. What completes is decided with
 /// the table locked; the runtime forms the datasets without the lock
-/// ([`session::without_table`]).
+/// ([`state::without_table`]).
 fn complete(
     s: &Session,
-    comm: &Comm,
+    st: &mut SyncState,
     mut t: MutexGuard<'static, Table>,
     versions_only: bool,
     wait_open: bool,
 ) -> (bool, MutexGuard<'static, Table>) {
+    let comm = &st.comm;
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut homeless = Vec::new();
     let route = |rel: &std::path::Path| rel.to_str().and_then(|r| s.patterns.route(r, s.rank));
@@ -533,7 +492,7 @@ fn complete(
             dirs.entry(p.name).or_default().extend(p.dirs);
         }
     }
-    report_held(s, &offers);
+    report_held(s, &offers, &mut st.held_reported);
     let mut order: Vec<(u64, String, i32)> = names.into_iter().map(|(n, (fl, ep))| (ep, n, fl)).collect();
     order.sort();
     // the directories made for them (every rank's), with the directories of their files
@@ -581,7 +540,7 @@ fn complete(
         forming.iter().map(adopt).collect::<Vec<_>>()
     };
     let results;
-    (results, t) = if forming.is_empty() { (Vec::new(), t) } else { session::without_table(t, taken, form) };
+    (results, t) = if forming.is_empty() { (Vec::new(), t) } else { state::without_table(t, taken, form) };
     for ((name, _, g), r) in forming.into_iter().zip(results) {
         for (id, _, bytes, _) in &g.files {
             t.forget(*id);
@@ -609,10 +568,10 @@ fn complete(
 /// Once per run, by rank 0: a file has stayed open for writing across more than
 /// [`HELD_OPEN_SYNCS`] sync points (a scratch file an application keeps open all run); name
 /// it, the pattern that takes it and how to exclude it.
-fn report_held(s: &Session, offers: &[Offer]) {
+fn report_held(s: &Session, offers: &[Offer], reported: &mut bool) {
     let mut held = offers.iter().enumerate().filter_map(|(r, o)| o.held.as_ref().map(|h| (r, h)));
     let Some((rank, (rel, syncs, name))) = held.next() else { return };
-    if HELD_REPORTED.swap(true, Ordering::Relaxed) || s.rank != 0 {
+    if std::mem::replace(reported, true) || s.rank != 0 {
         return;
     }
     let more = held.count();
@@ -647,13 +606,6 @@ fn exclusion_glob(rel: &str) -> String {
     } else {
         format!("{dir}/{out}")
     }
-}
-
-/// Rebuild the table's committed files from the runtime (after datasets completed or
-/// changed, and at start).
-pub(super) fn refresh_committed(t: &mut Table) {
-    let files = crate::runtime::cached_files().unwrap_or_default();
-    t.set_committed(files.into_iter().map(|f| (f.rel, Committed { cache: f.path, dataset: f.dataset, name: f.name })));
 }
 
 #[cfg(test)]

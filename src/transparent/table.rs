@@ -112,7 +112,7 @@ pub struct Table {
     settled: u64,
     /// Files several ranks write, opened since the last dataset completed.
     pub shared: super::shared_files::SharedFiles,
-    /// A completion runs without the table lock (see [`super::session::without_table`]).
+    /// A completion runs without the table lock (see [`super::state::without_table`]).
     pub(super) completing: Option<Completing>,
 }
 

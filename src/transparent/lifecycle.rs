@@ -1,0 +1,154 @@
+//! Starting and stopping transparent mode: the top floor, which the front end's MPI hooks and
+//! its exit handler call.
+//!
+//! [`start`] runs once, right after the application's `MPI_Init*` succeeded: `SCR_Init` in
+//! transparent mode (rebuild, fetch), the restart, the communicator of the sync points, the
+//! table of cached files, the recovery of files a killed run left pending; then routing
+//! begins ([`super::state`]). [`finish`] runs in `MPI_Finalize` before the real one: the last
+//! sync point, then `SCR_Finalize` ([`stop`]). Files closed after that (or still pending at
+//! process exit, [`at_exit`]) go to their prefix paths.
+
+use super::prefix::{BaseFn, PrefixPaths};
+use super::session::Session;
+use super::{state, sync, view};
+use crate::config::patterns::PatternSet;
+use crate::reentry::Inside;
+use crate::{scr_debug, scr_error, scr_warn};
+
+/// Start transparent mode (collective, right after the application's `MPI_Init*`
+/// succeeded). `Err`: the run must stop (the message says why); it has been printed.
+pub fn start(base: BaseFn) -> Result<(), String> {
+    if state::session().is_some() {
+        return Ok(());
+    }
+    let _inside = Inside::enter();
+    // An unmodified application cannot call SCR_Should_exit: honour halt conditions by
+    // ending the run after the checkpoint that meets them, unless configured otherwise.
+    if crate::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
+        let _ = crate::config::scr_config("SCR_HALT_EXIT=1", false);
+    }
+    match crate::runtime::init_as(crate::runtime::Mode::Transparent) {
+        Ok(true) => {}
+        // SCR_ENABLE=0: no session, so the application runs as without the preload
+        Ok(false) => return Ok(()),
+        Err(e) => {
+            let msg =
+                format!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
+            scr_error!("{msg}");
+            return Err(msg);
+        }
+    }
+    let setup = match crate::runtime::transparent_setup() {
+        Ok(s) => s,
+        Err(e) => {
+            scr_error!("transparent mode: {e}");
+            return Ok(());
+        }
+    };
+    let compile = |specs| {
+        PatternSet::compile(specs).map_err(|e| {
+            scr_error!("{e}");
+            e.to_string()
+        })
+    };
+    let (patterns, shared) = (compile(&setup.patterns)?, compile(&setup.shared)?);
+    if patterns.is_empty() && setup.rank == 0 {
+        scr_warn!(
+            "transparent mode: no checkpoint patterns are configured (PRELOAD= entries or SCR_PRELOAD_PATTERNS), so no file is routed to cache"
+        );
+    }
+    match crate::runtime::restart_auto() {
+        Ok(Some(name)) if setup.rank == 0 => scr_debug!(1, "transparent mode: restarting from {name}"),
+        Ok(_) => {}
+        Err(e) => scr_error!("transparent mode: restart: {e}"),
+    }
+    sync::setup();
+    state::refresh_committed(&mut state::table());
+    if setup.rank == 0 {
+        scr_debug!(
+            1,
+            "transparent mode: {} pattern(s) under {}, pending files in {}",
+            patterns.len(),
+            setup.prefix.path.display(),
+            setup.pending.display()
+        );
+    }
+    let (view, journal) = view::paths(&setup.pending, setup.rank);
+    let session = Session {
+        rank: setup.rank,
+        pid: std::process::id(),
+        prefix: PrefixPaths::from(setup.prefix.clone()),
+        pending: setup.pending.join(setup.rank.to_string()),
+        patterns,
+        shared,
+        halt_exit: setup.halt_exit,
+        base,
+        child: false,
+        view: Some(view.clone()),
+        journal,
+    };
+    if let Some(s) = state::set_session(session) {
+        sync::recover(s);
+        view::publish(s, &state::table());
+        // the processes this rank starts inherit it (MPI_Init runs before the application
+        // starts threads that could read the environment meanwhile)
+        std::env::set_var(view::ENV.to_str().unwrap_or_default(), &view);
+        state::go_live();
+    }
+    Ok(())
+}
+
+/// `MPI_Finalize`, before the real one: the last sync point (files closed since the last
+/// barrier or allreduce become datasets, flushed per the configuration), then `SCR_Finalize`
+/// (its own flush rules). No MPI call of the library follows.
+pub fn finish() {
+    let sync = {
+        let _inside = Inside::enter();
+        if crate::runtime::mode() != Some(crate::runtime::Mode::Transparent) || state::finished() {
+            return;
+        }
+        state::session().is_some() && !crate::runtime::application_controls_output()
+    };
+    // outside the guard: the sync point acts for the application (it enters the guard
+    // itself), so files closed since the last barrier become datasets here
+    if sync {
+        sync::point(true);
+    }
+    stop();
+}
+
+/// End routing and run `SCR_Finalize` (also before a halt exit).
+pub fn stop() {
+    let _inside = Inside::enter();
+    if state::end_routing() {
+        return;
+    }
+    sync::teardown();
+    if let Err(e) = crate::runtime::finalize() {
+        scr_error!("transparent mode: ending SCR in MPI_Finalize: {e}");
+    }
+}
+
+/// Process exit (the front end flushed stdio first): after [`finish`], pending files go to
+/// their prefix paths; without it they stay pending (they never became a dataset; the next
+/// run clears them) and the process says so.
+pub fn at_exit() {
+    let Some(s) = state::owner() else { return };
+    let _inside = Inside::enter();
+    let pending = state::table().all_pending();
+    if pending.is_empty() {
+        return;
+    }
+    if state::finished() {
+        for p in &pending {
+            super::plain::materialize(&p.cache, &s.prefix.join(&p.rel), p.writers == 0);
+        }
+    } else if crate::runtime::mode().is_some() {
+        scr_warn!(
+            "rank {}: the process exits without MPI_Finalize; {} file(s) written since the last complete dataset stay in {} and are not a dataset",
+            s.rank,
+            pending.len(),
+            s.pending.display()
+        );
+    }
+}
