@@ -3,24 +3,30 @@
 //! only converts C arguments, calls one function of this module, applies the decision it
 //! returns and keeps errno.
 //!
-//! | module | owns |
-//! |---|---|
-//! | `plain` | the answers the front end applies ([`Call`], [`Done`], [`Opening`]), plain file operations |
-//! | [`prefix`] | which path arguments concern the prefix (fast, no allocation) |
-//! | [`table`] | the file table: pending files, cached datasets' files, removals, namespace changes |
-//! | [`rules`] | the open, rename, link and removal rules, as plain functions over the table |
-//! | [`calls`] | the calls the front end forwards: gather facts, apply a rule, update table and cache |
-//! | [`names`] | renames, links and removals, performed here on the cache and the prefix |
-//! | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
-//! | [`fds`] | which descriptors write pending files |
-//! | `shared_files` | the table's part for shared files (plain data) |
-//! | [`shared`] | files several ranks write (MPI-IO, `SCR_PRELOAD_SHARED`): written once in the prefix |
-//! | [`shells`] | directories made for checkpoint files, removed when empty once their checkpoint is gone |
-//! | [`listing`] | merged directory listings and `nftw` walks |
-//! | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes |
-//! | [`writes`] | the write journal: which pending files a killed run was still writing |
-//! | [`session`] | start (in `MPI_Init`), stop (in `MPI_Finalize`), process exit, the routing gate |
-//! | [`view`] | what the processes a rank starts (shells, `ls`, `rm -r`) see of its cached files |
+//! The modules, by floor from the top: each uses only those on its floors or below, none
+//! imports one above it, and no two share state through a static (the process state is one
+//! object in `state`).
+//!
+//! | floor | module | owns |
+//! |---|---|---|
+//! | lifecycle | `lifecycle` | start (in `MPI_Init`), stop (in `MPI_Finalize`), process exit ([`start`], [`finish`], [`stop`], [`at_exit`]) |
+//! | sync points | [`sync`] | sync points: the agreement that completes datasets, shared namespace changes, recovery at start |
+//! | calls | [`calls`] | the calls the front end forwards: gather facts, apply a rule, update table and cache |
+//! | | [`names`] | renames, links and removals, performed here on the cache and the prefix |
+//! | | [`shared`] | files several ranks write (MPI-IO, `SCR_PRELOAD_SHARED`): written once in the prefix |
+//! | | [`listing`] | merged directory listings and `nftw` walks |
+//! | state | `state` | the process state: sessions, routing gate ([`routing`]), flags, the table lock and completion gate, the sync state |
+//! | data | [`view`] | what the processes a rank starts (shells, `ls`, `rm -r`) see of its cached files |
+//! | | [`shells`] | directories made for checkpoint files, removed when empty once their checkpoint is gone |
+//! | | [`rules`] | the open, rename, link and removal rules, as plain functions over the table |
+//! | | [`table`] | the file table: pending files, cached datasets' files, removals, namespace changes |
+//! | | `shared_files` | the table's part for shared files |
+//! | | [`session`] | the routing setup of a process (rank, prefix, patterns) and path resolution |
+//! | ground | `plain` | the answers the front end applies ([`Call`], [`Done`], [`Opening`]), plain file operations |
+//! | | [`prefix`] | which path arguments concern the prefix (fast, no allocation) |
+//! | | [`fds`] | which descriptors write pending files |
+//! | | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
+//! | | [`writes`] | the write journal: which pending files a killed run was still writing |
 //!
 //! Files under the prefix that match a checkpoint pattern (`config::patterns`) are written in
 //! node-local cache (real kernel descriptors; only the path changes), become SCR datasets at
