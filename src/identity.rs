@@ -48,7 +48,7 @@ fn sanitize(id: &str) -> String {
 }
 
 /// 64-bit FNV-1a, stable across releases and platforms (unlike `DefaultHasher`).
-pub fn fnv1a(bytes: &[u8]) -> u64 {
+pub(crate) fn fnv1a(bytes: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf29ce484222325;
     for b in bytes {
         h ^= *b as u64;
@@ -59,7 +59,7 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// The user name: `SCR_USER_NAME`, `USER`, then the account database (containers often run
 /// as root with no `USER`), then `uid<N>`.
-pub fn user_name() -> String {
+pub(crate) fn user_name() -> String {
     for var in ["SCR_USER_NAME", "USER", "LOGNAME"] {
         if let Ok(v) = std::env::var(var) {
             if !v.is_empty() && !v.contains('/') {
@@ -77,7 +77,7 @@ pub fn host_name() -> String {
 }
 
 /// The job name for dataset records: `SCR_JOB_NAME`, SLURM's, else empty.
-pub fn job_name() -> String {
+pub(crate) fn job_name() -> String {
     ["SCR_JOB_NAME", "SLURM_JOB_NAME", "LSB_JOBNAME"]
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()))
@@ -89,7 +89,7 @@ pub fn job_name() -> String {
 /// that order, with the job's id. Slurm is tested against a real server (`tests/it/slurm.rs`);
 /// LSF, Flux and PBS against their commands' documented output (`tests/it/resource_managers.rs`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rm {
+pub(crate) enum Rm {
     Slurm(String),
     Lsf(String),
     Flux(String),
@@ -98,7 +98,7 @@ pub enum Rm {
 
 impl Rm {
     /// The one this process runs under, if any.
-    pub fn detect() -> Option<Rm> {
+    pub(crate) fn detect() -> Option<Rm> {
         Rm::detect_from(|k| std::env::var(k).ok())
     }
 
@@ -275,7 +275,7 @@ fn local_ctime(text: &str) -> Option<i64> {
 }
 
 /// How long a resource manager query ([`rm_query`]) may take before it is given up.
-pub const QUERY_SECS: u64 = 20;
+pub(crate) const QUERY_SECS: u64 = 20;
 
 /// Run a resource manager's client command (`squeue`, `sinfo`, `scontrol`, `scancel`, `bjobs`,
 /// `flux`, `qstat`) with
@@ -283,7 +283,7 @@ pub const QUERY_SECS: u64 = 20;
 /// be started, exits non-zero (with its first line of standard error), or does not finish
 /// within [`QUERY_SECS`] (it is killed then: a controller that does not answer must not hang a
 /// job's rank 0 or a relaunch decision).
-pub fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, QueryError> {
+pub(crate) fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Result<String, QueryError> {
     use std::io::Read;
     use std::process::{Command, Stdio};
     let shown = format!("{program} {}", args.join(" "));
@@ -367,13 +367,13 @@ pub fn now_secs() -> i64 {
 }
 
 /// Microseconds since the epoch (dataset creation stamps, as SCR records them).
-pub fn now_usecs() -> i64 {
+pub(crate) fn now_usecs() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as i64).unwrap_or(0)
 }
 
 /// `usecs` (microseconds since the epoch) as local ISO 8601 with its offset, with or
 /// without the microseconds: `2026-03-01T14:02:11[.204518]+01:00`.
-pub fn iso_local(usecs: i64, micros: bool) -> String {
+pub(crate) fn iso_local(usecs: i64, micros: bool) -> String {
     let (tm, off) = local_tm(usecs.div_euclid(1_000_000));
     let sign = if off < 0 { '-' } else { '+' };
     let off = off.abs();
@@ -393,12 +393,12 @@ pub fn iso_local(usecs: i64, micros: bool) -> String {
 
 /// The local broken-down time of `secs` (seconds since the epoch) and its offset from UTC in
 /// seconds (UTC with offset 0 if the local zone cannot be applied).
-pub fn local_tm(secs: i64) -> (libc::tm, i64) {
+pub(crate) fn local_tm(secs: i64) -> (libc::tm, i64) {
     crate::sys::local_tm(secs)
 }
 
 /// An ISO-8601 UTC timestamp (`2026-11-21T06:00:00`) for a time in seconds since the epoch.
-pub fn iso_time(secs: i64) -> String {
+pub(crate) fn iso_time(secs: i64) -> String {
     let days = secs.div_euclid(86400);
     let rem = secs.rem_euclid(86400);
     // civil-from-days (Howard Hinnant's algorithm)

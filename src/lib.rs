@@ -35,21 +35,21 @@
 
 #[allow(unsafe_code)]
 pub mod capi;
-pub mod checksum;
+pub(crate) mod checksum;
 #[allow(unsafe_code)]
-pub mod comm;
-pub mod config;
-pub mod desc;
-pub mod error;
+pub(crate) mod comm;
+pub(crate) mod config;
+pub(crate) mod desc;
+pub(crate) mod error;
 pub mod events;
 pub mod identity;
-pub mod log;
+pub(crate) mod log;
 pub mod ops;
 pub mod paths;
 pub mod persist;
-pub mod redundancy;
+pub(crate) mod redundancy;
 pub mod reentry;
-pub mod runtime;
+pub(crate) mod runtime;
 pub mod state;
 #[allow(unsafe_code)]
 mod sys;

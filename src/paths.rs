@@ -12,7 +12,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 /// Absolute, lexically normalised form of `p` (relative paths are taken against `cwd`).
-pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
+pub(crate) fn normalize(p: &Path, cwd: &Path) -> PathBuf {
     let joined = if p.is_absolute() { p.to_path_buf() } else { cwd.join(p) };
     let mut out = PathBuf::from("/");
     for c in joined.components() {
@@ -35,7 +35,7 @@ pub fn normalize(p: &Path, cwd: &Path) -> PathBuf {
 /// silently read as another name either.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "PathBuf", into = "PathBuf")]
-pub struct RelPath(PathBuf);
+pub(crate) struct RelPath(PathBuf);
 
 impl RelPath {
     /// `p` if it is a safe relative path, otherwise why not.
@@ -84,7 +84,7 @@ impl AsRef<Path> for RelPath {
 
 /// Why `p` is not a safe relative path (see [`RelPath`]), checked on its bytes: `Path`'s
 /// own parsing would quietly drop `.` and repeated `/`.
-pub fn rel_problem(p: &Path) -> Option<&'static str> {
+pub(crate) fn rel_problem(p: &Path) -> Option<&'static str> {
     use std::os::unix::ffi::OsStrExt;
     let b = p.as_os_str().as_bytes();
     if b.is_empty() {
@@ -110,14 +110,14 @@ pub fn rel_problem(p: &Path) -> Option<&'static str> {
 /// Serde helpers for `PathBuf` fields of metadata that hold relative paths: reading goes
 /// through [`RelPath`], so a record with an unsafe path does not load (the reader names the
 /// file and the path); writing is unchanged.
-pub mod rel_field {
+pub(crate) mod rel_field {
     use std::path::{Path, PathBuf};
 
-    pub fn serialize<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: serde::Serializer>(p: &Path, s: S) -> Result<S::Ok, S::Error> {
         serde::Serialize::serialize(p, s)
     }
 
-    pub fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
+    pub(crate) fn deserialize<'de, D: serde::Deserializer<'de>>(d: D) -> Result<PathBuf, D::Error> {
         <super::RelPath as serde::Deserialize>::deserialize(d).map(PathBuf::from)
     }
 }
@@ -127,10 +127,10 @@ pub mod rel_field {
 pub const SCR_DIR: &str = ".scr";
 
 /// The end of a shared file's staging name, `.<name>.scrshared` beside its place.
-pub const STAGING_SUFFIX: &str = ".scrshared";
+pub(crate) const STAGING_SUFFIX: &str = ".scrshared";
 
 /// Whether `rel` (relative to the prefix) is [`SCR_DIR`] or inside it.
-pub fn in_scr_dir(rel: &Path) -> bool {
+pub(crate) fn in_scr_dir(rel: &Path) -> bool {
     rel.components().next().is_some_and(|c| c.as_os_str() == SCR_DIR)
 }
 
@@ -190,7 +190,7 @@ impl Prefix {
 /// The first of `base/<c1>`, `base/<c1>/<c2>`, ... (one per component of `rel`, the last
 /// included) that is a symbolic link, found with `lstat`; `None` if none is (a component that
 /// does not exist ends the walk: nothing below it can be a link yet).
-pub fn link_below(base: &Path, rel: &Path) -> Option<PathBuf> {
+pub(crate) fn link_below(base: &Path, rel: &Path) -> Option<PathBuf> {
     let mut p = base.to_path_buf();
     for c in rel.components() {
         p.push(c);
@@ -275,7 +275,7 @@ pub const NAME_MAX: usize = 255;
 /// when that would be longer than [`NAME_MAX`], `.<start of name>~<crc32 of name><suffix>`
 /// cut to fit, so every legal name has one (the same for every process: the name alone
 /// decides). Every temporary-name site uses this.
-pub fn temp_name(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn temp_name(path: &Path, suffix: &str) -> PathBuf {
     use std::os::unix::ffi::{OsStrExt, OsStringExt};
     let name = path.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
     let mut out = Vec::with_capacity(NAME_MAX);
@@ -301,7 +301,7 @@ pub fn temp_name(path: &Path, suffix: &str) -> PathBuf {
 /// killed run left, or a link someone planted to make SCR write elsewhere) is unlinked (a link
 /// itself, never its target) and the file created afresh; if something appears again in
 /// between, the create fails rather than writing through it.
-pub fn create_temp(tmp: &Path, mode: u32) -> io::Result<fs::File> {
+pub(crate) fn create_temp(tmp: &Path, mode: u32) -> io::Result<fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let open = || {
         fs::OpenOptions::new()
@@ -322,7 +322,7 @@ pub fn create_temp(tmp: &Path, mode: u32) -> io::Result<fs::File> {
 
 /// Move a file within the node: rename it, or, across file systems, copy it and remove the
 /// source (a source that cannot be removed then is left behind: the copy is what counts).
-pub fn move_file(from: &Path, to: &Path) -> io::Result<()> {
+pub(crate) fn move_file(from: &Path, to: &Path) -> io::Result<()> {
     if from == to {
         return Ok(());
     }
@@ -338,7 +338,7 @@ pub fn move_file(from: &Path, to: &Path) -> io::Result<()> {
 
 /// Why the file at `path` is not the `size` bytes recorded for it (its actual size, or why it
 /// cannot be inspected), or `None` when it is.
-pub fn size_problem(path: &Path, size: u64) -> Option<String> {
+pub(crate) fn size_problem(path: &Path, size: u64) -> Option<String> {
     match fs::metadata(path) {
         Ok(m) if m.len() == size => None,
         Ok(m) => Some(format!("size is {} bytes, {size} were recorded", m.len())),
@@ -349,7 +349,7 @@ pub fn size_problem(path: &Path, size: u64) -> Option<String> {
 /// Create `dir` and its missing parents with mode 0700 and check that `dir` is a real
 /// directory owned by this user. A directory owned by someone else is refused: the library
 /// must never write checkpoints where another user can read or replace them.
-pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
+pub(crate) fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
     match fs::symlink_metadata(dir) {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -387,12 +387,12 @@ pub fn ensure_private_dir(dir: &Path) -> Result<(), PathError> {
 }
 
 /// Create `dir` and its parents (mode 0700 for new ones); an existing directory is accepted.
-pub fn create_dirs(dir: &Path) -> Result<(), PathError> {
+pub(crate) fn create_dirs(dir: &Path) -> Result<(), PathError> {
     fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| PathError::io("create directory", dir, e))
 }
 
 /// Remove `dir` and then each parent that became empty, stopping at (and keeping) `stop`.
-pub fn prune_empty_dirs(mut dir: &Path, stop: &Path) {
+pub(crate) fn prune_empty_dirs(mut dir: &Path, stop: &Path) {
     while dir.starts_with(stop) && dir != stop {
         if fs::remove_dir(dir).is_err() {
             break;
@@ -405,7 +405,7 @@ pub fn prune_empty_dirs(mut dir: &Path, stop: &Path) {
 }
 
 /// Remove a file, treating "already gone" as success.
-pub fn remove_file_if_exists(path: &Path) -> Result<(), PathError> {
+pub(crate) fn remove_file_if_exists(path: &Path) -> Result<(), PathError> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -415,7 +415,7 @@ pub fn remove_file_if_exists(path: &Path) -> Result<(), PathError> {
 
 /// Call `f` on every file below `dir` (not following symbolic links); a missing or
 /// unreadable directory has none.
-pub fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
+pub(crate) fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
     let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
         match e.file_type() {
@@ -427,7 +427,7 @@ pub fn walk_files(dir: &Path, f: &mut dyn FnMut(&Path)) {
 }
 
 /// Remove a directory tree, treating "already gone" as success.
-pub fn remove_tree_if_exists(path: &Path) -> Result<(), PathError> {
+pub(crate) fn remove_tree_if_exists(path: &Path) -> Result<(), PathError> {
     match fs::remove_dir_all(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),

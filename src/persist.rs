@@ -51,7 +51,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Met
 }
 
 /// Encode `value` as a metadata file of `kind`.
-pub fn encode<T: Serialize>(kind: &str, value: &T) -> Vec<u8> {
+pub(crate) fn encode<T: Serialize>(kind: &str, value: &T) -> Vec<u8> {
     let body = serde_json::to_vec_pretty(value).expect("metadata serialises");
     let crc = crc32fast::hash(&body);
     let mut out = format!("{MAGIC} {VERSION} {kind} {} {crc:08x}\n", body.len()).into_bytes();
@@ -60,7 +60,7 @@ pub fn encode<T: Serialize>(kind: &str, value: &T) -> Vec<u8> {
 }
 
 /// Decode a metadata file of `kind`; `path` only names the file in errors.
-pub fn decode<T: DeserializeOwned>(kind: &str, bytes: &[u8], path: &Path) -> Result<T, MetaError> {
+pub(crate) fn decode<T: DeserializeOwned>(kind: &str, bytes: &[u8], path: &Path) -> Result<T, MetaError> {
     let damaged = |why: String| MetaError::Damaged { path: path.to_path_buf(), why };
     let nl = bytes.iter().position(|b| *b == b'\n').ok_or_else(|| damaged("no header line".into()))?;
     let header = std::str::from_utf8(&bytes[..nl]).map_err(|_| damaged("header is not text".into()))?;
@@ -200,7 +200,7 @@ where
 
 /// Like [`update`], but `f` may refuse: on `Err` nothing is written (a missing file stays
 /// missing), so a command that validates inside the lock changes no file when it says no.
-pub fn try_update<T, R, E>(
+pub(crate) fn try_update<T, R, E>(
     path: &Path,
     kind: &str,
     f: impl FnOnce(&mut T) -> Result<R, E>,

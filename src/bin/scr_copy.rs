@@ -1,5 +1,5 @@
 //! `scr_copy`: copy this node's cached datasets to the prefix (the per-node part of a
-//! scavenge). The work is done by [`scr::transfer::scavenge::copy_node`].
+//! scavenge). The work is done by [`scr::ops::scavenge::copy_cli`] (the transfer layer's `copy_node`).
 
 const HELP: &str = "\
 NAME

@@ -157,7 +157,8 @@ impl Hub {
 
 /// Run `f` on each rank of a new `n`-rank world, one thread per rank, and return the results
 /// in rank order. A rank that panics poisons the world (the others fail instead of waiting
-/// forever) and its panic is raised again here, naming the rank.
+/// forever) and its panic is raised again here, naming the rank. The unit tests' world.
+#[cfg(test)]
 pub fn run<T: Send>(n: usize, f: impl Fn(crate::comm::Comm) -> T + Sync) -> Vec<T> {
     let hub = Hub::world(n);
     let comms = crate::comm::Comm::in_process(&hub);
@@ -202,6 +203,7 @@ pub fn run<T: Send>(n: usize, f: impl Fn(crate::comm::Comm) -> T + Sync) -> Vec<
     out
 }
 
+#[cfg(test)]
 fn panic_text(e: &Box<dyn std::any::Any + Send>) -> String {
     e.downcast_ref::<String>()
         .cloned()

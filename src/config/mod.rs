@@ -438,14 +438,15 @@ impl Reply {
     }
 }
 
-/// Forget every `SCR_Config` value (for tests and `SCR_Finalize`).
-pub fn reset_app_layer() {
+/// Forget every `SCR_Config` value (between the tests of this module).
+#[cfg(test)]
+fn reset_app_layer() {
     *APP.lock().unwrap_or_else(|e| e.into_inner()) = Layer::default();
 }
 
 mod dblog;
 mod settings;
-pub use dblog::{parse_db_host, DbAddr, DbSettings, DEFAULT_PORT};
+pub use dblog::{DbAddr, DbSettings};
 pub use settings::{CrcOnCopy, Settings, StoreEntry};
 
 #[cfg(test)]

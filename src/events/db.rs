@@ -32,15 +32,15 @@ use crate::config::{DbAddr, DbSettings};
 use crate::scr_warn;
 
 /// Events waiting for the database at most; more are dropped (one warning).
-pub const QUEUE_LEN: usize = 4096;
+pub(crate) const QUEUE_LEN: usize = 4096;
 /// Connection, read and write time-out of the database client.
 pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// How long the end of a run waits for queued events to reach the database.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the job and run rows say about this process.
 #[derive(Debug, Clone)]
-pub struct Origin {
+pub(crate) struct Origin {
     pub jobid: String,
     pub user: String,
     pub jobname: String,

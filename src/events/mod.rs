@@ -57,16 +57,15 @@ use crate::scr_warn;
 
 mod db;
 mod syslog;
-pub use db::{DRAIN_TIMEOUT as DB_DRAIN_TIMEOUT, QUEUE_LEN as DB_QUEUE_LEN, TIMEOUT as DB_TIMEOUT};
-pub use syslog::syslog_message;
+pub(crate) use db::DRAIN_TIMEOUT as DB_DRAIN_TIMEOUT;
 use syslog::Syslog;
 
 /// How long a syslog send may block before syslog is given up for this process.
-pub const SYSLOG_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const SYSLOG_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A handle on the event log; clones share the open file and socket.
 #[derive(Clone, Default)]
-pub struct EventLog {
+pub(crate) struct EventLog {
     inner: Option<Arc<Inner>>,
 }
 
@@ -87,7 +86,7 @@ struct TextLog {
 
 /// Seconds, printed with 6 decimals.
 #[derive(Debug, Clone, Copy)]
-pub struct Secs(pub f64);
+pub(crate) struct Secs(pub f64);
 
 impl Display for Secs {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -97,7 +96,7 @@ impl Display for Secs {
 
 /// A bandwidth in MiB/s, printed with 1 decimal.
 #[derive(Debug, Clone, Copy)]
-pub struct Mibps(pub f64);
+pub(crate) struct Mibps(pub f64);
 
 impl Mibps {
     /// The bandwidth of `bytes` moved in `secs` seconds (0 for no time).
@@ -139,7 +138,7 @@ impl EventLog {
 
     /// Rank 0's log of a run (`SCR_Init`): with database logging, a `runs` row is made for it,
     /// which `RUN_START` and `RUN_END` complete.
-    pub fn for_run(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
+    pub(crate) fn for_run(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
         Self::build(settings, prefix_scr_dir, jobid, host, Some(true))
     }
 
@@ -194,7 +193,7 @@ impl EventLog {
     }
 
     /// Whether records go anywhere.
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.inner.is_some()
     }
 
@@ -222,12 +221,12 @@ impl EventLog {
     }
 
     /// `FLUSH_START`: a flush of dataset `dset` begins (`mode` is `sync` or `async`).
-    pub fn flush_start(&self, dset: u64, name: &str, bytes: u64, mode: &str) {
+    pub(crate) fn flush_start(&self, dset: u64, name: &str, bytes: u64, mode: &str) {
         self.record("FLUSH_START", &[("mode", &mode), ("dset", &dset), ("name", &name), ("bytes", &bytes)]);
     }
 
     /// `FLUSH_END`: dataset `dset` is in the prefix after `secs` seconds.
-    pub fn flush_end(&self, dset: u64, name: &str, bytes: u64, files: u64, secs: f64, mode: &str) {
+    pub(crate) fn flush_end(&self, dset: u64, name: &str, bytes: u64, files: u64, secs: f64, mode: &str) {
         self.record(
             "FLUSH_END",
             &[
@@ -243,7 +242,7 @@ impl EventLog {
     }
 
     /// `FLUSH_FAIL`: the flush of dataset `dset` failed.
-    pub fn flush_fail(&self, dset: u64, name: &str, why: &dyn Display, mode: &str) {
+    pub(crate) fn flush_fail(&self, dset: u64, name: &str, why: &dyn Display, mode: &str) {
         self.record("FLUSH_FAIL", &[("dset", &dset), ("name", &name), ("why", why), ("mode", &mode)]);
     }
 }
@@ -325,7 +324,7 @@ fn append_locked(f: &File, buf: &[u8]) -> io::Result<()> {
 }
 
 /// Local ISO 8601 time with microseconds and offset: `2026-03-01T14:02:11.204518+01:00`.
-pub fn timestamp(usecs: i64) -> String {
+pub(crate) fn timestamp(usecs: i64) -> String {
     crate::identity::iso_local(usecs, true)
 }
 
@@ -462,6 +461,7 @@ pub fn parse_line(line: &str) -> Result<Event, LineError> {
 
 #[cfg(test)]
 mod tests {
+    use super::syslog::syslog_message;
     use super::*;
     use std::os::unix::net::UnixDatagram;
 

@@ -75,7 +75,7 @@ impl Syslog {
 }
 
 /// An RFC 3164 message: `<PRI>Mmm dd hh:mm:ss host TAG[pid]: body` (local time).
-pub fn syslog_message(pri: u8, secs: i64, host: &str, tag: &str, pid: u32, body: &str) -> String {
+pub(crate) fn syslog_message(pri: u8, secs: i64, host: &str, tag: &str, pid: u32, body: &str) -> String {
     const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
     let (tm, _) = crate::identity::local_tm(secs);
     format!(

@@ -60,7 +60,7 @@ pub fn parse_count(long: &str, v: &str) -> OpResult<u64> {
 
 /// Whether one of `flags` (`--help`/`-h`, `--version`) is among the options (before `--`, and
 /// for a wrapper before its first positional argument, which belongs to the launched command).
-pub fn wants(argv: &[String], wrapper: bool, flags: &[&str]) -> bool {
+pub(crate) fn wants(argv: &[String], wrapper: bool, flags: &[&str]) -> bool {
     for a in argv {
         if a == "--" {
             return false;

@@ -18,7 +18,7 @@ use crate::state::run::RunRecord;
 
 /// The exit reason `scr_halt` records when asked to halt without a condition (and with
 /// `--immediate`), as SCR's `scr_halt` does.
-pub const HALTED_REASON: &str = "JOB_HALTED";
+pub(crate) const HALTED_REASON: &str = "JOB_HALTED";
 
 /// The changes one `scr_halt` command asks for.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -82,7 +82,7 @@ impl Request {
 
     /// With no condition at all (only a prefix, or nothing), `scr_halt` halts the job after its
     /// next checkpoint by recording an exit reason; so does `--immediate`.
-    pub fn sets_reason(&self) -> bool {
+    pub(crate) fn sets_reason(&self) -> bool {
         self.immediate || (!self.changes_something() && !self.list && !self.remove)
     }
 
@@ -419,7 +419,7 @@ fn proven_launcher(rec: &RunRecord, path: &Path) -> std::result::Result<(), Unpr
 }
 
 /// The command line of a process (`/proc/<pid>/cmdline`), if it can be read and is not empty.
-pub fn process_cmdline(pid: u32) -> Option<Vec<String>> {
+pub(crate) fn process_cmdline(pid: u32) -> Option<Vec<String>> {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
     let args: Vec<String> =
         raw.split(|b| *b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
@@ -427,7 +427,7 @@ pub fn process_cmdline(pid: u32) -> Option<Vec<String>> {
 }
 
 /// The start time of a process in clock ticks since boot (`/proc/<pid>/stat` field 22).
-pub fn process_start(pid: u32) -> Option<u64> {
+pub(crate) fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces; fields after its closing parenthesis are plain.
     let after = &stat[stat.rfind(')')? + 1..];
@@ -449,7 +449,7 @@ pub fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
 }
 
 /// Whether process `pid` is alive and is the one that started at `start`.
-pub fn process_is(pid: u32, start: u64) -> bool {
+pub(crate) fn process_is(pid: u32, start: u64) -> bool {
     process_start(pid) == Some(start)
 }
 

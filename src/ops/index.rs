@@ -243,7 +243,7 @@ pub fn add(layout: &Layout, name: &str) -> OpResult<u64> {
 }
 
 /// The ids of the `scr.dataset.<id>` directories in `.scr`, ascending.
-pub fn dataset_ids(scr: &Path) -> OpResult<Vec<u64>> {
+pub(crate) fn dataset_ids(scr: &Path) -> OpResult<Vec<u64>> {
     let rd = std::fs::read_dir(scr).map_err(|e| OpError::failed(format!("cannot read {}: {e}", scr.display())))?;
     let mut ids: Vec<u64> =
         rd.flatten().filter_map(|e| e.file_name().to_str()?.strip_prefix("scr.dataset.")?.parse().ok()).collect();

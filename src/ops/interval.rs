@@ -61,12 +61,12 @@ pub struct Advice {
 }
 
 /// Young's interval for cost `c` and MTBF `m` (seconds).
-pub fn young(c: f64, m: f64) -> f64 {
+pub(crate) fn young(c: f64, m: f64) -> f64 {
     (2.0 * c * m).sqrt()
 }
 
 /// Daly's interval (higher order) for cost `c` and MTBF `m` (seconds).
-pub fn daly(c: f64, m: f64) -> f64 {
+pub(crate) fn daly(c: f64, m: f64) -> f64 {
     if c < 2.0 * m {
         (2.0 * c * m).sqrt() * (1.0 + (c / (2.0 * m)).sqrt() / 3.0 + c / (18.0 * m)) - c
     } else {
@@ -172,7 +172,7 @@ fn mean(v: &[f64]) -> Option<f64> {
 }
 
 /// The advice for the measurements and MTBF `mtbf` (seconds).
-pub fn advise(log: &Path, jobid: Option<&str>, m: &Measured, mtbf: f64) -> OpResult<Advice> {
+pub(crate) fn advise(log: &Path, jobid: Option<&str>, m: &Measured, mtbf: f64) -> OpResult<Advice> {
     let Some(cost) = mean(&m.costs) else {
         return Err(OpError::failed(format!(
             "{}: no completed checkpoint (CKPT_END with valid=1){} in the log: nothing to measure",

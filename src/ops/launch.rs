@@ -45,7 +45,7 @@ fn kind_of(argv: &[String]) -> Kind {
 /// the resource manager this runs under: `srun -N1 -n1 -w` (Slurm), `flux run -N1 -n1
 /// --requires=host:` (Flux), `blaunch` (LSF's way to start a task on a host of the job),
 /// `pbsdsh -h` (PBS). `None`: only this host can be reached.
-pub fn node_cmd_for(launcher: Option<&str>) -> Result<Option<String>, LaunchError> {
+pub(crate) fn node_cmd_for(launcher: Option<&str>) -> Result<Option<String>, LaunchError> {
     use crate::identity::Rm;
     let by_rm = || match Rm::detect() {
         Some(Rm::Slurm(_)) => Some("srun"),
@@ -112,7 +112,7 @@ impl Sim {
 /// Why a run cannot be launched as asked: the launcher is not one this knows how to reach a
 /// node with, or an excluded node has no spare to replace it.
 #[derive(Debug, thiserror::Error)]
-pub enum LaunchError {
+pub(crate) enum LaunchError {
     #[error(
         "unknown launcher {launcher:?} (known: srun, flux, jsrun, lrun, mpirun, mpiexec, aprun; or give \
          --node-cmd)"
@@ -124,7 +124,7 @@ pub enum LaunchError {
 
 /// A job's launch line and what `scr_run` adds to it.
 #[derive(Debug, Clone)]
-pub struct Launch {
+pub(crate) struct Launch {
     argv: Vec<String>,
     kind: Kind,
     sim: Option<Sim>,
@@ -132,7 +132,7 @@ pub struct Launch {
 }
 
 /// One run, ready to start.
-pub struct Prepared {
+pub(crate) struct Prepared {
     pub command: Command,
     /// The command line as shown to the user (environment settings first).
     pub shown: Vec<String>,
@@ -180,7 +180,7 @@ impl Launch {
 
     /// Nodes the first run needs when `SCR_MIN_NODES` does not say: the simulated map's nodes,
     /// `srun -N`, the previous run's (from the run record), else the whole allocation.
-    pub fn nodes_needed(&self, previous: Option<usize>, allocation: usize) -> usize {
+    pub(crate) fn nodes_needed(&self, previous: Option<usize>, allocation: usize) -> usize {
         match (&self.sim, self.kind) {
             (Some(s), _) => s.distinct().len(),
             (None, Kind::Srun) => srun_nodes(&self.argv).or(previous).unwrap_or(allocation),
@@ -189,7 +189,7 @@ impl Launch {
     }
 
     /// The command for the next run on the `usable` nodes, leaving out `excluded`.
-    pub fn prepare(&mut self, usable: &[String], excluded: &[String]) -> Result<Prepared, LaunchError> {
+    pub(crate) fn prepare(&mut self, usable: &[String], excluded: &[String]) -> Result<Prepared, LaunchError> {
         let mut argv = self.argv.clone();
         let mut env: Vec<(String, String)> = Vec::new();
         let mut insert: Vec<String> = Vec::new();
@@ -268,12 +268,12 @@ impl Launch {
 }
 
 /// A program of this package installed beside the running one.
-pub fn sibling(name: &str) -> PathBuf {
+pub(crate) fn sibling(name: &str) -> PathBuf {
     std::env::current_exe().ok().and_then(|e| e.parent().map(|d| d.join(name))).unwrap_or_else(|| PathBuf::from(name))
 }
 
 /// The default preload library: beside the command (a cargo build) or in `../lib` (an install).
-pub fn default_preload() -> PathBuf {
+pub(crate) fn default_preload() -> PathBuf {
     let here = sibling("libscr_preload.so");
     if here.exists() {
         return here;

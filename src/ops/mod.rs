@@ -35,14 +35,14 @@ pub mod halt;
 pub mod hostlist;
 pub mod index;
 pub mod interval;
-pub mod launch;
+pub(crate) mod launch;
 pub mod next;
 pub mod nodes;
 pub mod prefix;
 pub mod run;
 pub mod scavenge;
 pub mod should_exit;
-pub mod slurm;
+pub(crate) mod slurm;
 pub mod times;
 
 use std::fmt;

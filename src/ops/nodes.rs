@@ -117,7 +117,7 @@ pub fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, 
 /// list, e.g. `SCR_EXCLUDE_NODES`) names, then those the resource manager reports unusable
 /// (Slurm allocations only). A resource manager that cannot be asked is reported in
 /// `warnings` and leaves only the named nodes out.
-pub fn left_out(
+pub(crate) fn left_out(
     alloc: &Allocation,
     exclude: Option<&str>,
     warnings: &mut Vec<String>,

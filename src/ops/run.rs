@@ -54,7 +54,7 @@ fn say(msg: impl AsRef<str>) {
 /// `scr_prerun`: the checks before a first run. Returns the layout and a note for each thing
 /// worth knowing. Fails (changing nothing but creating `.scr`) on a damaged halt file or
 /// index, a bad configuration, or another `scr_run` active in this prefix.
-pub fn prerun(prefix: Option<&str>) -> OpResult<(Layout, crate::config::Settings, Vec<String>)> {
+pub(crate) fn prerun(prefix: Option<&str>) -> OpResult<(Layout, crate::config::Settings, Vec<String>)> {
     let dir = super::prefix::choose(Some(
         &prefix
             .map(str::to_string)

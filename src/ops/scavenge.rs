@@ -19,15 +19,15 @@ use crate::config::Settings;
 use crate::paths::Prefix;
 use crate::state::layout::Layout;
 use crate::transfer::build::{self, Report};
-pub use crate::transfer::scavenge::{copy_node, NodeCopy};
+use crate::transfer::scavenge::{copy_node, NodeCopy};
 
 /// The prefix of the lines `scr_copy` prints for `scr_scavenge` to read.
-pub const PROTOCOL: &str = "SCR_COPY";
+pub(crate) const PROTOCOL: &str = "SCR_COPY";
 
 /// The job's layout (with this node's control directory) and settings, as the library
 /// derives them: configuration from the environment and files, job id and user name from the
 /// environment. `prefix` overrides `SCR_PREFIX`.
-pub fn job_context(prefix: Option<&str>) -> OpResult<(Layout, Settings)> {
+pub(crate) fn job_context(prefix: Option<&str>) -> OpResult<(Layout, Settings)> {
     if let Some(p) = prefix {
         // The user config file is found through SCR_PREFIX; this runs before any thread starts.
         std::env::set_var("SCR_PREFIX", super::prefix::choose(Some(p)));
@@ -42,7 +42,7 @@ pub fn job_context(prefix: Option<&str>) -> OpResult<(Layout, Settings)> {
 }
 
 /// The lines `scr_copy` prints on stdout for the driver: one per rank part copied or not.
-pub fn protocol_lines(c: &NodeCopy) -> Vec<String> {
+pub(crate) fn protocol_lines(c: &NodeCopy) -> Vec<String> {
     let mut out: Vec<String> = c
         .copied
         .iter()
@@ -103,7 +103,7 @@ impl Outcome {
 }
 
 /// The command that runs `scr_copy` on `node`.
-pub fn node_command(opts: &Options, node: &str, prefix: &Path) -> OpResult<Command> {
+pub(crate) fn node_command(opts: &Options, node: &str, prefix: &Path) -> OpResult<Command> {
     let mut copy_args: Vec<String> = vec!["--prefix".into(), prefix.display().to_string()];
     for id in &opts.ids {
         copy_args.push("--id".into());

@@ -97,7 +97,7 @@ fn step_from(out: &str, host: &str, pid: u32) -> Option<Step> {
 }
 
 /// Cancel one job step (`JOBID.STEP`), leaving the allocation.
-pub fn cancel_step(step: &str) -> Result<(), NodeError> {
+pub(crate) fn cancel_step(step: &str) -> Result<(), NodeError> {
     if !step.contains('.') {
         return Err(NodeError::NotAStep { step: step.to_string() });
     }
@@ -110,7 +110,7 @@ fn invalid_job(e: &QueryError) -> bool {
 }
 
 /// Whether Slurm still lists the step `JOBID.STEP`.
-pub fn step_listed(step: &str) -> Result<bool, NodeError> {
+pub(crate) fn step_listed(step: &str) -> Result<bool, NodeError> {
     let job = step.split('.').next().unwrap_or(step);
     match rm_query("squeue", &["-h", "-s", "-j", job, "-o", "%i"], &[]) {
         Ok(out) => Ok(out.lines().any(|l| l.trim() == step)),

@@ -7,7 +7,7 @@
 //! trailing letter for a military time zone. Printing uses local time with its offset.
 
 /// The forms [`parse`] accepts, for help and error messages.
-pub const FORMS: &str = "those of GNU date -d, e.g. 2023-07-04T21:00:00 (local time unless it ends in Z \
+pub(crate) const FORMS: &str = "those of GNU date -d, e.g. 2023-07-04T21:00:00 (local time unless it ends in Z \
 or +HH:MM), '2023-07-04 21:00', 21:00 (today), '3pm today', 'tomorrow 8am', 'next monday 9:00', \
 'December 11 03:00', '+2 hours', @SECONDS (since the epoch), now; and +N or now+N/now-N with an optional \
 unit s, m, h or d";

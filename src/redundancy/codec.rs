@@ -81,12 +81,14 @@ impl Code {
         }
     }
 
-    /// The stripe that data chunk `p` of `rank` belongs to.
+    /// The stripe that data chunk `p` of `rank` belongs to (the tests check the layout with it).
+    #[cfg(test)]
     pub fn stripe_of_data(&self, rank: usize, p: usize) -> usize {
         (rank + 2 * self.n - self.m - p) % self.n
     }
 
-    /// The stripe whose parity row `j` `rank` stores.
+    /// The stripe whose parity row `j` `rank` stores (used by the in-memory reference [`Code::encode`]).
+    #[cfg(test)]
     pub fn stripe_of_parity(&self, rank: usize, j: usize) -> usize {
         (rank + self.n - j) % self.n
     }
@@ -147,7 +149,9 @@ impl Code {
     }
 
     /// Encode a whole set in memory: `data[r]` is rank r's padded data (`k * chunk` bytes);
-    /// returns each rank's redundancy (`m * chunk` bytes). The serial path and the tests use it.
+    /// returns each rank's redundancy (`m * chunk` bytes). The reference the tests compare the
+    /// streaming schedules with (the library itself encodes piece by piece).
+    #[cfg(test)]
     pub fn encode(&self, data: &[Vec<u8>], chunk: usize) -> Vec<Vec<u8>> {
         (0..self.n)
             .map(|i| {
@@ -169,7 +173,8 @@ impl Code {
     }
 
     /// Rebuild lost ranks in memory from `shards[r] = Some((data, parity))` of the survivors;
-    /// returns (data, parity) for each rank of `rec.lost`.
+    /// returns (data, parity) for each rank of `rec.lost`. The tests' reference, as [`Code::encode`].
+    #[cfg(test)]
     pub fn rebuild(
         &self,
         rec: &Recovery,

@@ -40,10 +40,10 @@ mod worker;
 mod tests;
 
 pub(crate) use restart::wanted_name;
-pub use shared::{route_shared_file, shared_staging_path};
+pub use shared::route_shared_file;
 pub use transparent::{
     adopt_output, before_rename_dir, cached_files, count_collectives_from, dataset_places, rename_dir, restart_auto,
-    transparent_setup, Adopt, Adopted, CachedFile, TransparentSetup,
+    transparent_setup, Adopt, Adopted,
 };
 
 use std::path::PathBuf;

@@ -52,12 +52,6 @@ pub fn route_shared_file(name: &str) -> Result<PathBuf> {
     with_rt(ROUTE_SHARED, |rt| rt.route_shared(name))
 }
 
-/// Where a shared file named `name` (a path in the prefix) is written before its dataset exists:
-/// for the preload, which opens it when the application does.
-pub fn shared_staging_path(name: &str) -> Result<PathBuf> {
-    with_rt(ROUTE_SHARED, |rt| Ok(rt.layout.shared_staging(&rt.dataset_rel(ROUTE_SHARED, name)?)))
-}
-
 /// What one rank says at the completion of an output phase: the hashes of the names it
 /// routed for itself, the names it declared shared, why the dataset is invalid on it, and
 /// its bytes and files.

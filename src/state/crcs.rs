@@ -16,7 +16,7 @@ const KIND: &str = "crcs";
 
 /// One file's size and CRC32 as the background checksum read it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FileCrc {
+pub(crate) struct FileCrc {
     /// Relative to the prefix (the application's name).
     #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
@@ -25,7 +25,7 @@ pub struct FileCrc {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Crcs {
+pub(crate) struct Crcs {
     pub dataset: u64,
     pub files: Vec<FileCrc>,
 }

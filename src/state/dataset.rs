@@ -51,7 +51,7 @@ pub struct DatasetDesc {
 
 impl DatasetDesc {
     /// Its shared files that are not in the prefix `prefix` with their recorded sizes, described.
-    pub fn missing_shared(&self, prefix: &std::path::Path) -> Vec<String> {
+    pub(crate) fn missing_shared(&self, prefix: &std::path::Path) -> Vec<String> {
         let mut out = Vec::new();
         for f in &self.shared {
             match crate::paths::below(prefix, &f.rel) {
@@ -65,22 +65,12 @@ impl DatasetDesc {
         }
         out
     }
-
-    /// The flags word as `SCR_Start_output` received it.
-    pub fn flags_text(&self) -> &'static str {
-        match (self.checkpoint, self.output) {
-            (true, true) => "CHECKPOINT|OUTPUT",
-            (true, false) => "CHECKPOINT",
-            (false, true) => "OUTPUT",
-            (false, false) => "NONE",
-        }
-    }
 }
 
 #[cfg(test)]
 impl DatasetDesc {
     /// A complete checkpoint descriptor for unit tests.
-    pub fn sample(id: u64, name: &str, ranks: u32) -> DatasetDesc {
+    pub(crate) fn sample(id: u64, name: &str, ranks: u32) -> DatasetDesc {
         DatasetDesc {
             id,
             ckpt: Some(id),

@@ -60,7 +60,7 @@ impl DatasetRecord {
 
     /// Every file this rank's part keeps in cache: its data files (not bypass files in the
     /// prefix), then its redundancy file.
-    pub fn cached_paths(&self) -> Vec<&Path> {
+    pub(crate) fn cached_paths(&self) -> Vec<&Path> {
         let data = self.files.iter().filter(|f| f.path.starts_with(&self.dir)).map(|f| f.path.as_path());
         data.chain(self.red.as_ref().map(|r| r.file.as_path())).collect()
     }
@@ -91,7 +91,7 @@ impl Filemap {
 
     /// Mark dataset `id` as being deleted (its record leaves [`Filemap::datasets`]); false if
     /// this rank holds no record of it.
-    pub fn mark_deleting(&mut self, id: u64) -> bool {
+    pub(crate) fn mark_deleting(&mut self, id: u64) -> bool {
         match self.datasets.remove(&id) {
             Some(rec) => {
                 self.deleting.insert(id, rec);
@@ -102,13 +102,13 @@ impl Filemap {
     }
 
     /// The highest dataset and checkpoint ids recorded, datasets being deleted included.
-    pub fn max_ids(&self) -> (u64, u64) {
+    pub(crate) fn max_ids(&self) -> (u64, u64) {
         let all = || self.datasets.values().chain(self.deleting.values());
         (all().map(|r| r.desc.id).max().unwrap_or(0), all().filter_map(|r| r.desc.ckpt).max().unwrap_or(0))
     }
 
     /// The newest dataset with this name.
-    pub fn by_name(&self, name: &str) -> Option<&DatasetRecord> {
+    pub(crate) fn by_name(&self, name: &str) -> Option<&DatasetRecord> {
         self.datasets.values().rev().find(|d| d.desc.name == name)
     }
 }

@@ -12,7 +12,7 @@ use crate::persist::{self, MetaError};
 const KIND: &str = "halt";
 
 /// Reason `SCR_Finalize` records.
-pub const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
+pub(crate) const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Halt {
@@ -40,7 +40,7 @@ impl Halt {
 
     /// A checkpoint was taken: decrement `scr_halt --checkpoints`' count, if one is set. The
     /// file (in the prefix, written with fsync) is rewritten only then, not at every checkpoint.
-    pub fn count_checkpoint(path: &Path) -> Result<(), MetaError> {
+    pub(crate) fn count_checkpoint(path: &Path) -> Result<(), MetaError> {
         // the closure's Err(()): no count is set, and the file is left as it is
         let _rewritten = persist::try_update(path, KIND, |h: &mut Halt| match h.checkpoints_left.as_mut() {
             Some(n) => {

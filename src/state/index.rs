@@ -98,7 +98,7 @@ impl Index {
 
     /// Locked read-modify-write that writes only if `f` succeeds (a rebuilt index is written
     /// in any case).
-    pub fn try_update<R, E>(
+    pub(crate) fn try_update<R, E>(
         path: &Path,
         f: impl FnOnce(&mut Index) -> Result<R, E>,
     ) -> Result<Result<R, E>, MetaError> {
@@ -116,7 +116,7 @@ impl Index {
     /// Make dataset `id` the current checkpoint if it is a complete, usable checkpoint newer
     /// than the one the marker names (as SCR's scavenge does: a marker left on an older
     /// checkpoint would hide this one from the next fetch).
-    pub fn promote_current(&mut self, id: u64) {
+    pub(crate) fn promote_current(&mut self, id: u64) {
         let Some(e) = self.datasets.get(&id) else { return };
         if !(e.complete && !e.failed && e.desc.checkpoint) {
             return;
@@ -128,13 +128,13 @@ impl Index {
     }
 
     /// The newest entry with this name.
-    pub fn by_name(&self, name: &str) -> Option<&IndexEntry> {
+    pub(crate) fn by_name(&self, name: &str) -> Option<&IndexEntry> {
         self.datasets.values().rev().find(|e| e.desc.name == name)
     }
 
     /// Checkpoints a restart may use, in the order to try them: the current one first (if
     /// set and usable), then newest to oldest; incomplete and failed ones never.
-    pub fn restart_candidates(&self, exclude: &[u64]) -> Vec<u64> {
+    pub(crate) fn restart_candidates(&self, exclude: &[u64]) -> Vec<u64> {
         let usable = |e: &&IndexEntry| e.complete && !e.failed && e.desc.checkpoint && !exclude.contains(&e.desc.id);
         let mut out: Vec<u64> = Vec::new();
         if let Some(cur) = &self.current {
@@ -161,7 +161,7 @@ impl Index {
     }
 
     /// The highest dataset and checkpoint ids recorded.
-    pub fn max_ids(&self) -> (u64, u64) {
+    pub(crate) fn max_ids(&self) -> (u64, u64) {
         let d = self.datasets.keys().max().copied().unwrap_or(0);
         let c = self.datasets.values().filter_map(|e| e.desc.ckpt).max().unwrap_or(0);
         (d, c)

@@ -26,7 +26,7 @@ pub fn path(scr_dir: &Path) -> PathBuf {
 
 /// Who holds the lock.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Holder {
+pub(crate) struct Holder {
     pub job: String,
     pub host: String,
     pub pid: u32,
@@ -58,7 +58,7 @@ impl Holder {
 }
 
 /// The lock, held until dropped (or until the process ends).
-pub struct JobLock {
+pub(crate) struct JobLock {
     file: File,
     cmd: libc::c_int,
 }
@@ -71,7 +71,7 @@ impl Drop for JobLock {
 }
 
 /// What [`try_acquire`] found.
-pub enum Acquired {
+pub(crate) enum Acquired {
     /// The lock is ours; the record names us.
     Held(JobLock),
     /// Another process holds it: its record (`None` if it cannot be read yet, or is damaged).
@@ -81,7 +81,7 @@ pub enum Acquired {
 }
 
 /// Try once, without waiting, to take the lock in `scr_dir` (created if missing) for `me`.
-pub fn try_acquire(scr_dir: &Path, me: &Holder) -> Result<Acquired, MetaError> {
+pub(crate) fn try_acquire(scr_dir: &Path, me: &Holder) -> Result<Acquired, MetaError> {
     let lock_path = path(scr_dir);
     let io_err = |op: &'static str| {
         let p = lock_path.clone();

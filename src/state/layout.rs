@@ -29,7 +29,7 @@ impl Layout {
     }
 
     /// This layout with its node-local paths below `root` (see [`Layout::node_root`]).
-    pub fn on_node(mut self, root: &Path) -> Layout {
+    pub(crate) fn on_node(mut self, root: &Path) -> Layout {
         self.node_root = Some(root.to_path_buf());
         self.cntl_dir = self.node_local(&self.cntl_dir);
         self
@@ -45,22 +45,22 @@ impl Layout {
 
     /// The prefix side only, for commands that never touch node-local storage (`scr_halt`,
     /// `scr_index`): the control directory is left empty.
-    pub fn prefix_only(prefix: Prefix) -> Layout {
+    pub(crate) fn prefix_only(prefix: Prefix) -> Layout {
         Layout { prefix, user: String::new(), jobid: String::new(), cntl_dir: PathBuf::new(), node_root: None }
     }
 
     /// `<prefix>/.scr`
-    pub fn scr_dir(&self) -> PathBuf {
+    pub(crate) fn scr_dir(&self) -> PathBuf {
         self.prefix.path.join(crate::paths::SCR_DIR)
     }
 
     /// The cache directory of a store: `<base>/<user>/scr.<jobid>`.
-    pub fn store_dir(&self, base: &Path) -> PathBuf {
+    pub(crate) fn store_dir(&self, base: &Path) -> PathBuf {
         self.node_local(base).join(&self.user).join(format!("scr.{}", self.jobid))
     }
 
     /// A dataset's directory in a store.
-    pub fn cache_dataset_dir(&self, base: &Path, id: u64) -> PathBuf {
+    pub(crate) fn cache_dataset_dir(&self, base: &Path, id: u64) -> PathBuf {
         self.store_dir(base).join(format!("scr.dataset.{id}"))
     }
 
@@ -69,7 +69,7 @@ impl Layout {
     }
 
     /// The rank filemaps present in the control directory: (rank, path), by rank.
-    pub fn filemaps(&self) -> Vec<(i32, PathBuf)> {
+    pub(crate) fn filemaps(&self) -> Vec<(i32, PathBuf)> {
         let Ok(rd) = std::fs::read_dir(&self.cntl_dir) else { return Vec::new() };
         let mut out: Vec<(i32, PathBuf)> = rd
             .flatten()
@@ -83,7 +83,7 @@ impl Layout {
         out
     }
 
-    pub fn flush_file(&self) -> PathBuf {
+    pub(crate) fn flush_file(&self) -> PathBuf {
         self.cntl_dir.join("flush.scr")
     }
 
@@ -96,7 +96,7 @@ impl Layout {
     }
 
     /// `<prefix>/.scr/scr.dataset.<id>`
-    pub fn prefix_dataset_dir(&self, id: u64) -> PathBuf {
+    pub(crate) fn prefix_dataset_dir(&self, id: u64) -> PathBuf {
         self.scr_dir().join(format!("scr.dataset.{id}"))
     }
 
@@ -109,32 +109,32 @@ impl Layout {
     }
 
     /// A rank's scavenged filemap: `<prefix>/.scr/scr.dataset.<id>/<rank>.scrfilemap`.
-    pub fn rank_filemap(&self, id: u64, rank: u32) -> PathBuf {
+    pub(crate) fn rank_filemap(&self, id: u64, rank: u32) -> PathBuf {
         self.prefix_dataset_dir(id).join(super::rankfile::file_name(rank))
     }
 
     /// Where the writers of shared file `rel` (below the prefix) write it until its dataset
     /// completes: `<prefix>/<dir>/.<name>.scrshared` beside it. The name depends on `rel`
     /// alone, so ranks that open it before any dataset exists (transparent mode) find the same.
-    pub fn shared_staging(&self, rel: &Path) -> PathBuf {
+    pub(crate) fn shared_staging(&self, rel: &Path) -> PathBuf {
         shared_staging_name(&self.prefix.join(rel))
     }
 
     /// The run record `scr_run` keeps: `<prefix>/.scr/run.scr`.
-    pub fn run_file(&self) -> PathBuf {
+    pub(crate) fn run_file(&self) -> PathBuf {
         self.scr_dir().join("run.scr")
     }
 }
 
 /// The staging name of a shared file at `at`: `.<name>.scrshared` beside it (shortened with
 /// a hash when too long, see [`crate::paths::temp_name`]).
-pub fn shared_staging_name(at: &Path) -> PathBuf {
+pub(crate) fn shared_staging_name(at: &Path) -> PathBuf {
     crate::paths::temp_name(at, crate::paths::STAGING_SUFFIX)
 }
 
 /// The shared file whose staging name `staging` is ([`shared_staging_name`] reversed; for a
 /// shortened name, the shortened form, which names no file).
-pub fn shared_of_staging(staging: &Path) -> Option<PathBuf> {
+pub(crate) fn shared_of_staging(staging: &Path) -> Option<PathBuf> {
     let name = staging.file_name()?.to_str()?;
     let real = name.strip_prefix('.')?.strip_suffix(crate::paths::STAGING_SUFFIX).filter(|n| !n.is_empty())?;
     Some(staging.with_file_name(real))

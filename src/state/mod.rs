@@ -16,16 +16,16 @@
 //! | `crc.<rank>.scr` | `<dataset cache dir>/.scr` | each rank's background checksum (SINGLE) | that rank's files with size and CRC32 |
 //! | `run.scr` | `<prefix>/.scr` | `scr_run` | the run it launched: host, process, nodes, outcome |
 
-pub mod crcs;
+pub(crate) mod crcs;
 pub mod dataset;
 pub mod filemap;
 pub mod flushfile;
 pub mod halt;
 pub mod index;
-pub mod joblock;
+pub(crate) mod joblock;
 pub mod layout;
-pub mod rankfile;
-pub mod recover;
+pub(crate) mod rankfile;
+pub(crate) mod recover;
 pub mod redinfo;
-pub mod run;
-pub mod summary;
+pub(crate) mod run;
+pub(crate) mod summary;

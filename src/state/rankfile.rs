@@ -22,7 +22,7 @@ const KIND: &str = "rankfilemap";
 
 /// One application file of the rank.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankFileEntry {
+pub(crate) struct RankFileEntry {
     /// Relative to the prefix.
     #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
@@ -34,7 +34,7 @@ pub struct RankFileEntry {
 
 /// The rank's redundancy file in the dataset directory.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankRed {
+pub(crate) struct RankRed {
     /// The rank's place in its set; `file` is the name inside the dataset directory.
     pub info: RedInfo,
     pub size: u64,
@@ -43,7 +43,7 @@ pub struct RankRed {
 
 /// One rank's part of a scavenged dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RankFile {
+pub(crate) struct RankFile {
     /// World rank in the run that wrote the dataset.
     pub rank: u32,
     pub desc: DatasetDesc,
@@ -80,7 +80,7 @@ pub fn file_name(rank: u32) -> String {
 }
 
 /// The rank a file name in a dataset directory belongs to, if it is a rank filemap.
-pub fn rank_of(name: &str) -> Option<u32> {
+pub(crate) fn rank_of(name: &str) -> Option<u32> {
     name.strip_suffix(".scrfilemap")?.parse().ok()
 }
 

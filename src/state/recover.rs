@@ -19,7 +19,7 @@ use super::summary::{Rank2File, Summary};
 use crate::identity;
 
 /// The mark a dropped dataset's directory carries (`.scr/scr.dataset.<id>/dropped`).
-pub const DROPPED: &str = "dropped";
+pub(crate) const DROPPED: &str = "dropped";
 
 /// A dataset directory a rebuild indexes: its summary's record and whether every file it
 /// lists is in the prefix with its recorded size.
@@ -37,13 +37,13 @@ pub struct Found {
 
 /// What a rebuild found: the datasets to index, by id, and one line per dataset directory.
 #[derive(Debug)]
-pub struct Rebuilt {
+pub(crate) struct Rebuilt {
     pub found: Vec<Found>,
     pub notes: Vec<String>,
 }
 
 /// The dataset directories of a prefix's `.scr` directory: (id, path), by id.
-pub fn dataset_dirs(scr_dir: &Path) -> Vec<(u64, PathBuf)> {
+pub(crate) fn dataset_dirs(scr_dir: &Path) -> Vec<(u64, PathBuf)> {
     let Ok(rd) = std::fs::read_dir(scr_dir) else { return Vec::new() };
     let mut out: Vec<(u64, PathBuf)> = rd
         .flatten()
@@ -58,7 +58,7 @@ pub fn dataset_dirs(scr_dir: &Path) -> Vec<(u64, PathBuf)> {
 }
 
 /// Whether the dataset directories hold anything a rebuild would index (a summary).
-pub fn anything_to_index(scr_dir: &Path) -> bool {
+pub(crate) fn anything_to_index(scr_dir: &Path) -> bool {
     dataset_dirs(scr_dir).iter().any(|(_, d)| d.join("summary.scr").exists() && !d.join(DROPPED).exists())
 }
 
@@ -135,7 +135,7 @@ fn missing_file(prefix: &Path, r2f: &Rank2File) -> Option<String> {
 
 /// Mark dataset `id` of the prefix whose index is `index_path` as dropped on purpose, so a
 /// rebuild of the index does not bring it back (nothing to do if it has no directory).
-pub fn mark_dropped(index_path: &Path, id: u64, dropped: bool) -> std::io::Result<()> {
+pub(crate) fn mark_dropped(index_path: &Path, id: u64, dropped: bool) -> std::io::Result<()> {
     let dir = index_path.parent().unwrap_or(Path::new(".")).join(format!("scr.dataset.{id}"));
     let mark = dir.join(DROPPED);
     match (dropped, dir.is_dir()) {
@@ -146,7 +146,7 @@ pub fn mark_dropped(index_path: &Path, id: u64, dropped: bool) -> std::io::Resul
 }
 
 /// Move a damaged index aside; returns where it went.
-pub fn move_aside(path: &Path) -> Option<PathBuf> {
+pub(crate) fn move_aside(path: &Path) -> Option<PathBuf> {
     let mut name = path.as_os_str().to_owned();
     name.push(format!(".damaged.{}", identity::now_secs()));
     let to = PathBuf::from(name);

@@ -19,7 +19,7 @@ use crate::persist::{self, MetaError};
 const KIND: &str = "run";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunRecord {
+pub(crate) struct RunRecord {
     /// Host `scr_run` runs on (the batch script's node).
     pub host: String,
     /// Process id of `scr_run`.

@@ -11,7 +11,7 @@ use super::dataset::DatasetDesc;
 use crate::persist::{self, MetaError};
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub desc: DatasetDesc,
     /// The redundancy scheme applied in cache when it was written.
     pub scheme: String,
@@ -19,7 +19,7 @@ pub struct Summary {
 
 /// One file in the prefix.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PrefixFile {
+pub(crate) struct PrefixFile {
     /// Relative to the prefix.
     #[serde(with = "crate::paths::rel_field")]
     pub rel: PathBuf,
@@ -28,7 +28,7 @@ pub struct PrefixFile {
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Rank2File {
+pub(crate) struct Rank2File {
     pub ranks: u32,
     pub files: BTreeMap<u32, Vec<PrefixFile>>,
 }

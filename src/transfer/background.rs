@@ -42,7 +42,7 @@ use crate::state::layout::Layout;
 use crate::state::summary::PrefixFile;
 
 /// Called with the dataset and the publishing rank's seconds once it is complete in the prefix.
-pub type OnPublished = Arc<dyn Fn(&DatasetRecord, f64) + Send + Sync>;
+pub(crate) type OnPublished = Arc<dyn Fn(&DatasetRecord, f64) + Send + Sync>;
 
 /// One rank's share of one background flush.
 #[derive(Clone)]
@@ -63,7 +63,7 @@ pub struct Job {
 
 /// How this rank's share ended.
 #[derive(Debug, Clone)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// This rank's files in the prefix, or why its share failed (including a failure to
     /// publish, on the rank that published).
     pub files: Result<Vec<PrefixFile>, Reported>,
@@ -88,7 +88,7 @@ struct Shared {
 
 /// This process's background flush worker and the status of its queued shares.
 #[derive(Default)]
-pub struct Flusher {
+pub(crate) struct Flusher {
     tx: Option<Sender<Job>>,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Shared>,
@@ -149,7 +149,7 @@ impl Flusher {
 
     /// `(failed, seconds)` of a finished share, `None` while it is queued or running. A share
     /// never queued here counts as finished and failed.
-    pub fn peek(&self, id: u64) -> Option<(bool, f64)> {
+    pub(crate) fn peek(&self, id: u64) -> Option<(bool, f64)> {
         let jobs = self.shared.jobs.lock().unwrap_or_else(|e| e.into_inner());
         match jobs.get(&id) {
             Some(Status::Done(o)) => Some((o.files.is_err(), o.secs)),
@@ -282,7 +282,7 @@ fn run(job: &Job) -> Outcome {
 /// Block until the flush attempt `token` of dataset `id` is over: published (the index
 /// entry and `rank2file.scr` written), or failed on some rank. Polls the prefix: no MPI, so
 /// it may run inside a file hook.
-pub fn wait_all_arrived(layout: &Layout, id: u64, token: &str, ranks: u32) {
+pub(crate) fn wait_all_arrived(layout: &Layout, id: u64, token: &str, ranks: u32) {
     let path = layout.prefix_dataset_dir(id).join("flush").join("arrivals");
     loop {
         match persist::read::<Arrivals>(&path, "arrivals") {

@@ -86,7 +86,7 @@ struct Found {
 }
 
 /// The dataset name the rank filemaps of dataset `id` record, if any.
-pub fn scanned_name(layout: &Layout, id: u64) -> Option<String> {
+pub(crate) fn scanned_name(layout: &Layout, id: u64) -> Option<String> {
     let (fms, _) = read_rank_files(&layout.prefix_dataset_dir(id)).ok()?;
     fms.values().next().map(|f| f.desc.name.clone())
 }
@@ -302,7 +302,7 @@ fn build_flushed(layout: &Layout, id: u64, current: Current) -> Result<Report> {
 }
 
 /// Files of `r2f` missing from the prefix or of the wrong size, described.
-pub fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
+pub(crate) fn missing_files(layout: &Layout, r2f: &Rank2File) -> Vec<String> {
     let mut out = Vec::new();
     for (rank, files) in &r2f.files {
         for f in files {

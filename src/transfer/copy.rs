@@ -14,14 +14,14 @@ use crate::checksum::{stream, Copied};
 use crate::error::{Error, IoContext, Result};
 
 /// The temporary name a file is published under.
-pub fn part_name(dst: &Path) -> PathBuf {
+pub(crate) fn part_name(dst: &Path) -> PathBuf {
     crate::paths::temp_name(dst, ".scrpart")
 }
 
 /// A bandwidth limit for background copies (`SCR_FLUSH_ASYNC_BW`): after each chunk the
 /// copy sleeps until it is no further ahead than `bytes_per_sec` allows since it started.
 #[derive(Debug)]
-pub struct Pace {
+pub(crate) struct Pace {
     bytes_per_sec: u64,
     start: Instant,
     sent: u64,
@@ -53,7 +53,7 @@ impl Pace {
 /// Copy `src` to `dst` through a temporary name, checking `expect_size` and `expect_crc`
 /// when given. `private`: create missing parent directories with mode 0700 (cache) rather
 /// than by the umask (prefix).
-pub fn copy_verified(
+pub(crate) fn copy_verified(
     src: &Path,
     dst: &Path,
     expect_size: Option<u64>,
@@ -65,7 +65,7 @@ pub fn copy_verified(
 }
 
 /// [`copy_verified`] at most as fast as `pace` allows.
-pub fn copy_verified_paced(
+pub(crate) fn copy_verified_paced(
     src: &Path,
     dst: &Path,
     expect_size: Option<u64>,

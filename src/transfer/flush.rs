@@ -96,7 +96,11 @@ fn listed_paths(layout: &Layout, id: u64) -> Vec<PathBuf> {
 /// checkpoint of its own, flushed to the same paths). Their bytes are about to be replaced,
 /// so from now on no restart may load them: a flush killed half way leaves no entry that
 /// mixes two versions.
-pub fn supersede_overlapping(world: &crate::comm::Comm, layout: &Layout, rec: Option<&DatasetRecord>) -> Result<()> {
+pub(crate) fn supersede_overlapping(
+    world: &crate::comm::Comm,
+    layout: &Layout,
+    rec: Option<&DatasetRecord>,
+) -> Result<()> {
     let mine = (rec.map(|r| r.desc.id), rec.map(flush_paths).unwrap_or_default());
     let err = world.gather(0, &mine)?.and_then(|all| {
         let id = all.iter().find_map(|(id, _)| *id)?;
@@ -159,7 +163,7 @@ pub(super) fn mark_flushing(layout: &Layout, rec: &DatasetRecord) -> Result<()> 
 }
 
 /// A flush failed: the index entry stays incomplete and no longer claims a flush is running.
-pub fn unmark_flushing(layout: &Layout, id: u64) {
+pub(crate) fn unmark_flushing(layout: &Layout, id: u64) {
     let _ = Index::update(&layout.index(), |ix| {
         if let Some(e) = ix.datasets.get_mut(&id) {
             e.flushing = false;
@@ -248,7 +252,7 @@ pub(super) fn publish(layout: &Layout, rec: &DatasetRecord, all: Vec<Vec<PrefixF
 
 /// Rank 0: keep at most `keep` checkpoints in the prefix, deleting the oldest; datasets
 /// flagged output and the current checkpoint are never deleted.
-pub fn prune_window(layout: &Layout, keep: usize) {
+pub(crate) fn prune_window(layout: &Layout, keep: usize) {
     let ix = match Index::load(&layout.index()) {
         Ok(ix) => ix,
         Err(e) => {
@@ -279,7 +283,7 @@ pub fn prune_window(layout: &Layout, keep: usize) {
 /// directory's, so fetch finds the files where they are now. `old`/`new` are relative to the
 /// prefix. Each file is rewritten atomically; a crash in between leaves the rank-to-file map
 /// renamed and the name not, which fetch does not mind.
-pub fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path) -> Result<()> {
+pub(crate) fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path) -> Result<()> {
     let rename = |p: &Path| {
         p.strip_prefix(old)
             .ok()
@@ -350,7 +354,7 @@ fn kept_by_others(layout: &Layout, id: u64) -> Keep {
 /// entry lists too, the directories that became empty, its `.scr/scr.dataset.<id>` directory and its index entry.
 /// A dataset any of whose paths goes through a symbolic link below the prefix is left whole
 /// (an error naming the link): deleting through it would delete outside the prefix.
-pub fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
+pub(crate) fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
     let meta = Path::new(crate::paths::SCR_DIR).join(format!("scr.dataset.{id}"));
     layout.prefix.below(&meta)?;
     let shared = Summary::load(&layout.summary(id)).ok().flatten().map(|s| s.desc.shared).unwrap_or_default();

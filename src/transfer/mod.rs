@@ -11,13 +11,13 @@
 //! the prefix) and [`build`] (those parts into an indexed dataset, rebuilding lost ones from
 //! redundancy data), which the commands and `SCR_Init` (elastic restart) share.
 
-pub mod background;
+pub(crate) mod background;
 pub mod build;
-pub mod copy;
-pub mod fetch;
-pub mod flush;
-pub mod scavenge;
-pub mod sendfile;
+pub(crate) mod copy;
+pub(crate) mod fetch;
+pub(crate) mod flush;
+pub(crate) mod scavenge;
+pub(crate) mod sendfile;
 
 use std::path::PathBuf;
 
@@ -26,7 +26,7 @@ use crate::config::Settings;
 use crate::state::layout::Layout;
 
 /// What a transfer needs to know about the job.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub world: &'a Comm,
     pub layout: &'a Layout,
     pub settings: &'a Settings,
@@ -34,7 +34,7 @@ pub struct Ctx<'a> {
 
 impl Ctx<'_> {
     /// Run `f` on each rank in waves of at most `width` ranks at a time.
-    pub fn in_waves<T>(&self, width: usize, f: impl FnOnce() -> T) -> T {
+    pub(crate) fn in_waves<T>(&self, width: usize, f: impl FnOnce() -> T) -> T {
         let width = width.max(1) as i32;
         let waves = (self.world.size() + width - 1) / width;
         let mine = self.world.rank() / width;
@@ -53,7 +53,7 @@ impl Ctx<'_> {
 
     /// Gather per-rank error messages to rank 0 and return a summary (same on every rank):
     /// how many ranks failed and the first few reasons.
-    pub fn summarize_failures(&self, what: &str, local: Option<String>) -> String {
+    pub(crate) fn summarize_failures(&self, what: &str, local: Option<String>) -> String {
         let all = match self.world.gather(0, &local) {
             Ok(all) => all,
             Err(e) => return format!("{what} failed: {e}"),
@@ -65,7 +65,7 @@ impl Ctx<'_> {
 
 /// The summary of [`Ctx::summarize_failures`] from every rank's error (by rank): how many
 /// ranks failed and the first few reasons.
-pub fn failure_summary(what: &str, all: Vec<Option<String>>) -> String {
+pub(crate) fn failure_summary(what: &str, all: Vec<Option<String>>) -> String {
     let size = all.len();
     let failed: Vec<(usize, String)> = all.into_iter().enumerate().filter_map(|(r, m)| m.map(|m| (r, m))).collect();
     let shown: Vec<String> = failed.iter().take(4).map(|(r, m)| format!("rank {r}: {m}")).collect();
@@ -76,7 +76,7 @@ pub fn failure_summary(what: &str, all: Vec<Option<String>>) -> String {
 /// Why a flush, fetch, scavenge or build could not do its part: the file, rank, dataset or
 /// set member at fault. A lower layer's error keeps its own type ([`TransferError::Lower`]).
 #[derive(Debug, thiserror::Error)]
-pub enum TransferError {
+pub(crate) enum TransferError {
     /// A metadata file the transfer needs is missing.
     #[error("{} is missing", path.display())]
     Missing { path: PathBuf },
@@ -156,7 +156,7 @@ impl From<TransferError> for crate::error::Error {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
 #[error("{msg}")]
-pub struct Reported {
+pub(crate) struct Reported {
     pub msg: String,
 }
 

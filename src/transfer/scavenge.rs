@@ -29,7 +29,7 @@ use crate::state::rankfile::{RankFile, RankFileEntry, RankRed};
 
 /// What one node copied.
 #[derive(Debug, Default)]
-pub struct NodeCopy {
+pub(crate) struct NodeCopy {
     /// (dataset, rank, files, bytes) copied completely.
     pub copied: Vec<(u64, u32, usize, u64)>,
     /// (dataset, rank, why) parts that could not be copied.

@@ -25,7 +25,7 @@ const MISSING: u64 = u64::MAX;
 /// whole file was read; a file that cannot be opened is announced as missing, a read error
 /// half-way sends zeros for the rest of that piece (the receiver's size or CRC32 check, or the
 /// one at restart, rejects it).
-pub fn send_file(comm: &Comm, dest: i32, path: &Path, buf_size: usize) -> bool {
+pub(crate) fn send_file(comm: &Comm, dest: i32, path: &Path, buf_size: usize) -> bool {
     let file = File::open(path).and_then(|f| f.metadata().map(|m| (f, m.len())));
     let Ok((file, len)) = file else {
         comm.send(dest, &MISSING.to_le_bytes());
@@ -51,7 +51,7 @@ pub fn send_file(comm: &Comm, dest: i32, path: &Path, buf_size: usize) -> bool {
 /// drop them). `expect`: the size and CRC32 it must have. `private`: missing parent directories
 /// are created with mode 0700 (cache) rather than by the umask. `Ok(None)`: the sender had no
 /// such file (nothing is written).
-pub fn recv_file(
+pub(crate) fn recv_file(
     comm: &Comm,
     src: i32,
     dst: Option<&Path>,
