@@ -15,7 +15,9 @@ use crate::error::{Error, Result};
 use crate::runtime::{self, FLAG_CHECKPOINT};
 use crate::scr_error;
 
+/// `SCR_SUCCESS` in `scr.h`: what every `SCR_*` call returns when it succeeded.
 pub const SCR_SUCCESS: c_int = 0;
+/// `SCR_FAILURE` in `scr.h`: the call failed (the error is printed, naming the call).
 pub const SCR_FAILURE: c_int = 1;
 
 /// Print an error once: a collective error on rank 0 only, anything else where it happened
@@ -119,6 +121,9 @@ unsafe fn say_no_when_disabled(flag: *mut c_int) {
     }
 }
 
+/// `SCR_Init`: read the configuration, set up the job's directories, rebuild or fetch the
+/// latest checkpoint for a restart; collective. In transparent mode the preload did it in
+/// `MPI_Init`.
 #[no_mangle]
 pub extern "C" fn SCR_Init() -> c_int {
     if runtime::mode() == Some(runtime::Mode::Transparent) {
@@ -129,6 +134,8 @@ pub extern "C" fn SCR_Init() -> c_int {
     code(guard("SCR_Init", runtime::init).filter(|&on| on).map(|_| ()))
 }
 
+/// `SCR_Finalize`: finish the flush of the latest checkpoint or output, record why the job
+/// stops and stop the background work; collective. In transparent mode `MPI_Finalize` does it.
 #[no_mangle]
 pub extern "C" fn SCR_Finalize() -> c_int {
     if runtime::mode() == Some(runtime::Mode::Transparent) {
@@ -339,16 +346,21 @@ fn completion(r: Option<bool>) -> c_int {
     }
 }
 
+/// `SCR_Complete_output`: close the phase `SCR_Start_output` opened; `valid` is 0 when this
+/// rank's files are bad. Collective: returns `SCR_SUCCESS` only when the dataset is valid on
+/// every rank (and then protected and, as configured, flushed).
 #[no_mangle]
 pub extern "C" fn SCR_Complete_output(valid: c_int) -> c_int {
     completion(guard("SCR_Complete_output", || runtime::complete_output(valid != 0)))
 }
 
+/// `SCR_Start_checkpoint` (SCR 1.x): `SCR_Start_output` of an unnamed checkpoint.
 #[no_mangle]
 pub extern "C" fn SCR_Start_checkpoint() -> c_int {
     code(guard("SCR_Start_checkpoint", || runtime::start_output(None, FLAG_CHECKPOINT)))
 }
 
+/// `SCR_Complete_checkpoint` (SCR 1.x): `SCR_Complete_output` of the checkpoint it started.
 #[no_mangle]
 pub extern "C" fn SCR_Complete_checkpoint(valid: c_int) -> c_int {
     completion(guard("SCR_Complete_checkpoint", || runtime::complete_output(valid != 0)))
@@ -430,6 +442,9 @@ pub unsafe extern "C" fn SCR_Restart_file(i: c_int, name: *mut c_char, writer: *
     }))
 }
 
+/// `SCR_Complete_restart`: end the restart `SCR_Start_restart` began; `valid` is 0 when this
+/// rank could not read its files. Collective: `SCR_SUCCESS` when every rank read its files;
+/// otherwise `SCR_FAILURE`, and `SCR_Have_restart` says what to load next.
 #[no_mangle]
 pub extern "C" fn SCR_Complete_restart(valid: c_int) -> c_int {
     completion(guard("SCR_Complete_restart", || runtime::complete_restart(valid != 0)))
@@ -441,6 +456,8 @@ static VERSION_C: &CStr =
         Err(_) => panic!("version string has no interior NUL"),
     };
 
+/// `SCR_Get_version`: the library's version string ([`crate::VERSION`]), static and
+/// NUL-terminated.
 #[no_mangle]
 pub extern "C" fn SCR_Get_version() -> *const c_char {
     VERSION_C.as_ptr()

@@ -314,14 +314,17 @@ impl Comm {
         all.iter().map(|b| from(b[..].try_into().expect("every rank sent one value"))).reduce(op).expect("ranks")
     }
 
+    /// This process's rank in the communicator (0-based).
     pub fn rank(&self) -> i32 {
         self.rank
     }
 
+    /// The number of ranks in the communicator.
     pub fn size(&self) -> i32 {
         self.size
     }
 
+    /// Wait until every rank has called it (collective).
     pub fn barrier(&self) {
         count(Kind::Barrier, 0);
         match &self.imp {
@@ -520,6 +523,7 @@ impl Comm {
         self.max_i64(v as i64) == 1
     }
 
+    /// The smallest `v` over all ranks (collective; every rank gets it).
     pub fn min_i64(&self, v: i64) -> i64 {
         count(Kind::Allreduce, 8);
         match &self.imp {
@@ -532,6 +536,7 @@ impl Comm {
         }
     }
 
+    /// The largest `v` over all ranks (collective; every rank gets it).
     pub fn max_i64(&self, v: i64) -> i64 {
         count(Kind::Allreduce, 8);
         match &self.imp {
@@ -544,6 +549,7 @@ impl Comm {
         }
     }
 
+    /// The sum of `v` over all ranks (collective; every rank gets it).
     pub fn sum_u64(&self, v: u64) -> u64 {
         count(Kind::Allreduce, 8);
         match &self.imp {
@@ -593,6 +599,7 @@ impl Comm {
         }
     }
 
+    /// The largest `v` over all ranks (collective; every rank gets it).
     pub fn max_f64(&self, v: f64) -> f64 {
         count(Kind::Allreduce, 8);
         match &self.imp {

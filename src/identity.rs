@@ -18,7 +18,9 @@ use std::time::{Duration, Instant};
 /// Where a job id came from (for `SCR_DEBUG` output).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct JobId {
+    /// The job id.
     pub id: String,
+    /// Where it came from: the variable (`SLURM_JOB_ID`, ...) or the fallback.
     pub source: String,
 }
 
@@ -332,6 +334,7 @@ pub(crate) fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Re
 pub struct QueryError {
     /// The command line, as `program arg...`.
     pub command: String,
+    /// What went wrong.
     pub fault: QueryFault,
 }
 
@@ -345,7 +348,12 @@ pub enum QueryFault {
     /// Waiting for it failed.
     Wait(std::io::Error),
     /// It exited unsuccessfully; `stderr` is the first non-blank line of its standard error.
-    Failed { status: std::process::ExitStatus, stderr: String },
+    Failed {
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// The first non-blank line of its standard error.
+        stderr: String,
+    },
 }
 
 impl std::fmt::Display for QueryError {

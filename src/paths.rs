@@ -52,7 +52,9 @@ impl RelPath {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unsafe path {:?} ({why})", path.as_os_str())]
 pub struct UnsafePath {
+    /// The path refused.
     pub path: PathBuf,
+    /// Why it is not a safe relative path.
     pub why: &'static str,
 }
 
@@ -142,7 +144,9 @@ pub fn cwd() -> PathBuf {
 /// A prefix directory with both its spelled and its canonical (symlink-free) form.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Prefix {
+    /// The path as given, normalised (absolute, without `.` and `..`).
     pub path: PathBuf,
+    /// The same with symbolic links resolved (equal to `path` if it does not exist yet).
     pub canonical: PathBuf,
 }
 

@@ -35,15 +35,25 @@ const VERSION: u32 = 1;
 /// Errors reading or writing a metadata file; each names the file.
 #[derive(Debug, thiserror::Error)]
 pub enum MetaError {
+    /// An I/O operation on the file failed.
     #[error("{op} {path}: {source}")]
     Io {
+        /// The operation (`read`, `write`, `open`, `rename into place`, `lock`, ...).
         op: &'static str,
+        /// The file.
         path: PathBuf,
+        /// The error the system gave.
         #[source]
         source: io::Error,
     },
+    /// The file exists but does not decode as the expected kind of metadata.
     #[error("{path}: damaged SCR metadata file ({why}); move it away or restore it")]
-    Damaged { path: PathBuf, why: String },
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What does not decode.
+        why: String,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> MetaError + 'a {

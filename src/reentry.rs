@@ -16,6 +16,7 @@ thread_local! {
 pub struct Inside(());
 
 impl Inside {
+    /// Mark the library as running on this thread until the returned guard is dropped (nests).
     pub fn enter() -> Inside {
         let _ = DEPTH.try_with(|d| d.set(d.get() + 1));
         Inside(())

@@ -357,6 +357,7 @@ fn push_value(out: &mut String, v: &str) {
 pub struct Event {
     /// The time stamp as written.
     pub time: String,
+    /// The event name (`CKPT_START`, `FLUSH_END`, ...).
     pub name: String,
     /// `key=value` fields in order (including `jobid` and `host`), values unescaped.
     pub fields: Vec<(String, String)>,
@@ -378,19 +379,41 @@ impl Event {
 /// fault (the time stamp, the event name, the field).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LineError {
+    /// The line ends after the time stamp.
     #[error("no event name after the time stamp")]
     NoName,
+    /// The line does not start with a time stamp.
     #[error("{time:?} is not a time stamp")]
-    Time { time: String },
+    Time {
+        /// What stands where the time stamp should.
+        time: String,
+    },
+    /// The word after the time stamp is not an event name (upper-case letters and `_`).
     #[error("{name:?} is not an event name")]
-    Name { name: String },
+    Name {
+        /// The word.
+        name: String,
+    },
+    /// A field without `=`.
     #[error("{rest:?}: expected key=value")]
-    NoField { rest: String },
+    NoField {
+        /// The rest of the line from that field on.
+        rest: String,
+    },
+    /// An empty field name, or one with a space or a quote.
     #[error("{key:?} is not a field name")]
-    FieldName { key: String },
+    FieldName {
+        /// The name.
+        key: String,
+    },
     /// Field `key`'s value is malformed; `why` says how.
     #[error("field {key}: {why}")]
-    Value { key: String, why: &'static str },
+    Value {
+        /// The field.
+        key: String,
+        /// What is wrong with its value.
+        why: &'static str,
+    },
 }
 
 /// Parse one line of the text log, or say what is wrong with it.

@@ -8,7 +8,9 @@ use super::{OpError, OpResult};
 /// One option a command accepts.
 #[derive(Debug, Clone, Copy)]
 pub struct Opt {
+    /// The long name, without the dashes (`checkpoints` for `--checkpoints`).
     pub long: &'static str,
+    /// The one-letter form (`-c`), if any.
     pub short: Option<char>,
     /// What the value is called in messages (`N`, `TIME`, ...), or `None` for a flag.
     pub value: Option<&'static str>,
@@ -27,7 +29,9 @@ pub const fn valued(long: &'static str, short: Option<char>, value: &'static str
 /// The parsed command line: options in the order given, then the positional arguments.
 #[derive(Debug, Default)]
 pub struct Parsed {
+    /// Each option given, as (long name, value; `None` for a flag), in command-line order.
     pub opts: Vec<(&'static str, Option<String>)>,
+    /// The arguments that are not options (for a wrapper: the launcher's command line).
     pub positional: Vec<String>,
 }
 

@@ -23,17 +23,30 @@ pub(crate) const HALTED_REASON: &str = "JOB_HALTED";
 /// The changes one `scr_halt` command asks for.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Request {
+    /// `--checkpoints N`: halt after N more successful checkpoints.
     pub checkpoints: Option<u64>,
+    /// `--before TIME`: halt once fewer than the halt seconds remain before it (seconds since
+    /// the epoch).
     pub before: Option<i64>,
+    /// `--after TIME`: halt at the first successful checkpoint after it (seconds since the epoch).
     pub after: Option<i64>,
+    /// `--seconds N`: the job's halt seconds (replaces `SCR_HALT_SECONDS`).
     pub seconds: Option<u64>,
+    /// `--immediate`: record the exit reason and stop the current run now.
     pub immediate: bool,
+    /// `--list`: list the conditions after the change.
     pub list: bool,
+    /// `--unset-checkpoints`: remove the checkpoint countdown.
     pub unset_checkpoints: bool,
+    /// `--unset-before`: remove the `--before` time.
     pub unset_before: bool,
+    /// `--unset-after`: remove the `--after` time.
     pub unset_after: bool,
+    /// `--unset-seconds`: remove the halt seconds.
     pub unset_seconds: bool,
+    /// `--unset-reason`: remove the exit reason (`JOB_HALTED`, `SCR_FINALIZE_CALLED`, ...).
     pub unset_reason: bool,
+    /// `--remove`: delete the halt file (only with `--list`).
     pub remove: bool,
 }
 
@@ -440,7 +453,7 @@ pub(crate) fn process_start(pid: u32) -> Option<u64> {
 }
 
 /// The run `scr_run` launched in this prefix from this host, if it is still going.
-pub fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
+pub(crate) fn active_run(layout: &Layout) -> OpResult<Option<RunRecord>> {
     Ok(RunRecord::load(&layout.run_file())?.filter(|rec| {
         rec.ended.is_none()
             && rec.host == crate::identity::host_name()

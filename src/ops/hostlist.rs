@@ -13,30 +13,62 @@ use crate::identity::QueryError;
 pub enum NodeError {
     /// A host list (`n[1-3,7],m`) that does not parse; `why` says where.
     #[error("{list:?}: {why}")]
-    HostList { list: String, why: String },
+    HostList {
+        /// The list as given.
+        list: String,
+        /// What is wrong, and where.
+        why: String,
+    },
     /// The host list `what` names (a variable, an option, a command's output) is malformed.
     #[error("{what}: {source}")]
-    In { what: String, source: Box<NodeError> },
+    In {
+        /// What held the list: a variable, an option, a command's output.
+        what: String,
+        /// What is wrong with it.
+        source: Box<NodeError>,
+    },
     /// The file a resource manager's variable `var` names cannot be read.
     #[error("{var} {file}: {source}")]
-    File { var: &'static str, file: String, source: std::io::Error },
+    File {
+        /// The variable naming the file (`PBS_NODEFILE`, ...).
+        var: &'static str,
+        /// The file it names.
+        file: String,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
     /// The value of the resource manager's variable `var` is malformed.
     #[error("{var} {value:?}: {why}")]
-    Var { var: &'static str, value: String, why: String },
+    Var {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// A resource manager query failed.
     #[error(transparent)]
     Query(#[from] QueryError),
     /// Flux could not say which nodes its job `job` has.
     #[error("the nodes of Flux job {job}: {source}")]
-    FluxJob { job: String, source: QueryError },
+    FluxJob {
+        /// The Flux job id.
+        job: String,
+        /// The query that failed.
+        source: QueryError,
+    },
     /// A step to cancel that is not a job step (`JOBID.STEP`).
     #[error("{step:?} is not a job step (JOBID.STEP); refusing to cancel a whole allocation")]
-    NotAStep { step: String },
+    NotAStep {
+        /// The step as given.
+        step: String,
+    },
 }
 
 impl NodeError {
     /// This error, as the host list `what` names.
-    pub fn within(self, what: impl Into<String>) -> NodeError {
+    pub(crate) fn within(self, what: impl Into<String>) -> NodeError {
         NodeError::In { what: what.into(), source: Box::new(self) }
     }
 }

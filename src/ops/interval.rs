@@ -39,24 +39,39 @@ pub struct Measured {
 /// `scr_interval`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
+    /// The event log read.
     pub log: PathBuf,
+    /// The job whose events were measured (`None`: every job in the log).
     pub jobid: Option<String>,
+    /// How many completed checkpoints were measured.
     pub checkpoints: usize,
+    /// Mean cost C of a checkpoint, in seconds.
     pub cost_secs: f64,
+    /// The cheapest checkpoint, in seconds.
     pub cost_min_secs: f64,
+    /// The dearest checkpoint, in seconds.
     pub cost_max_secs: f64,
     /// Mean compute time between checkpoints, if any interval was measured.
     pub interval_secs: Option<f64>,
+    /// How many compute intervals were measured.
     pub intervals: usize,
+    /// Mean cost of a restart (fetch or rebuild), in seconds, if any was logged.
     pub restart_secs: Option<f64>,
+    /// How many restarts were measured.
     pub restarts: usize,
+    /// The mean time between failures M the advice assumes, in seconds.
     pub mtbf_secs: f64,
+    /// Young's interval `sqrt(2*C*M)`, in seconds.
     pub young_secs: f64,
+    /// Daly's interval (the advice), in seconds.
     pub daly_secs: f64,
+    /// Expected share of time lost (0..1) at the measured interval, if one was measured.
     pub waste_current: Option<f64>,
+    /// Expected share of time lost (0..1) at Daly's interval.
     pub waste_optimal: f64,
     /// The value to set `SCR_CHECKPOINT_SECONDS` to.
     pub checkpoint_seconds: u64,
+    /// Line numbers of the malformed log lines skipped.
     pub skipped_lines: Vec<usize>,
 }
 

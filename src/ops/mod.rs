@@ -32,7 +32,7 @@
 pub mod args;
 pub mod down;
 pub mod halt;
-pub mod hostlist;
+pub(crate) mod hostlist;
 pub mod index;
 pub mod interval;
 pub(crate) mod launch;
@@ -50,15 +50,19 @@ use std::fmt;
 /// Why a command failed: bad usage (exit status 2) or a failure doing the work (exit status 1).
 #[derive(Debug)]
 pub enum OpError {
+    /// Bad usage (an unknown option, a malformed value): exit status 2; the message names it.
     Usage(String),
+    /// The work failed (an unreadable or damaged file, a failed copy): exit status 1.
     Failed(String),
 }
 
 impl OpError {
+    /// An [`OpError::Usage`] with message `msg`.
     pub fn usage(msg: impl Into<String>) -> OpError {
         OpError::Usage(msg.into())
     }
 
+    /// An [`OpError::Failed`] with message `msg`.
     pub fn failed(msg: impl Into<String>) -> OpError {
         OpError::Failed(msg.into())
     }

@@ -21,6 +21,7 @@ use crate::state::index::Index;
 /// The answer.
 #[derive(Debug, Serialize)]
 pub struct Next {
+    /// The prefix directory examined.
     pub prefix: PathBuf,
     /// What the next run would load; none: it starts from the beginning.
     pub checkpoint: Option<Choice>,
@@ -33,16 +34,21 @@ pub struct Next {
 /// One checkpoint a restart would load.
 #[derive(Debug, Serialize)]
 pub struct Choice {
+    /// The dataset id.
     pub id: u64,
+    /// The checkpoint's name.
     pub name: String,
     /// `cache` or `prefix`.
     pub from: &'static str,
     /// Processes that wrote it.
     pub ranks: u32,
-    /// From cache: this host, and the ranks whose part is intact here.
+    /// From cache: this host.
     pub host: Option<String>,
+    /// From cache: the ranks whose part is intact on this host (empty from the prefix).
     pub ranks_here: Vec<u32>,
+    /// Its files (from cache: those of the ranks here).
     pub files: u64,
+    /// Its size in bytes (from cache: that of the ranks here).
     pub bytes: u64,
     /// Where the bytes are: cache dataset directories, or the prefix.
     pub dirs: Vec<PathBuf>,

@@ -11,7 +11,9 @@ pub use super::hostlist::{expand, NodeError};
 /// Where the allocation's nodes come from and what they are.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Allocation {
+    /// The node names, in the resource manager's order, each once.
     pub nodes: Vec<String>,
+    /// Where they came from (the variable, file or command), for messages.
     pub source: String,
 }
 

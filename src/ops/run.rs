@@ -157,9 +157,13 @@ pub enum Stop {
 /// The outcome of `scr_run`.
 #[derive(Debug)]
 pub struct Outcome {
+    /// How many runs were launched.
     pub runs: u32,
+    /// Why no further run was launched.
     pub stop: Stop,
+    /// The exit status of the last run (`None`: killed by a signal, or none launched).
     pub last_status: Option<i32>,
+    /// The scavenge after the last run, if one was needed.
     pub scavenge: Option<scavenge::Outcome>,
 }
 

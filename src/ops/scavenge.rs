@@ -75,10 +75,13 @@ pub struct Options {
 /// What `scr_copy` did on one node.
 #[derive(Debug, Clone, Default)]
 pub struct NodeResult {
+    /// The node.
     pub node: String,
     /// Exit status of the node's command (`None`: killed, or it could not start).
     pub status: Option<i32>,
+    /// (dataset id, rank) of each rank part copied to the prefix.
     pub copied: Vec<(u64, u32)>,
+    /// (dataset id, rank, why) of each rank part that could not be copied.
     pub failed: Vec<(u64, u32, String)>,
     /// Why the command could not run, if it could not.
     pub error: Option<String>,
@@ -87,7 +90,9 @@ pub struct NodeResult {
 /// The outcome of a scavenge.
 #[derive(Debug, Default)]
 pub struct Outcome {
+    /// What `scr_copy` did on each node.
     pub nodes: Vec<NodeResult>,
+    /// The build of each dataset scavenged (its index entry from the copied files).
     pub builds: Vec<Report>,
     /// (dataset, why) builds that could not run at all.
     pub build_errors: Vec<(u64, String)>,

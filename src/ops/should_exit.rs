@@ -16,6 +16,7 @@ use crate::state::run::RunRecord;
 pub struct Verdict {
     /// Why the job should stop; `None`: it may run again.
     pub stop: Option<String>,
+    /// The facts checked (prefix, halt conditions, nodes), for `--verbose`.
     pub notes: Vec<String>,
 }
 

@@ -35,13 +35,26 @@ pub fn parse(text: &str, now: i64) -> Result<i64, TimeError> {
 /// A time [`parse`] cannot read: the text as given, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TimeError {
+    /// None of the accepted forms ([`FORMS`]).
     #[error("{text:?} is not a time; accepted forms: {FORMS}")]
-    NotATime { text: String },
+    NotATime {
+        /// The text as given.
+        text: String,
+    },
+    /// A time past what the clock can represent.
     #[error("{text:?} is too far in the future")]
-    TooFar { text: String },
+    TooFar {
+        /// The text as given.
+        text: String,
+    },
     /// The current time itself is out of range.
     #[error("current time {now}: {why}")]
-    Now { now: i64, why: String },
+    Now {
+        /// The current time, in seconds since the epoch.
+        now: i64,
+        /// What is wrong with it.
+        why: String,
+    },
 }
 
 /// `+N[unit]`, `now+N[unit]`, `now-N[unit]` (unit `s`, `m`, `h`, `d` or the words): `None`

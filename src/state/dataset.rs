@@ -16,7 +16,9 @@ pub struct SharedFile {
     pub rel: PathBuf,
     /// The ranks that wrote it.
     pub writers: Vec<u32>,
+    /// Its size in bytes (known once the phase completes).
     pub size: u64,
+    /// Its CRC32, if computed (`SCR_CRC_ON_FLUSH`, `SCR_CRC_ON_COPY`).
     pub crc: Option<u32>,
 }
 
@@ -29,12 +31,17 @@ pub struct DatasetDesc {
     pub ckpt: Option<u64>,
     /// The name given to `SCR_Start_output`.
     pub name: String,
+    /// Started with `SCR_FLAG_CHECKPOINT`: a restart may load it.
     pub checkpoint: bool,
+    /// Started with `SCR_FLAG_OUTPUT`: it must reach the prefix.
     pub output: bool,
     /// Creation time, microseconds since the epoch.
     pub created: i64,
+    /// The user who wrote it.
     pub user: String,
+    /// The resource manager's job name.
     pub jobname: String,
+    /// The job id of the run that wrote it.
     pub jobid: String,
     /// Number of ranks that wrote it.
     pub ranks: u32,

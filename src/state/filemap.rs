@@ -32,7 +32,9 @@ pub struct FileMeta {
     pub rel: PathBuf,
     /// Where the bytes are: in the cache, or in the prefix for bypass datasets.
     pub path: PathBuf,
+    /// Its size in bytes.
     pub size: u64,
+    /// Its CRC32, once computed.
     pub crc: Option<u32>,
     /// Closed and sized in `SCR_Complete_output` (or fetched and verified).
     pub complete: bool,
@@ -41,10 +43,13 @@ pub struct FileMeta {
 /// One dataset as this rank holds it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatasetRecord {
+    /// The dataset as every rank records it.
     pub desc: DatasetDesc,
+    /// The redundancy descriptor it was written with.
     pub reddesc: RedDesc,
     /// The dataset's cache directory (also used in bypass for SCR's own files).
     pub dir: PathBuf,
+    /// This rank's files of it.
     pub files: Vec<FileMeta>,
     /// This rank's part is complete and valid.
     pub complete: bool,
@@ -54,7 +59,7 @@ pub struct DatasetRecord {
 }
 
 impl DatasetRecord {
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.files.iter().map(|f| f.size).sum()
     }
 
@@ -74,6 +79,7 @@ impl DatasetRecord {
 /// A rank's filemap.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Filemap {
+    /// The datasets this rank holds, by id.
     pub datasets: BTreeMap<u64, DatasetRecord>,
     /// Datasets being deleted: marked here before any of their files is removed.
     #[serde(default)]
@@ -81,10 +87,13 @@ pub struct Filemap {
 }
 
 impl Filemap {
+    /// Read the filemap at `path` (a missing file is an empty filemap; a damaged one an error
+    /// naming it).
     pub fn load(path: &Path) -> Result<Filemap, MetaError> {
         Ok(persist::read(path, KIND)?.unwrap_or_default())
     }
 
+    /// Write it to `path` atomically ([`persist::write_atomic`]).
     pub fn save(&self, path: &Path) -> Result<(), MetaError> {
         persist::write_atomic(path, KIND, self)
     }

@@ -12,6 +12,7 @@ use crate::persist::{self, MetaError};
 
 const KIND: &str = "flush";
 
+/// Where a dataset's files are, as far as flushing goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Location {
     /// Only in cache.
@@ -22,29 +23,39 @@ pub enum Location {
     Pfs,
 }
 
+/// One dataset of the flush file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlushEntry {
+    /// The dataset's name.
     pub name: String,
+    /// Where its files are.
     pub location: Location,
+    /// A checkpoint (`SCR_FLAG_CHECKPOINT`).
     pub checkpoint: bool,
+    /// Output (`SCR_FLAG_OUTPUT`): it must reach the prefix.
     pub output: bool,
 }
 
+/// The flush file (`<control dir>/flush.scr`): which cached datasets are in the prefix, and which
+/// flush was interrupted.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FlushFile {
+    /// The datasets in cache, by id.
     pub datasets: BTreeMap<u64, FlushEntry>,
 }
 
 impl FlushFile {
+    /// Read the flush file at `path` (missing: empty; damaged: an error naming it).
     pub fn load(path: &Path) -> Result<FlushFile, MetaError> {
         Ok(persist::read(path, KIND)?.unwrap_or_default())
     }
 
+    /// Write it to `path` atomically.
     pub fn save(&self, path: &Path) -> Result<(), MetaError> {
         persist::write_atomic(path, KIND, self)
     }
 
-    pub fn location(&self, id: u64) -> Option<Location> {
+    pub(crate) fn location(&self, id: u64) -> Option<Location> {
         self.datasets.get(&id).map(|e| e.location)
     }
 }

@@ -14,6 +14,8 @@ const KIND: &str = "halt";
 /// Reason `SCR_Finalize` records.
 pub(crate) const FINALIZE_REASON: &str = "SCR_FINALIZE_CALLED";
 
+/// The halt file (`<prefix>/.scr/halt.scr`): the conditions under which the job stops, set by
+/// `scr_halt` and by the library (the countdown, the exit reason).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Halt {
     /// Set: the job must stop (and not be relaunched).
@@ -29,6 +31,7 @@ pub struct Halt {
 }
 
 impl Halt {
+    /// Read the halt file at `path` (missing: no condition; damaged: an error naming it).
     pub fn load(path: &Path) -> Result<Halt, MetaError> {
         Ok(persist::read(path, KIND)?.unwrap_or_default())
     }

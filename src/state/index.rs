@@ -23,14 +23,19 @@ const KIND: &str = "index";
 /// A fetch attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FetchRecord {
+    /// When it was attempted (ISO time).
     pub time: String,
+    /// Whether the fetch succeeded.
     pub ok: bool,
+    /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub why: Option<String>,
 }
 
+/// One dataset of the prefix's index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IndexEntry {
+    /// The dataset as the run that wrote it described it.
     pub desc: DatasetDesc,
     /// Every rank's files are in the prefix and verified.
     pub complete: bool,
@@ -48,6 +53,7 @@ pub struct IndexEntry {
     /// before that flush copies anything, so a restart never loads a mix of versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub superseded_by: Option<u64>,
+    /// Every fetch of it for a restart, oldest first.
     #[serde(default)]
     pub fetches: Vec<FetchRecord>,
 }
@@ -65,10 +71,13 @@ pub fn complete_entry(desc: DatasetDesc, flushed: Option<String>) -> IndexEntry 
     }
 }
 
+/// The index (`<prefix>/.scr/index.scr`): every dataset in the prefix and the current
+/// checkpoint.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Index {
     /// Name of the current checkpoint.
     pub current: Option<String>,
+    /// The datasets, by id.
     pub datasets: BTreeMap<u64, IndexEntry>,
 }
 

@@ -8,10 +8,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::paths::Prefix;
 
+/// Where a job's files are: its prefix, its control directory and (for the in-process tests)
+/// its simulated nodes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Layout {
+    /// The prefix directory (`SCR_PREFIX`).
     pub prefix: Prefix,
+    /// The user name in the control and cache paths.
     pub user: String,
+    /// The job id in the control and cache paths.
     pub jobid: String,
     /// `<cntl_base>/<user>/scr.<jobid>`
     pub cntl_dir: PathBuf,
@@ -23,7 +28,7 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(prefix: Prefix, cntl_base: &Path, user: &str, jobid: &str) -> Layout {
+    pub(crate) fn new(prefix: Prefix, cntl_base: &Path, user: &str, jobid: &str) -> Layout {
         let cntl_dir = cntl_base.join(user).join(format!("scr.{jobid}"));
         Layout { prefix, user: user.to_string(), jobid: jobid.to_string(), cntl_dir, node_root: None }
     }
@@ -64,7 +69,7 @@ impl Layout {
         self.store_dir(base).join(format!("scr.dataset.{id}"))
     }
 
-    pub fn filemap(&self, rank: i32) -> PathBuf {
+    pub(crate) fn filemap(&self, rank: i32) -> PathBuf {
         self.cntl_dir.join(format!("filemap_{rank}.scrinfo"))
     }
 
@@ -87,10 +92,12 @@ impl Layout {
         self.cntl_dir.join("flush.scr")
     }
 
+    /// `<prefix>/.scr/index.scr`
     pub fn index(&self) -> PathBuf {
         self.scr_dir().join("index.scr")
     }
 
+    /// `<prefix>/.scr/halt.scr`
     pub fn halt(&self) -> PathBuf {
         self.scr_dir().join("halt.scr")
     }
@@ -100,11 +107,11 @@ impl Layout {
         self.scr_dir().join(format!("scr.dataset.{id}"))
     }
 
-    pub fn summary(&self, id: u64) -> PathBuf {
+    pub(crate) fn summary(&self, id: u64) -> PathBuf {
         self.prefix_dataset_dir(id).join("summary.scr")
     }
 
-    pub fn rank2file(&self, id: u64) -> PathBuf {
+    pub(crate) fn rank2file(&self, id: u64) -> PathBuf {
         self.prefix_dataset_dir(id).join("rank2file.scr")
     }
 

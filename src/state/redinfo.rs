@@ -13,6 +13,7 @@ use crate::desc::Scheme;
 pub struct RedInfo {
     /// The scheme applied.
     pub scheme: Scheme,
+    /// Which redundancy set of the descriptor this rank belongs to.
     pub set_id: usize,
     /// World ranks of the set members, in set order (as they were when the dataset was
     /// written).

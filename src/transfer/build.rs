@@ -39,8 +39,11 @@ use crate::state::summary::{PrefixFile, Rank2File, Summary};
 /// What a build found and did.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
+    /// The dataset id.
     pub id: u64,
+    /// The dataset's name.
     pub name: String,
+    /// The number of ranks that wrote it.
     pub ranks: u32,
     /// Every rank's files are in the prefix; the dataset is indexed as complete.
     pub complete: bool,
