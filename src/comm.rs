@@ -271,7 +271,7 @@ impl Comm {
     }
 
     /// One communicator per rank of the in-process world `hub` (rank order); each goes to
-    /// its own thread (see [`local::run`]).
+    /// its own thread (see `local::run`, the unit tests' world).
     pub fn in_process(hub: &std::sync::Arc<local::Hub>) -> Vec<Comm> {
         let size = hub.size() as i32;
         (0..size).map(|rank| Comm::with(Imp::Local(hub.clone()), rank, size)).collect()

@@ -34,6 +34,9 @@
 #![warn(unsafe_op_in_unsafe_fn)]
 // Every item reachable from outside the crate says what it is; the rest is `pub(crate)`.
 #![warn(missing_docs)]
+// The module docs are the design docs and link freely to crate-internal items: read them with
+// `cargo doc --document-private-items` (README), where every such link resolves.
+#![allow(rustdoc::private_intra_doc_links)]
 
 #[allow(unsafe_code)]
 pub mod capi;

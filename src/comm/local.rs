@@ -9,7 +9,7 @@
 //! sent, as in MPI; a send never blocks (MPI may buffer any send, so code correct under MPI
 //! is correct here). `split` and `dup` make new hubs, shared by the ranks that meet in them.
 //!
-//! A rank that panics poisons every hub of its world ([`run`]): the others, waiting in a
+//! A rank that panics poisons every hub of its world (`run`, in the unit tests): the others, waiting in a
 //! collective the dead rank never reaches, panic too instead of hanging, and so does a wait
 //! longer than [`PATIENCE`] (ranks that do not call the same collectives).
 

@@ -722,7 +722,7 @@ impl Runtime {
         }
     }
 
-    /// What a failed dataset `id` leaves: "; <name> (dataset <n>) stays the newest checkpoint
+    /// What a failed dataset `id` leaves: "; `<name>` (dataset `<n>`) stays the newest checkpoint
     /// in cache", or nothing when no complete checkpoint is cached.
     fn kept_note(&self, id: u64) -> String {
         let kept = self.filemap.datasets.values().rev().find(|r| r.desc.id != id && r.complete && r.desc.checkpoint);

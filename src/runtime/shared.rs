@@ -27,8 +27,9 @@
 //!   cached dataset wrote the same name.
 //!
 //! For transparent mode (the preload sees a shared write only when the application opens the
-//! file, before any dataset exists): [`shared_staging_path`] gives the path to open instead,
-//! and `route_shared_file` inside the output phase that adopts the files declares it.
+//! file, before any dataset exists): it opens the file at its staging name in the prefix
+//! ([`crate::state::layout::shared_staging_name`]) instead, and `route_shared_file` inside
+//! the output phase that adopts the files declares it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -57,7 +57,7 @@ pub struct Adopt<'a> {
     /// This rank's new files: (path relative to the prefix, where the bytes are now).
     pub files: &'a [(PathBuf, PathBuf)],
     /// Files several ranks wrote that this rank opened (relative to the prefix), written at
-    /// their staging names in the prefix ([`crate::runtime::shared_staging_path`]).
+    /// their staging names in the prefix ([`crate::state::layout::shared_staging_name`]).
     pub shared: &'a [PathBuf],
     /// Files (relative to the prefix) of the cached dataset of this name that the application
     /// removed or renamed away.

@@ -99,7 +99,7 @@ pub(crate) fn window(f: &File, off: u64, len: u64) -> Option<Window> {
 
 impl Window {
     /// The mapped bytes. A page past the end of the file (the file shrank since it was mapped)
-    /// reads as zeros; [`Window::check`] reports it.
+    /// reads as zeros; [`Window::lost_pages`] reports it.
     pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: the range is mapped readable for the life of self. The file's contents may
         // change under the mapping (as with any shared file mapping): the bytes are only summed
