@@ -167,7 +167,7 @@ mod tests {
             let rel = PathBuf::from(format!("{name}/rank_{r}"));
             std::fs::create_dir_all(prefix.join(name)).unwrap();
             std::fs::write(prefix.join(&rel), data).unwrap();
-            r2f.files.insert(r, vec![PrefixFile { rel, size: data.len() as u64, crc: None }]);
+            r2f.files.insert(r, vec![PrefixFile { rel, size: data.len() as u64, crc: None, link: None }]);
         }
         r2f.save(&dir.join("rank2file.scr")).unwrap();
         let desc = DatasetDesc { id, ckpt: Some(id), ..DatasetDesc::sample(id, name, ranks) };

@@ -1,6 +1,6 @@
 //! The per-dataset files in the prefix (`.scr/scr.dataset.<id>/`): `summary.scr` (the dataset
 //! descriptor as flushed) and `rank2file.scr` (each rank's files with size and CRC32, which
-//! fetch and `scr_index` verify against).
+//! fetch and `scr_index` verify against, and the hard links among them).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -25,6 +25,11 @@ pub(crate) struct PrefixFile {
     pub rel: PathBuf,
     pub size: u64,
     pub crc: Option<u32>,
+    /// An earlier file of the same rank and dataset this one is a hard link of (in the prefix
+    /// as in cache: the flush links it rather than copying the bytes again, and the fetch
+    /// links the cached copies alike).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link: Option<crate::paths::RelPath>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -239,7 +239,13 @@ pub fn build(layout: &Layout, id: u64, piece: usize, current: Current) -> Result
             .iter()
             .map(|(r, f)| {
                 let fm = f.fm.as_ref().expect("complete");
-                (*r, fm.files.iter().map(|e| PrefixFile { rel: e.rel.clone(), size: e.size, crc: e.crc }).collect())
+                (
+                    *r,
+                    fm.files
+                        .iter()
+                        .map(|e| PrefixFile { rel: e.rel.clone(), size: e.size, crc: e.crc, link: None })
+                        .collect(),
+                )
             })
             .collect();
         Rank2File { ranks: n, files }.save(&layout.rank2file(id))?;

@@ -3,7 +3,10 @@
 //! with `O_EXCL|O_NOFOLLOW`, so a link planted there is never written through),
 //! fsynced, checked against the expected size and CRC32, and only then renamed into place,
 //! so a reader never sees a partial or corrupt file under the real name, and an existing
-//! good file is replaced only by a verified one.
+//! good file is replaced only by a verified one. The copy keeps the source's permission bits
+//! and its access and modification times, as `cp -p` does (setuid, setgid and sticky bits
+//! are dropped): a flushed checkpoint file looks in the prefix as it looked in cache, and a
+//! fetched one in cache as in the prefix.
 
 use std::fs;
 use std::io::Write;
@@ -108,15 +111,57 @@ pub(crate) fn copy_verified_paced(
     result
 }
 
+/// Make `dst` a hard link of `existing` (a file this transfer has just placed), through a
+/// temporary name renamed into place like a copy, so a reader never finds `dst` missing when
+/// it was there before. `private`: as in [`copy_verified`].
+pub fn link_verified(existing: &Path, dst: &Path, private: bool) -> Result<()> {
+    if let Some(parent) = dst.parent() {
+        if private {
+            crate::paths::create_dirs(parent)?;
+        } else {
+            fs::create_dir_all(parent).ctx("create directory", parent)?;
+        }
+    }
+    let tmp = part_name(dst);
+    crate::paths::remove_file_if_exists(&tmp)?;
+    fs::hard_link(existing, &tmp).ctx("link", &tmp)?;
+    fs::rename(&tmp, dst).map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        Error::io("rename into place", dst, e)
+    })
+}
+
+/// A file's identity: its device and inode numbers.
+pub type FileId = (u64, u64);
+
+/// The identity of the regular file `path`, following no link at the last component: two
+/// names of one rank's dataset with the same identity are hard links of one file.
+pub fn identity(path: &Path) -> Option<FileId> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(path).ok().filter(|m| m.file_type().is_file()).map(|m| (m.dev(), m.ino()))
+}
+
 fn copy_to(src: &Path, dst: &Path, buf_size: usize, pace: &mut Pace) -> Result<Copied> {
+    let attrs = fs::metadata(src).ctx("stat", src)?;
     let mut out = crate::paths::create_temp(dst, 0o666).ctx("create", dst)?;
     let c = stream(src, buf_size, |chunk| {
         out.write_all(chunk).ctx("write", dst)?;
         pace.after(chunk.len());
         Ok(())
     })?;
+    keep_attrs(&out, &attrs).ctx("set mode and times of", dst)?;
     out.sync_all().ctx("fsync", dst)?;
     Ok(c)
+}
+
+/// Give `out` the permission bits (setuid, setgid and sticky left out) and the access and
+/// modification times of the file `md` describes; after the last write, which would move the
+/// modification time again.
+pub(crate) fn keep_attrs(out: &fs::File, md: &fs::Metadata) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let times = fs::FileTimes::new().set_accessed(md.accessed()?).set_modified(md.modified()?);
+    out.set_times(times)?;
+    out.set_permissions(fs::Permissions::from_mode(md.permissions().mode() & 0o777))
 }
 
 #[cfg(test)]
@@ -133,6 +178,25 @@ mod tests {
         let dst = d.path().join("a/b/d");
         assert_eq!(copy_verified(&src, &dst, Some(100_000), Some(c.crc), 4096, false).unwrap(), c);
         assert_eq!(fs::read(&dst).unwrap().len(), 100_000);
+    }
+
+    #[test]
+    fn the_copy_keeps_mode_and_times() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("s");
+        fs::write(&src, vec![3u8; 3 << 20]).unwrap();
+        let t = std::time::UNIX_EPOCH + Duration::new(1_000_000_000, 123_456_789);
+        let f = fs::File::options().write(true).open(&src).unwrap();
+        f.set_times(fs::FileTimes::new().set_accessed(t).set_modified(t)).unwrap();
+        drop(f);
+        fs::set_permissions(&src, fs::Permissions::from_mode(0o4751)).unwrap();
+        let dst = d.path().join("d");
+        copy_verified(&src, &dst, Some(3 << 20), None, 1 << 16, false).unwrap();
+        let md = fs::metadata(&dst).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o751, "setuid dropped, the rest kept");
+        assert_eq!((md.mtime(), md.mtime_nsec()), (1_000_000_000, 123_456_789));
+        assert_eq!(md.modified().unwrap(), t);
     }
 
     #[test]

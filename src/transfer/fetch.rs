@@ -2,12 +2,14 @@
 //! it in place), verifying every file's size and, when recorded, its CRC32. Rank 0 reads the
 //! dataset's `summary.scr` and `rank2file.scr` and scatters each rank its file list; at most
 //! `SCR_FETCH_WIDTH` ranks read at once. A failure anywhere fails the fetch on every rank and
-//! removes what was copied.
+//! removes what was copied. The copies keep the prefix files' mode and times, and files the
+//! flush recorded as hard links of another (and still linked in the prefix) are linked again.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use super::copy::copy_verified;
+use super::copy::{copy_verified, identity, link_verified, FileId};
 use super::{Ctx, Reported, TransferError};
 use crate::error::{Error, Result};
 use crate::scr_debug;
@@ -46,33 +48,50 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
     let mine: Vec<PrefixFile> = ctx.world.scatter(0, lists)?;
 
     let local = ctx.in_waves(ctx.settings.fetch_width, || {
-        mine.iter()
-            .map(|f| {
-                let src = ctx.layout.prefix.below(&f.rel)?;
-                if bypass {
-                    let md = std::fs::metadata(&src).map_err(|e| Error::io("stat", &src, e))?;
-                    if md.len() != f.size {
-                        return Err(Error::Integrity {
-                            path: src,
-                            why: format!("size is {} bytes, {} were recorded", md.len(), f.size),
-                        });
-                    }
-                    Ok(FileMeta { rel: f.rel.clone(), path: src, size: f.size, crc: f.crc, complete: true })
-                } else {
-                    let dst = dir.join(&f.rel);
-                    let c = copy_verified(&src, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, true)?;
-                    scr_debug!(
-                        2,
-                        "fetched {} -> {} ({} bytes, crc32 verified: {})",
-                        src.display(),
-                        dst.display(),
-                        c.size,
-                        f.crc.is_some()
-                    );
-                    Ok(FileMeta { rel: f.rel.clone(), path: dst, size: c.size, crc: Some(c.crc), complete: true })
+        // rel -> (its place in the result, the identity of its prefix file) of files fetched
+        let mut fetched: HashMap<&Path, (usize, Option<FileId>)> = HashMap::new();
+        let mut out: Vec<FileMeta> = Vec::with_capacity(mine.len());
+        for f in &mine {
+            let src = ctx.layout.prefix.below(&f.rel)?;
+            if bypass {
+                let md = std::fs::metadata(&src).map_err(|e| Error::io("stat", &src, e))?;
+                if md.len() != f.size {
+                    return Err(Error::Integrity {
+                        path: src,
+                        why: format!("size is {} bytes, {} were recorded", md.len(), f.size),
+                    });
                 }
-            })
-            .collect::<Result<Vec<FileMeta>>>()
+                out.push(FileMeta { rel: f.rel.clone(), path: src, size: f.size, crc: f.crc, complete: true });
+                continue;
+            }
+            let dst = dir.join(&f.rel);
+            let id = identity(&src);
+            // a hard link recorded at the flush, and still one in the prefix: link the copy
+            let first = f.link.as_deref().and_then(|l| fetched.get(l)).filter(|(_, i)| i.is_some() && *i == id);
+            if let Some(&(first, _)) = first {
+                let of = &out[first];
+                if of.size == f.size && (f.crc.is_none() || f.crc == of.crc) {
+                    link_verified(&of.path, &dst, true)?;
+                    scr_debug!(2, "fetched {} as a hard link of {}", dst.display(), of.path.display());
+                    let meta = FileMeta { rel: f.rel.clone(), path: dst, size: f.size, crc: of.crc, complete: true };
+                    fetched.insert(&f.rel, (out.len(), id));
+                    out.push(meta);
+                    continue;
+                }
+            }
+            let c = copy_verified(&src, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, true)?;
+            scr_debug!(
+                2,
+                "fetched {} -> {} ({} bytes, crc32 verified: {})",
+                src.display(),
+                dst.display(),
+                c.size,
+                f.crc.is_some()
+            );
+            fetched.insert(&f.rel, (out.len(), id));
+            out.push(FileMeta { rel: f.rel.clone(), path: dst, size: c.size, crc: Some(c.crc), complete: true });
+        }
+        Ok(out)
     });
     let err = local.as_ref().err().map(|e| e.to_string());
     if !ctx.world.all_true(err.is_none()) {

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::copy::{copy_verified_paced, Pace};
+use super::copy::{copy_verified_paced, identity, link_verified, Pace};
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::identity;
@@ -171,8 +171,10 @@ pub(crate) fn unmark_flushing(layout: &Layout, id: u64) {
     });
 }
 
-/// This rank's part of a flush: copy (or, for bypass datasets, check) each file. No MPI: the
-/// background flush runs it in its own thread.
+/// This rank's part of a flush: copy (or, for bypass datasets, check) each file. A cached file
+/// that is a hard link of an earlier one of the dataset (the same inode: the application
+/// linked it) becomes a hard link of that one's copy in the prefix, recorded as such. No MPI:
+/// the background flush runs it in its own thread.
 pub(super) fn copy_files(
     layout: &Layout,
     rec: &DatasetRecord,
@@ -180,7 +182,9 @@ pub(super) fn copy_files(
     crc_on_flush: bool,
     pace: &mut Pace,
 ) -> Result<Vec<PrefixFile>> {
-    let mut out = Vec::with_capacity(rec.files.len());
+    let mut out: Vec<PrefixFile> = Vec::with_capacity(rec.files.len());
+    // (device, inode) of a cached file copied already -> its place in `out` and in the prefix
+    let mut copied: std::collections::HashMap<super::copy::FileId, (usize, PathBuf)> = Default::default();
     for f in &rec.files {
         let dst = layout.prefix.below(&f.rel)?;
         if f.path == dst {
@@ -191,20 +195,27 @@ pub(super) fn copy_files(
                     why: format!("size is {size} bytes, {} were written", f.size),
                 });
             }
-            out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc });
-        } else {
-            let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, false, pace)?;
-            scr_debug!(
-                2,
-                "flushed {} -> {} ({} bytes, crc32 {:#010x})",
-                f.path.display(),
-                dst.display(),
-                c.size,
-                c.crc
-            );
-            let crc = if crc_on_flush { Some(c.crc) } else { f.crc };
-            out.push(PrefixFile { rel: f.rel.clone(), size: c.size, crc });
+            out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc, link: None });
+            continue;
         }
+        let id = identity(&f.path);
+        if let Some((first, first_dst)) = id.and_then(|id| copied.get(&id)).cloned() {
+            let of = &out[first];
+            if of.size == f.size && (f.crc.is_none() || of.crc.is_none() || f.crc == of.crc) {
+                link_verified(&first_dst, &dst, false)?;
+                scr_debug!(2, "flushed {} as a hard link of {}", dst.display(), first_dst.display());
+                let link = crate::paths::RelPath::new(of.rel.clone()).ok();
+                out.push(PrefixFile { rel: f.rel.clone(), size: f.size, crc: of.crc.or(f.crc), link });
+                continue;
+            }
+        }
+        let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, false, pace)?;
+        scr_debug!(2, "flushed {} -> {} ({} bytes, crc32 {:#010x})", f.path.display(), dst.display(), c.size, c.crc);
+        let crc = if crc_on_flush { Some(c.crc) } else { f.crc };
+        if let Some(id) = id {
+            copied.insert(id, (out.len(), dst.clone()));
+        }
+        out.push(PrefixFile { rel: f.rel.clone(), size: c.size, crc, link: None });
     }
     Ok(out)
 }

@@ -536,3 +536,55 @@ fn halt_conditions_end_an_unmodified_run_after_its_checkpoint() {
     let r = run(&job, &["--steps", "4"]);
     assert!(r.has("RESTARTED 2 verified") && r.has("DONE"), "{}", r.dump());
 }
+
+/// `file_attrs` (mode bits, times and a hard link of checkpoint files) under the preload
+/// against the same program on a plain directory: the prefix after the flush and the files
+/// the relaunch reads after its fetch (the cache wiped) look as they do without SCR.
+#[test]
+fn mode_times_and_hard_links_survive_the_flush_and_the_fetch() {
+    use std::os::unix::fs::MetadataExt;
+    let exe = vec![app("file_attrs.c", &[]).display().to_string()];
+    let attrs = |r: &Run| {
+        let mut v: Vec<String> =
+            r.stdout.lines().filter(|l| l.starts_with("ATTRS ") || l.starts_with("BYTES ")).map(String::from).collect();
+        v.sort();
+        v
+    };
+    // The same program without SCR.
+    let plain = Job::new();
+    let dir = plain.root.join("plain");
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = dir.display().to_string();
+    let w = plain.run_exe(4, &exe, &["write".into(), d.clone()]);
+    assert!(w.has("WROTE") && w.code == Some(0), "{}", w.dump());
+    let want = plain.run_exe(4, &exe, &["read".into(), d]);
+    assert_eq!(want.code, Some(0), "{}", want.dump());
+    let want = attrs(&want);
+    assert_eq!(want.len(), 8, "{want:?}");
+    assert!(want.iter().any(|l| l.starts_with("ATTRS rank=0 a=640 nlink=2 b=1100000000.987654321 c=1")), "{want:?}");
+
+    let mut job = transparent();
+    job.set("SCR_FLUSH", "1");
+    let p = job.prefix.display().to_string();
+    let w = job.run_exe(4, &exe, &["write".into(), p.clone()]);
+    assert!(w.has("WROTE") && w.code == Some(0), "{}", w.dump());
+    // In the prefix, as in the plain directory.
+    for r in 0..4 {
+        let md = |leaf: &str| std::fs::metadata(job.prefix.join(format!("ckpt.1/{leaf}.{r}"))).unwrap();
+        let pm = |leaf: &str| std::fs::metadata(dir.join(format!("ckpt.1/{leaf}.{r}"))).unwrap();
+        let (a, b, c) = (md("a"), md("b"), md("c"));
+        assert_eq!(a.mode() & 0o7777, pm("a").mode() & 0o7777, "rank {r}: mode of a");
+        assert_eq!(b.mode() & 0o7777, pm("b").mode() & 0o7777, "rank {r}: mode of b");
+        assert_eq!((b.mtime(), b.mtime_nsec()), (pm("b").mtime(), pm("b").mtime_nsec()), "rank {r}: times of b");
+        assert_eq!((a.ino(), a.nlink()), (c.ino(), 2), "rank {r}: c is a hard link of a in the prefix");
+    }
+    let r2f = job.meta(&job.prefix.join(".scr/scr.dataset.1/rank2file.scr"));
+    assert_eq!(r2f["files"]["0"][2]["link"], "ckpt.1/a.0", "{r2f}");
+    // The relaunch fetches ckpt.1 into an empty cache and reads it through the prefix paths.
+    job.wipe_cache();
+    job.set("SCR_DEBUG", "2");
+    let got = job.run_exe(4, &exe, &["read".into(), p]);
+    assert_eq!(got.code, Some(0), "{}", got.dump());
+    assert!(got.stderr.contains("as a hard link of"), "the fetch linked c: {}", got.dump());
+    assert_eq!(attrs(&got), want, "{}", got.dump());
+}
