@@ -17,17 +17,17 @@ use std::time::{Duration, Instant};
 
 /// Where a job id came from (for `SCR_DEBUG` output).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct JobId {
+pub(crate) struct JobId {
     /// The job id.
-    pub id: String,
+    pub(crate) id: String,
     /// Where it came from: the variable (`SLURM_JOB_ID`, ...) or the fallback.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 const RM_VARS: [&str; 6] = ["SCR_JOB_ID", "SLURM_JOBID", "SLURM_JOB_ID", "LSB_JOBID", "FLUX_JOB_ID", "PBS_JOBID"];
 
 /// The job id from the environment, or the documented fallback derived from `prefix`.
-pub fn job_id(prefix: &Path) -> JobId {
+pub(crate) fn job_id(prefix: &Path) -> JobId {
     job_id_from(|k| std::env::var(k).ok(), prefix)
 }
 
@@ -120,7 +120,7 @@ impl Rm {
     }
 
     /// `Slurm`, `LSF`, `Flux`, `PBS`.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Rm::Slurm(_) => "Slurm",
             Rm::Lsf(_) => "LSF",
@@ -130,7 +130,7 @@ impl Rm {
     }
 
     /// The job's id.
-    pub fn job(&self) -> &str {
+    pub(crate) fn job(&self) -> &str {
         match self {
             Rm::Slurm(j) | Rm::Lsf(j) | Rm::Flux(j) | Rm::Pbs(j) => j,
         }
@@ -190,7 +190,7 @@ pub fn end_time() -> Option<i64> {
 }
 
 /// The Slurm job (allocation) this process runs in: `SLURM_JOB_ID`, else `SLURM_JOBID`.
-pub fn slurm_job() -> Option<String> {
+pub(crate) fn slurm_job() -> Option<String> {
     match Rm::detect() {
         Some(Rm::Slurm(j)) => Some(j),
         _ => None,
@@ -333,14 +333,14 @@ pub(crate) fn rm_query(program: &str, args: &[&str], env: &[(&str, &str)]) -> Re
 #[derive(Debug, thiserror::Error)]
 pub struct QueryError {
     /// The command line, as `program arg...`.
-    pub command: String,
+    pub(crate) command: String,
     /// What went wrong.
-    pub fault: QueryFault,
+    pub(crate) fault: QueryFault,
 }
 
 /// What went wrong with a [`QueryError`]'s command.
 #[derive(Debug)]
-pub enum QueryFault {
+pub(crate) enum QueryFault {
     /// It could not be started.
     Start(std::io::Error),
     /// It did not finish within [`QUERY_SECS`] (it was killed).

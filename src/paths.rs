@@ -39,7 +39,7 @@ pub(crate) struct RelPath(PathBuf);
 
 impl RelPath {
     /// `p` if it is a safe relative path, otherwise why not.
-    pub fn new(p: PathBuf) -> std::result::Result<RelPath, UnsafePath> {
+    pub(crate) fn new(p: PathBuf) -> std::result::Result<RelPath, UnsafePath> {
         match rel_problem(&p) {
             None => Ok(RelPath(p)),
             Some(why) => Err(UnsafePath { path: p, why }),
@@ -53,9 +53,9 @@ impl RelPath {
 #[error("unsafe path {:?} ({why})", path.as_os_str())]
 pub struct UnsafePath {
     /// The path refused.
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Why it is not a safe relative path.
-    pub why: &'static str,
+    pub(crate) why: &'static str,
 }
 
 impl TryFrom<PathBuf> for RelPath {
@@ -137,7 +137,7 @@ pub(crate) fn in_scr_dir(rel: &Path) -> bool {
 }
 
 /// The current directory, or `/` if it cannot be read.
-pub fn cwd() -> PathBuf {
+pub(crate) fn cwd() -> PathBuf {
     std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"))
 }
 
@@ -147,12 +147,12 @@ pub struct Prefix {
     /// The path as given, normalised (absolute, without `.` and `..`).
     pub path: PathBuf,
     /// The same with symbolic links resolved (equal to `path` if it does not exist yet).
-    pub canonical: PathBuf,
+    pub(crate) canonical: PathBuf,
 }
 
 impl Prefix {
     /// Normalise `path` and resolve its canonical form (equal to it if it does not exist yet).
-    pub fn new(path: &Path) -> Prefix {
+    pub(crate) fn new(path: &Path) -> Prefix {
         let path = normalize(path, &cwd());
         let canonical = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
         Prefix { path, canonical }
@@ -160,7 +160,7 @@ impl Prefix {
 
     /// The part of `name` below the prefix, or `None` if it resolves outside it (or to the
     /// prefix itself). `name` may be relative (to the current directory).
-    pub fn relative(&self, name: &Path) -> Option<PathBuf> {
+    pub(crate) fn relative(&self, name: &Path) -> Option<PathBuf> {
         let abs = normalize(name, &cwd());
         for base in [&self.path, &self.canonical] {
             if let Ok(rel) = abs.strip_prefix(base) {
@@ -180,13 +180,13 @@ impl Prefix {
     /// The absolute path of a name relative to the prefix, as spelled: for routing the
     /// application's own names. SCR's own reads, writes and deletes of checkpoint data and
     /// metadata in the prefix go through [`Prefix::below`].
-    pub fn join(&self, rel: &Path) -> PathBuf {
+    pub(crate) fn join(&self, rel: &Path) -> PathBuf {
         self.path.join(rel)
     }
 
     /// The absolute path of `rel` (relative to the prefix), checked by [`below`]: no
     /// component below the prefix is a symbolic link.
-    pub fn below(&self, rel: &Path) -> Result<PathBuf, PathError> {
+    pub(crate) fn below(&self, rel: &Path) -> Result<PathBuf, PathError> {
         below(&self.path, rel)
     }
 }
@@ -216,7 +216,7 @@ pub(crate) fn link_below(base: &Path, rel: &Path) -> Option<PathBuf> {
 /// the prefix at a file system that way). The walk uses `lstat`, so a link swapped in between
 /// the check and the use is not caught; the O_NOFOLLOW temporaries still catch a link at
 /// the final name.
-pub fn below(base: &Path, rel: &Path) -> Result<PathBuf, PathError> {
+pub(crate) fn below(base: &Path, rel: &Path) -> Result<PathBuf, PathError> {
     let path = base.join(rel);
     match link_below(base, rel) {
         None => Ok(path),
@@ -235,7 +235,7 @@ pub fn below(base: &Path, rel: &Path) -> Result<PathBuf, PathError> {
 /// [`crate::error::Error`] converts it (`Io` to `Io`, `Link` to `Integrity`, `Refused` to
 /// `Refused`), so callers keep using `?`.
 #[derive(Debug, thiserror::Error)]
-pub enum PathError {
+pub(crate) enum PathError {
     /// A file-system call on `path` failed while doing `op`.
     #[error("{op} {}: {source}", path.display())]
     Io {
@@ -273,7 +273,7 @@ impl PathError {
 }
 
 /// The longest file name (in bytes) Linux file systems accept.
-pub const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 /// The temporary name SCR gives `path` beside it while writing it: `.<name><suffix>`, or,
 /// when that would be longer than [`NAME_MAX`], `.<start of name>~<crc32 of name><suffix>`

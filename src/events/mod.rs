@@ -100,7 +100,7 @@ pub(crate) struct Mibps(pub f64);
 
 impl Mibps {
     /// The bandwidth of `bytes` moved in `secs` seconds (0 for no time).
-    pub fn of(bytes: u64, secs: f64) -> Mibps {
+    pub(crate) fn of(bytes: u64, secs: f64) -> Mibps {
         Mibps(crate::log::mib_per_sec(bytes, secs))
     }
 }
@@ -112,7 +112,7 @@ impl Display for Mibps {
 }
 
 /// `0` or `1`, as the log spells booleans.
-pub fn flag(b: bool) -> u8 {
+pub(crate) fn flag(b: bool) -> u8 {
     u8::from(b)
 }
 
@@ -124,7 +124,7 @@ impl std::fmt::Debug for EventLog {
 
 impl EventLog {
     /// A log that records nothing.
-    pub fn disabled() -> EventLog {
+    pub(crate) fn disabled() -> EventLog {
         EventLog { inner: None }
     }
 
@@ -132,7 +132,7 @@ impl EventLog {
     /// enabled, or a disabled log. A syslog socket that is missing is reported here, once.
     /// A command's log (`scr_list_down_nodes`): its database rows belong to the job, not to a
     /// run.
-    pub fn new(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
+    pub(crate) fn new(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
         Self::build(settings, prefix_scr_dir, jobid, host, Some(false))
     }
 
@@ -146,7 +146,7 @@ impl EventLog {
     /// completion of a background flush it published): no warning about a missing syslog
     /// socket, which rank 0 reports once.
     /// Only rank 0 logs to the database, so this log does not.
-    pub fn quiet(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
+    pub(crate) fn quiet(settings: &Settings, prefix_scr_dir: &Path, jobid: &str, host: &str) -> EventLog {
         Self::build(settings, prefix_scr_dir, jobid, host, None)
     }
 
@@ -186,7 +186,7 @@ impl EventLog {
 
     /// The end of a run: wait (at most [`DB_DRAIN_TIMEOUT`]) until the events queued for the
     /// database are written. Nothing to do without database logging.
-    pub fn drain(&self) {
+    pub(crate) fn drain(&self) {
         if let Some(db) = self.inner.as_ref().and_then(|i| i.db.as_ref()) {
             db.drain(DB_DRAIN_TIMEOUT);
         }
@@ -198,7 +198,7 @@ impl EventLog {
     }
 
     /// Record `event` with its fields (in order).
-    pub fn record(&self, event: &str, fields: &[(&str, &dyn Display)]) {
+    pub(crate) fn record(&self, event: &str, fields: &[(&str, &dyn Display)]) {
         let Some(inner) = &self.inner else {
             return;
         };
@@ -356,11 +356,11 @@ fn push_value(out: &mut String, v: &str) {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// The time stamp as written.
-    pub time: String,
+    pub(crate) time: String,
     /// The event name (`CKPT_START`, `FLUSH_END`, ...).
     pub name: String,
     /// `key=value` fields in order (including `jobid` and `host`), values unescaped.
-    pub fields: Vec<(String, String)>,
+    pub(crate) fields: Vec<(String, String)>,
 }
 
 impl Event {

@@ -9,11 +9,11 @@ use super::{OpError, OpResult};
 #[derive(Debug, Clone, Copy)]
 pub struct Opt {
     /// The long name, without the dashes (`checkpoints` for `--checkpoints`).
-    pub long: &'static str,
+    pub(crate) long: &'static str,
     /// The one-letter form (`-c`), if any.
-    pub short: Option<char>,
+    pub(crate) short: Option<char>,
     /// What the value is called in messages (`N`, `TIME`, ...), or `None` for a flag.
-    pub value: Option<&'static str>,
+    pub(crate) value: Option<&'static str>,
 }
 
 /// A flag (`--list`).
@@ -30,7 +30,7 @@ pub const fn valued(long: &'static str, short: Option<char>, value: &'static str
 #[derive(Debug, Default)]
 pub struct Parsed {
     /// Each option given, as (long name, value; `None` for a flag), in command-line order.
-    pub opts: Vec<(&'static str, Option<String>)>,
+    pub(crate) opts: Vec<(&'static str, Option<String>)>,
     /// The arguments that are not options (for a wrapper: the launcher's command line).
     pub positional: Vec<String>,
 }
@@ -47,7 +47,7 @@ impl Parsed {
     }
 
     /// Every value given for an option, in order.
-    pub fn values(&self, long: &str) -> Vec<&str> {
+    pub(crate) fn values(&self, long: &str) -> Vec<&str> {
         self.opts.iter().filter(|(n, _)| *n == long).filter_map(|(_, v)| v.as_deref()).collect()
     }
 

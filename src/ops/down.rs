@@ -10,7 +10,7 @@ use super::{nodes, OpError, OpResult};
 #[derive(Debug)]
 pub struct Down {
     /// Every node looked at, in order.
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// The down nodes among them, with why.
     pub down: Vec<(String, String)>,
     /// What could not be asked (the resource manager), for the command to print.

@@ -100,7 +100,7 @@ impl Request {
     }
 
     /// Apply to the halt file's content.
-    pub fn apply(&self, h: &mut Halt) {
+    pub(crate) fn apply(&self, h: &mut Halt) {
         if let Some(n) = self.checkpoints {
             h.checkpoints_left = Some(n);
         }

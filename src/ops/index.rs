@@ -26,37 +26,37 @@ pub struct Row {
     /// Complete and never failed: a restart may use it.
     pub valid: bool,
     /// Every rank's files are in the prefix and verified.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// A restart from it failed, or a newer dataset was flushed over it: never fetched again.
-    pub failed: bool,
+    pub(crate) failed: bool,
     /// A newer dataset was flushed over some of its files (it is failed too).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub superseded_by: Option<u64>,
+    pub(crate) superseded_by: Option<u64>,
     /// A flush was started and never finished.
-    pub flushing: bool,
+    pub(crate) flushing: bool,
     /// When its flush finished (ISO time), if it did.
-    pub flushed: Option<String>,
+    pub(crate) flushed: Option<String>,
     /// The checkpoint the next restart starts from.
     pub current: bool,
     /// Written as a checkpoint (`SCR_FLAG_CHECKPOINT`).
     pub checkpoint: bool,
     /// Written as output (`SCR_FLAG_OUTPUT`).
-    pub output: bool,
+    pub(crate) output: bool,
     /// The number of processes that wrote it.
-    pub ranks: u32,
+    pub(crate) ranks: u32,
     /// Its files over all ranks.
-    pub files: u64,
+    pub(crate) files: u64,
     /// Its size over all ranks, in bytes.
-    pub bytes: u64,
+    pub(crate) bytes: u64,
 }
 
 /// The listing of a prefix, newest dataset first.
 #[derive(Debug, Clone, Serialize)]
 pub struct Listing {
     /// The prefix directory listed.
-    pub prefix: String,
+    pub(crate) prefix: String,
     /// The name of the checkpoint a restart starts from, if any.
-    pub current: Option<String>,
+    pub(crate) current: Option<String>,
     /// One row per indexed dataset, newest first.
     pub datasets: Vec<Row>,
 }

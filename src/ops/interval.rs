@@ -25,54 +25,54 @@ use crate::events::{parse_line, Event};
 
 /// What the log measured.
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct Measured {
+pub(crate) struct Measured {
     /// Costs of the completed checkpoints, in log order (seconds).
-    pub costs: Vec<f64>,
+    pub(crate) costs: Vec<f64>,
     /// Compute intervals before each checkpoint (seconds).
-    pub intervals: Vec<f64>,
+    pub(crate) intervals: Vec<f64>,
     /// Restart costs: successful fetches and rebuilds (seconds).
-    pub restarts: Vec<f64>,
+    pub(crate) restarts: Vec<f64>,
     /// Malformed lines skipped: (line number, why).
-    pub skipped: Vec<(usize, String)>,
+    pub(crate) skipped: Vec<(usize, String)>,
 }
 
 /// `scr_interval`'s report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Advice {
     /// The event log read.
-    pub log: PathBuf,
+    pub(crate) log: PathBuf,
     /// The job whose events were measured (`None`: every job in the log).
-    pub jobid: Option<String>,
+    pub(crate) jobid: Option<String>,
     /// How many completed checkpoints were measured.
-    pub checkpoints: usize,
+    pub(crate) checkpoints: usize,
     /// Mean cost C of a checkpoint, in seconds.
-    pub cost_secs: f64,
+    pub(crate) cost_secs: f64,
     /// The cheapest checkpoint, in seconds.
-    pub cost_min_secs: f64,
+    pub(crate) cost_min_secs: f64,
     /// The dearest checkpoint, in seconds.
-    pub cost_max_secs: f64,
+    pub(crate) cost_max_secs: f64,
     /// Mean compute time between checkpoints, if any interval was measured.
-    pub interval_secs: Option<f64>,
+    pub(crate) interval_secs: Option<f64>,
     /// How many compute intervals were measured.
-    pub intervals: usize,
+    pub(crate) intervals: usize,
     /// Mean cost of a restart (fetch or rebuild), in seconds, if any was logged.
-    pub restart_secs: Option<f64>,
+    pub(crate) restart_secs: Option<f64>,
     /// How many restarts were measured.
-    pub restarts: usize,
+    pub(crate) restarts: usize,
     /// The mean time between failures M the advice assumes, in seconds.
-    pub mtbf_secs: f64,
+    pub(crate) mtbf_secs: f64,
     /// Young's interval `sqrt(2*C*M)`, in seconds.
-    pub young_secs: f64,
+    pub(crate) young_secs: f64,
     /// Daly's interval (the advice), in seconds.
-    pub daly_secs: f64,
+    pub(crate) daly_secs: f64,
     /// Expected share of time lost (0..1) at the measured interval, if one was measured.
-    pub waste_current: Option<f64>,
+    pub(crate) waste_current: Option<f64>,
     /// Expected share of time lost (0..1) at Daly's interval.
-    pub waste_optimal: f64,
+    pub(crate) waste_optimal: f64,
     /// The value to set `SCR_CHECKPOINT_SECONDS` to.
-    pub checkpoint_seconds: u64,
+    pub(crate) checkpoint_seconds: u64,
     /// Line numbers of the malformed log lines skipped.
-    pub skipped_lines: Vec<usize>,
+    pub(crate) skipped_lines: Vec<usize>,
 }
 
 /// Young's interval for cost `c` and MTBF `m` (seconds).
@@ -90,7 +90,7 @@ pub(crate) fn daly(c: f64, m: f64) -> f64 {
 }
 
 /// Expected share of the run lost at compute interval `t` (first order, at most 1).
-pub fn waste(t: f64, c: f64, m: f64) -> f64 {
+pub(crate) fn waste(t: f64, c: f64, m: f64) -> f64 {
     let period = t + c;
     if period <= 0.0 {
         return 1.0;
@@ -122,7 +122,7 @@ pub fn parse_positive(opt: &str, text: &str) -> OpResult<f64> {
 }
 
 /// Read the measurements from the log text, keeping events of `jobid` (all if `None`).
-pub fn measure(text: &str, jobid: Option<&str>) -> Measured {
+pub(crate) fn measure(text: &str, jobid: Option<&str>) -> Measured {
     let mut m = Measured::default();
     // compute time since the previous checkpoint, per job, from OUTPUT_START lines
     let mut pending: std::collections::HashMap<String, f64> = Default::default();

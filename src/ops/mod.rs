@@ -63,7 +63,7 @@ impl OpError {
     }
 
     /// An [`OpError::Failed`] with message `msg`.
-    pub fn failed(msg: impl Into<String>) -> OpError {
+    pub(crate) fn failed(msg: impl Into<String>) -> OpError {
         OpError::Failed(msg.into())
     }
 

@@ -22,44 +22,44 @@ use crate::state::index::Index;
 #[derive(Debug, Serialize)]
 pub struct Next {
     /// The prefix directory examined.
-    pub prefix: PathBuf,
+    pub(crate) prefix: PathBuf,
     /// What the next run would load; none: it starts from the beginning.
     pub checkpoint: Option<Choice>,
     /// The checkpoint in the prefix a restart uses if the cached one cannot be.
-    pub fallback: Option<Choice>,
+    pub(crate) fallback: Option<Choice>,
     /// What was not readable, or why nothing is offered.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 /// One checkpoint a restart would load.
 #[derive(Debug, Serialize)]
 pub struct Choice {
     /// The dataset id.
-    pub id: u64,
+    pub(crate) id: u64,
     /// The checkpoint's name.
-    pub name: String,
+    pub(crate) name: String,
     /// `cache` or `prefix`.
-    pub from: &'static str,
+    pub(crate) from: &'static str,
     /// Processes that wrote it.
-    pub ranks: u32,
+    pub(crate) ranks: u32,
     /// From cache: this host.
-    pub host: Option<String>,
+    pub(crate) host: Option<String>,
     /// From cache: the ranks whose part is intact on this host (empty from the prefix).
-    pub ranks_here: Vec<u32>,
+    pub(crate) ranks_here: Vec<u32>,
     /// Its files (from cache: those of the ranks here).
-    pub files: u64,
+    pub(crate) files: u64,
     /// Its size in bytes (from cache: that of the ranks here).
-    pub bytes: u64,
+    pub(crate) bytes: u64,
     /// Where the bytes are: cache dataset directories, or the prefix.
-    pub dirs: Vec<PathBuf>,
+    pub(crate) dirs: Vec<PathBuf>,
     /// The application's directories of its files, relative to the prefix (from cache: those
     /// of the ranks here), at most 8.
-    pub paths: Vec<String>,
+    pub(crate) paths: Vec<String>,
 }
 
 impl Choice {
     /// Whether every rank's part was seen (always, from the prefix).
-    pub fn whole(&self) -> bool {
+    pub(crate) fn whole(&self) -> bool {
         self.from == "prefix" || self.ranks_here.len() as u32 == self.ranks
     }
 }

@@ -10,18 +10,18 @@ pub use super::hostlist::{expand, NodeError};
 
 /// Where the allocation's nodes come from and what they are.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Allocation {
+pub(crate) struct Allocation {
     /// The node names, in the resource manager's order, each once.
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// Where they came from (the variable, file or command), for messages.
-    pub source: String,
+    pub(crate) source: String,
 }
 
 /// The nodes of this allocation: the simulated cluster (`SIM_NODE_ROOT` with `SIM_NODES`, or
 /// the nodes of `SIM_NODE_MAP`), SLURM (`SLURM_JOB_NODELIST`), LSF (`LSB_DJOB_HOSTFILE`,
 /// `LSB_MCPU_HOSTS` or `LSB_HOSTS`, see [`lsf_hosts`]), PBS (`PBS_NODEFILE`), Flux (`flux
 /// resource list`, the resources of the job's own instance), else this host alone.
-pub fn allocation() -> Result<Allocation, NodeError> {
+pub(crate) fn allocation() -> Result<Allocation, NodeError> {
     let get = |k: &str| std::env::var(k).ok().filter(|v| !v.trim().is_empty());
     if get("SIM_NODE_ROOT").is_none() {
         if let Some(crate::identity::Rm::Flux(job)) = crate::identity::Rm::detect() {
@@ -109,7 +109,7 @@ fn allocation_from(get: &dyn Fn(&str) -> Option<String>) -> Result<Allocation, N
 }
 
 /// The nodes of `alloc` that `exclude` (a host list, e.g. `SCR_EXCLUDE_NODES`) names.
-pub fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, NodeError> {
+pub(crate) fn excluded(alloc: &[String], exclude: Option<&str>) -> Result<Vec<String>, NodeError> {
     let Some(list) = exclude.filter(|s| !s.trim().is_empty()) else { return Ok(Vec::new()) };
     let named = expand(list).map_err(|e| e.within("SCR_EXCLUDE_NODES"))?;
     Ok(alloc.iter().filter(|n| named.contains(n)).cloned().collect())
@@ -162,7 +162,7 @@ fn flux_down(nodes: &[String]) -> Result<Vec<(String, String)>, NodeError> {
 }
 
 /// `n2 (down* in Slurm), n5 (SCR_EXCLUDE_NODES)`, or `none`.
-pub fn describe(left_out: &[(String, String)]) -> String {
+pub(crate) fn describe(left_out: &[(String, String)]) -> String {
     if left_out.is_empty() {
         return "none".to_string();
     }

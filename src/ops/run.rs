@@ -28,23 +28,23 @@ use crate::state::run::RunRecord;
 
 /// What `scr_run` was asked to do.
 #[derive(Debug, Clone, Default)]
-pub struct Options {
+pub(crate) struct Options {
     /// The launcher's command line: launcher, its options, the program and its arguments.
-    pub launch: Vec<String>,
+    pub(crate) launch: Vec<String>,
     /// The prefix directory (default: `SCR_PREFIX`, else the current directory).
-    pub prefix: Option<String>,
+    pub(crate) prefix: Option<String>,
     /// Overrides `SCR_RUNS`.
-    pub runs: Option<i64>,
+    pub(crate) runs: Option<i64>,
     /// Overrides `SCR_MIN_NODES`.
-    pub min_nodes: Option<usize>,
+    pub(crate) min_nodes: Option<usize>,
     /// Seconds to wait between a failed run and the next.
-    pub delay: u64,
+    pub(crate) delay: u64,
     /// Run the application under this preload library.
-    pub preload: Option<PathBuf>,
+    pub(crate) preload: Option<PathBuf>,
     /// Scavenge after the last run.
-    pub scavenge: bool,
+    pub(crate) scavenge: bool,
     /// How to run `scr_copy` on a node (see [`scavenge::Options::node_cmd`]).
-    pub node_cmd: Option<String>,
+    pub(crate) node_cmd: Option<String>,
 }
 
 fn say(msg: impl AsRef<str>) {
@@ -143,7 +143,7 @@ pub(super) fn min_nodes(r: &Resolved, over: Option<usize>) -> OpResult<Option<us
 
 /// Why the job stopped.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The last run exited 0.
     Completed,
     /// A halt condition holds (the reason).
@@ -156,21 +156,17 @@ pub enum Stop {
 
 /// The outcome of `scr_run`.
 #[derive(Debug)]
-pub struct Outcome {
-    /// How many runs were launched.
-    pub runs: u32,
+pub(crate) struct Outcome {
     /// Why no further run was launched.
-    pub stop: Stop,
-    /// The exit status of the last run (`None`: killed by a signal, or none launched).
-    pub last_status: Option<i32>,
+    pub(crate) stop: Stop,
     /// The scavenge after the last run, if one was needed.
-    pub scavenge: Option<scavenge::Outcome>,
+    pub(crate) scavenge: Option<scavenge::Outcome>,
 }
 
 impl Outcome {
     /// The exit status of `scr_run`: 0 when the job stopped cleanly (completed or halted) and
     /// whatever was scavenged is complete in the prefix; 1 otherwise.
-    pub fn code(&self) -> i32 {
+    pub(crate) fn code(&self) -> i32 {
         let clean = matches!(self.stop, Stop::Completed | Stop::Halted(_));
         let scavenged = self.scavenge.as_ref().is_none_or(|s| s.ok());
         if clean && scavenged {
@@ -182,7 +178,7 @@ impl Outcome {
 }
 
 /// Run the job: pre-run checks, runs, relaunches, scavenge.
-pub fn run(opts: &Options) -> OpResult<Outcome> {
+pub(crate) fn run(opts: &Options) -> OpResult<Outcome> {
     let mut launch = Launch::new(&opts.launch, opts.preload.clone())?;
     let (layout, settings, notes) = prerun(opts.prefix.as_deref())?;
     for n in &notes {
@@ -194,7 +190,6 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
     let mut needed_default = launch.nodes_needed(previous, alloc.nodes.len());
 
     let mut attempt: u32 = 0;
-    let mut last_status: Option<i32> = None;
     let mut last_nodes: Vec<String> = Vec::new();
     let stop = loop {
         let resolved = crate::config::resolve()?;
@@ -265,7 +260,6 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
         if let Err(e) = rec.save(&layout.run_file()) {
             say(format!("warning: {e}"));
         }
-        last_status = status.code();
         last_nodes = run_nodes.clone();
         // What the run asked for (srun -N, the simulated map), else the nodes it was given.
         needed_default = launch.nodes_needed(Some(run_nodes.len()), alloc.nodes.len());
@@ -331,7 +325,7 @@ pub fn run(opts: &Options) -> OpResult<Outcome> {
     } else {
         None
     };
-    Ok(Outcome { runs: attempt, stop, last_status, scavenge: scavenged })
+    Ok(Outcome { stop, scavenge: scavenged })
 }
 
 /// The command line of `scr_run [OPTIONS] LAUNCHER ...`; `launcher` is given by the aliases

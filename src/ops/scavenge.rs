@@ -58,49 +58,49 @@ pub(crate) fn protocol_lines(c: &NodeCopy) -> Vec<String> {
 
 /// How to scavenge.
 #[derive(Debug, Clone)]
-pub struct Options {
+pub(crate) struct Options {
     /// The nodes whose caches to copy.
-    pub nodes: Vec<String>,
+    pub(crate) nodes: Vec<String>,
     /// How to run a command on a node: a shell prefix with `{node}` (e.g. `ssh {node}`), or
     /// `None` to run it here (only for this host).
-    pub node_cmd: Option<String>,
+    pub(crate) node_cmd: Option<String>,
     /// The `scr_copy` program.
-    pub copy_exe: PathBuf,
+    pub(crate) copy_exe: PathBuf,
     /// Datasets to copy (empty: the ones owed).
-    pub ids: Vec<u64>,
+    pub(crate) ids: Vec<u64>,
     /// Rebuild buffer size.
-    pub piece: usize,
+    pub(crate) piece: usize,
 }
 
 /// What `scr_copy` did on one node.
 #[derive(Debug, Clone, Default)]
-pub struct NodeResult {
+pub(crate) struct NodeResult {
     /// The node.
-    pub node: String,
+    pub(crate) node: String,
     /// Exit status of the node's command (`None`: killed, or it could not start).
-    pub status: Option<i32>,
+    pub(crate) status: Option<i32>,
     /// (dataset id, rank) of each rank part copied to the prefix.
-    pub copied: Vec<(u64, u32)>,
+    pub(crate) copied: Vec<(u64, u32)>,
     /// (dataset id, rank, why) of each rank part that could not be copied.
-    pub failed: Vec<(u64, u32, String)>,
+    pub(crate) failed: Vec<(u64, u32, String)>,
     /// Why the command could not run, if it could not.
-    pub error: Option<String>,
+    pub(crate) error: Option<String>,
 }
 
 /// The outcome of a scavenge.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// What `scr_copy` did on each node.
-    pub nodes: Vec<NodeResult>,
+    pub(crate) nodes: Vec<NodeResult>,
     /// The build of each dataset scavenged (its index entry from the copied files).
-    pub builds: Vec<Report>,
+    pub(crate) builds: Vec<Report>,
     /// (dataset, why) builds that could not run at all.
-    pub build_errors: Vec<(u64, String)>,
+    pub(crate) build_errors: Vec<(u64, String)>,
 }
 
 impl Outcome {
     /// Every dataset that arrived was built complete, and every node answered.
-    pub fn ok(&self) -> bool {
+    pub(crate) fn ok(&self) -> bool {
         self.build_errors.is_empty()
             && self.builds.iter().all(|b| b.complete)
             && self.nodes.iter().all(|n| n.error.is_none() && n.status == Some(0))
@@ -135,7 +135,7 @@ pub(crate) fn node_command(opts: &Options, node: &str, prefix: &Path) -> OpResul
 }
 
 /// Copy every node's owed datasets (all nodes at once), then build each dataset that arrived.
-pub fn scavenge(layout: &Layout, opts: &Options) -> OpResult<Outcome> {
+pub(crate) fn scavenge(layout: &Layout, opts: &Options) -> OpResult<Outcome> {
     let mut cmds = Vec::new();
     for node in &opts.nodes {
         cmds.push((node.clone(), node_command(opts, node, &layout.prefix.path)?));
@@ -203,7 +203,7 @@ fn parse_protocol(line: &str) -> Option<CopyLine> {
 }
 
 /// A readable account of a scavenge.
-pub fn describe(o: &Outcome) -> String {
+pub(crate) fn describe(o: &Outcome) -> String {
     let mut s = String::new();
     for n in &o.nodes {
         let copied: BTreeSet<u64> = n.copied.iter().map(|c| c.0).collect();

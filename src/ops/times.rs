@@ -77,7 +77,7 @@ fn compact_relative(t: &str, now: i64) -> Option<Option<i64>> {
 }
 
 /// `N`, `Ns`, `Nm`, `Nh`, `Nd` (or the words) in seconds.
-pub fn duration(s: &str) -> Option<i64> {
+pub(crate) fn duration(s: &str) -> Option<i64> {
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let n: i64 = num.parse().ok()?;

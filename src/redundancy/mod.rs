@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use crate::checksum::files_crc;
 use crate::error::Error;
 use crate::state::filemap::DatasetRecord;
-pub use crate::state::redinfo::RedInfo;
+pub(crate) use crate::state::redinfo::RedInfo;
 
 /// Why redundancy data cannot be made or used: the shape of the code (set size and
 /// failures tolerated), the losses of a set, a member of the set that failed.

@@ -10,50 +10,50 @@ use serde::{Deserialize, Serialize};
 /// rank. While the phase is open each writer records its own declaration (size and CRC32 not
 /// known yet); at completion every rank records the agreed list.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SharedFile {
+pub(crate) struct SharedFile {
     /// Its name below the prefix.
     #[serde(with = "crate::paths::rel_field")]
-    pub rel: PathBuf,
+    pub(crate) rel: PathBuf,
     /// The ranks that wrote it.
-    pub writers: Vec<u32>,
+    pub(crate) writers: Vec<u32>,
     /// Its size in bytes (known once the phase completes).
-    pub size: u64,
+    pub(crate) size: u64,
     /// Its CRC32, if computed (`SCR_CRC_ON_FLUSH`, `SCR_CRC_ON_COPY`).
-    pub crc: Option<u32>,
+    pub(crate) crc: Option<u32>,
 }
 
 /// One checkpoint and/or output dataset.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DatasetDesc {
     /// Dataset id: 1, 2, 3, ... across the job's runs.
-    pub id: u64,
+    pub(crate) id: u64,
     /// Checkpoint id (counts checkpoints only), if the dataset is a checkpoint.
-    pub ckpt: Option<u64>,
+    pub(crate) ckpt: Option<u64>,
     /// The name given to `SCR_Start_output`.
     pub name: String,
     /// Started with `SCR_FLAG_CHECKPOINT`: a restart may load it.
-    pub checkpoint: bool,
+    pub(crate) checkpoint: bool,
     /// Started with `SCR_FLAG_OUTPUT`: it must reach the prefix.
-    pub output: bool,
+    pub(crate) output: bool,
     /// Creation time, microseconds since the epoch.
-    pub created: i64,
+    pub(crate) created: i64,
     /// The user who wrote it.
     pub user: String,
     /// The resource manager's job name.
-    pub jobname: String,
+    pub(crate) jobname: String,
     /// The job id of the run that wrote it.
-    pub jobid: String,
+    pub(crate) jobid: String,
     /// Number of ranks that wrote it.
-    pub ranks: u32,
+    pub(crate) ranks: u32,
     /// Total bytes over all ranks (known once complete).
-    pub size: u64,
+    pub(crate) size: u64,
     /// Total files over all ranks (known once complete).
-    pub files: u64,
+    pub(crate) files: u64,
     /// All ranks completed it validly.
-    pub complete: bool,
+    pub(crate) complete: bool,
     /// Its shared files (in the prefix), counted in `size` and `files` once complete.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub shared: Vec<SharedFile>,
+    pub(crate) shared: Vec<SharedFile>,
 }
 
 impl DatasetDesc {

@@ -33,11 +33,11 @@ pub struct FileMeta {
     /// Where the bytes are: in the cache, or in the prefix for bypass datasets.
     pub path: PathBuf,
     /// Its size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// Its CRC32, once computed.
-    pub crc: Option<u32>,
+    pub(crate) crc: Option<u32>,
     /// Closed and sized in `SCR_Complete_output` (or fetched and verified).
-    pub complete: bool,
+    pub(crate) complete: bool,
 }
 
 /// One dataset as this rank holds it.
@@ -46,9 +46,9 @@ pub struct DatasetRecord {
     /// The dataset as every rank records it.
     pub desc: DatasetDesc,
     /// The redundancy descriptor it was written with.
-    pub reddesc: RedDesc,
+    pub(crate) reddesc: RedDesc,
     /// The dataset's cache directory (also used in bypass for SCR's own files).
-    pub dir: PathBuf,
+    pub(crate) dir: PathBuf,
     /// This rank's files of it.
     pub files: Vec<FileMeta>,
     /// This rank's part is complete and valid.
@@ -71,7 +71,7 @@ impl DatasetRecord {
     }
 
     /// The file routed as `rel`, if any.
-    pub fn file(&self, rel: &Path) -> Option<&FileMeta> {
+    pub(crate) fn file(&self, rel: &Path) -> Option<&FileMeta> {
         self.files.iter().find(|f| f.rel == rel)
     }
 }
@@ -83,7 +83,7 @@ pub struct Filemap {
     pub datasets: BTreeMap<u64, DatasetRecord>,
     /// Datasets being deleted: marked here before any of their files is removed.
     #[serde(default)]
-    pub deleting: BTreeMap<u64, DatasetRecord>,
+    pub(crate) deleting: BTreeMap<u64, DatasetRecord>,
 }
 
 impl Filemap {

@@ -27,13 +27,13 @@ pub enum Location {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FlushEntry {
     /// The dataset's name.
-    pub name: String,
+    pub(crate) name: String,
     /// Where its files are.
     pub location: Location,
     /// A checkpoint (`SCR_FLAG_CHECKPOINT`).
-    pub checkpoint: bool,
+    pub(crate) checkpoint: bool,
     /// Output (`SCR_FLAG_OUTPUT`): it must reach the prefix.
-    pub output: bool,
+    pub(crate) output: bool,
 }
 
 /// The flush file (`<control dir>/flush.scr`): which cached datasets are in the prefix, and which

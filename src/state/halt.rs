@@ -56,7 +56,7 @@ impl Halt {
     }
 
     /// Why the job should halt now, if it should. `end_time` is the allocation's end.
-    pub fn check(&self, now: i64, end_time: Option<i64>) -> Option<String> {
+    pub(crate) fn check(&self, now: i64, end_time: Option<i64>) -> Option<String> {
         if let Some(r) = &self.exit_reason {
             return Some(format!("exit reason {r:?} in the halt file"));
         }

@@ -22,40 +22,40 @@ const KIND: &str = "index";
 
 /// A fetch attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct FetchRecord {
+pub(crate) struct FetchRecord {
     /// When it was attempted (ISO time).
-    pub time: String,
+    pub(crate) time: String,
     /// Whether the fetch succeeded.
-    pub ok: bool,
+    pub(crate) ok: bool,
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub why: Option<String>,
+    pub(crate) why: Option<String>,
 }
 
 /// One dataset of the prefix's index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IndexEntry {
     /// The dataset as the run that wrote it described it.
-    pub desc: DatasetDesc,
+    pub(crate) desc: DatasetDesc,
     /// Every rank's files are in the prefix and verified.
     pub complete: bool,
     /// When the flush finished (ISO time).
-    pub flushed: Option<String>,
+    pub(crate) flushed: Option<String>,
     /// A flush started; cleared when it completes.
     #[serde(default)]
     pub flushing: bool,
     /// A restart from it failed, or a newer dataset was flushed over some of its files
     /// (`superseded_by`); never fetched again.
     #[serde(default)]
-    pub failed: bool,
+    pub(crate) failed: bool,
     /// The newer dataset whose flush rewrote some of this one's prefix paths (transparent
     /// mode: a name kept for ever, each version a checkpoint of its own). Set, with `failed`,
     /// before that flush copies anything, so a restart never loads a mix of versions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub superseded_by: Option<u64>,
+    pub(crate) superseded_by: Option<u64>,
     /// Every fetch of it for a restart, oldest first.
     #[serde(default)]
-    pub fetches: Vec<FetchRecord>,
+    pub(crate) fetches: Vec<FetchRecord>,
 }
 
 /// An index entry for a dataset that is complete in the prefix.
@@ -76,7 +76,7 @@ pub fn complete_entry(desc: DatasetDesc, flushed: Option<String>) -> IndexEntry 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Index {
     /// Name of the current checkpoint.
-    pub current: Option<String>,
+    pub(crate) current: Option<String>,
     /// The datasets, by id.
     pub datasets: BTreeMap<u64, IndexEntry>,
 }
@@ -84,7 +84,7 @@ pub struct Index {
 impl Index {
     /// Read the index at `path` (`<prefix>/.scr/index.scr`), rebuilding it first if it is
     /// damaged or missing while the prefix holds datasets.
-    pub fn load(path: &Path) -> Result<Index, MetaError> {
+    pub(crate) fn load(path: &Path) -> Result<Index, MetaError> {
         match persist::read::<Index>(path, KIND) {
             Ok(Some(ix)) => Ok(ix),
             Ok(None) if !path.parent().is_some_and(recover::anything_to_index) => Ok(Index::default()),

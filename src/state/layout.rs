@@ -17,14 +17,14 @@ pub struct Layout {
     /// The user name in the control and cache paths.
     pub user: String,
     /// The job id in the control and cache paths.
-    pub jobid: String,
+    pub(crate) jobid: String,
     /// `<cntl_base>/<user>/scr.<jobid>`
-    pub cntl_dir: PathBuf,
+    pub(crate) cntl_dir: PathBuf,
     /// Simulated nodes (the runtime's in-process tests): node-local paths (control and cache
     /// directories) are taken below this directory, one per node, as distinct storage would
     /// be on distinct machines. `None` on a real run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub node_root: Option<PathBuf>,
+    pub(crate) node_root: Option<PathBuf>,
 }
 
 impl Layout {
@@ -93,7 +93,7 @@ impl Layout {
     }
 
     /// `<prefix>/.scr/index.scr`
-    pub fn index(&self) -> PathBuf {
+    pub(crate) fn index(&self) -> PathBuf {
         self.scr_dir().join("index.scr")
     }
 

@@ -17,15 +17,15 @@
 //! | `run.scr` | `<prefix>/.scr` | `scr_run` | the run it launched: host, process, nodes, outcome |
 
 pub(crate) mod crcs;
-pub mod dataset;
+pub(crate) mod dataset;
 pub mod filemap;
 pub mod flushfile;
 pub mod halt;
 pub mod index;
 pub(crate) mod joblock;
-pub mod layout;
+pub(crate) mod layout;
 pub(crate) mod rankfile;
 pub(crate) mod recover;
-pub mod redinfo;
+pub(crate) mod redinfo;
 pub(crate) mod run;
 pub(crate) mod summary;

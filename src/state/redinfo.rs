@@ -12,25 +12,25 @@ use crate::desc::Scheme;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RedInfo {
     /// The scheme applied.
-    pub scheme: Scheme,
+    pub(crate) scheme: Scheme,
     /// Which redundancy set of the descriptor this rank belongs to.
-    pub set_id: usize,
+    pub(crate) set_id: usize,
     /// World ranks of the set members, in set order (as they were when the dataset was
     /// written).
-    pub ranks: Vec<i32>,
+    pub(crate) ranks: Vec<i32>,
     /// This rank's position in the set.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Losses tolerated per set (PARTNER: 1, with no two neighbours lost).
-    pub failures: usize,
+    pub(crate) failures: usize,
     /// XOR/RS: the chunk size; PARTNER: the size of the left neighbour's copy.
-    pub chunk: u64,
+    pub(crate) chunk: u64,
     /// The redundancy file.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
 }
 
 impl RedInfo {
     /// Payload bytes of the redundancy file.
-    pub fn payload(&self) -> u64 {
+    pub(crate) fn payload(&self) -> u64 {
         match self.scheme {
             Scheme::Partner => self.chunk,
             _ => self.failures as u64 * self.chunk,
@@ -38,7 +38,7 @@ impl RedInfo {
     }
 
     /// Whether a set can be rebuilt after losing the members `lost` (set indices).
-    pub fn tolerates(&self, lost: &[usize]) -> bool {
+    pub(crate) fn tolerates(&self, lost: &[usize]) -> bool {
         let n = self.ranks.len();
         match self.scheme {
             Scheme::Single => lost.is_empty(),

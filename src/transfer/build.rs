@@ -40,19 +40,19 @@ use crate::state::summary::{PrefixFile, Rank2File, Summary};
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Report {
     /// The dataset id.
-    pub id: u64,
+    pub(crate) id: u64,
     /// The dataset's name.
-    pub name: String,
+    pub(crate) name: String,
     /// The number of ranks that wrote it.
-    pub ranks: u32,
+    pub(crate) ranks: u32,
     /// Every rank's files are in the prefix; the dataset is indexed as complete.
     pub complete: bool,
     /// Ranks whose files were rebuilt from redundancy data.
-    pub rebuilt: Vec<u32>,
+    pub(crate) rebuilt: Vec<u32>,
     /// What is still missing (when not complete).
-    pub missing: Vec<String>,
+    pub(crate) missing: Vec<String>,
     /// Other observations (damaged filemaps, ignored files).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
 }
 
 impl Report {

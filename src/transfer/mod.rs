@@ -27,9 +27,9 @@ use crate::state::layout::Layout;
 
 /// What a transfer needs to know about the job.
 pub(crate) struct Ctx<'a> {
-    pub world: &'a Comm,
-    pub layout: &'a Layout,
-    pub settings: &'a Settings,
+    pub(crate) world: &'a Comm,
+    pub(crate) layout: &'a Layout,
+    pub(crate) settings: &'a Settings,
 }
 
 impl Ctx<'_> {
@@ -157,12 +157,12 @@ impl From<TransferError> for crate::error::Error {
 #[serde(transparent)]
 #[error("{msg}")]
 pub(crate) struct Reported {
-    pub msg: String,
+    pub(crate) msg: String,
 }
 
 impl Reported {
     /// The report of `e`, as its message.
-    pub fn of(e: impl std::fmt::Display) -> Reported {
+    pub(crate) fn of(e: impl std::fmt::Display) -> Reported {
         Reported { msg: e.to_string() }
     }
 }
