@@ -58,6 +58,9 @@ pub(crate) mod runtime;
 pub mod state;
 #[allow(unsafe_code)]
 mod sys;
+
+// the log macros, usable as `crate::scr_error!` from every module
+pub(crate) use log::{scr_debug, scr_error, scr_warn};
 pub mod transfer;
 // transparent mode is being restructured (one state object); that work documents its surface
 #[allow(missing_docs)]

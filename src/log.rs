@@ -127,19 +127,16 @@ fn ceil_char(s: &str, i: usize) -> usize {
 }
 
 /// An error the user must see (always printed).
-#[macro_export]
 macro_rules! scr_error {
     ($($arg:tt)*) => { $crate::log::emit("ERROR", format_args!($($arg)*)) };
 }
 
 /// A warning the user must see (always printed).
-#[macro_export]
 macro_rules! scr_warn {
     ($($arg:tt)*) => { $crate::log::emit("WARNING", format_args!($($arg)*)) };
 }
 
 /// Debug output printed when `SCR_DEBUG >= level`.
-#[macro_export]
 macro_rules! scr_debug {
     ($level:expr, $($arg:tt)*) => {
         if $crate::log::level() >= $level {
@@ -147,6 +144,10 @@ macro_rules! scr_debug {
         }
     };
 }
+
+// The macros are the crate's own (nothing outside can reach `log`): used by path as
+// `crate::scr_error!` or imported with `use crate::scr_warn;`, through lib.rs's re-export.
+pub(crate) use {scr_debug, scr_error, scr_warn};
 
 /// Human-readable byte count with binary units.
 pub fn bytes(n: u64) -> String {
