@@ -33,16 +33,13 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     let _inside = Inside::enter();
     // (an open for reading only looks at what SCR holds for `rel`)
     let mut t = if rules::writing(flags) || reserved(&rel) { table_now() } else { table_for_file(&rel) };
-    if let Some(o) = super::shared::open(s, &mut t, &rel, flags) {
-        return o;
-    }
-    if reserved(&rel) || rel.as_os_str().is_empty() {
-        return PASS;
-    }
     let abs = s.prefix.join(&rel);
     let disk = || Disk { at: on_disk(&abs), parent: abs.parent().map_or(OnDisk::Dir, on_disk) };
-    match rules::open(&t, &rel, flags, || s.routed(&rel), &abs, disk) {
+    match rules::open(&t, &rel, flags, || s.routed(&rel), || s.declared_shared(&rel), &abs, disk) {
         Open::Pass => PASS,
+        Open::Staged { track } => Opening { track, ..PASS },
+        Open::Shared { id } => super::shared::open_staging(s, &mut t, &rel, Some(id), rules::writing(flags)),
+        Open::Declare => super::shared::open_staging(s, &mut t, &rel, None, true),
         Open::Fail(e) => Opening { call: Call::Fail(e), ..PASS },
         Open::Read(p) => Opening { call: c_path(&p), ..PASS },
         Open::Write { id, unshare: copy } => {

@@ -2,6 +2,10 @@
 //! to the prefix), the call's flags and what the prefix holds, what happens. The callers in
 //! [`super::calls`] gather the facts, apply the decision and update the table.
 //!
+//! * Opening a file several ranks write in this phase (a shared file, [`super::shared`])
+//!   reaches its staging name; a path `SCR_PRELOAD_SHARED` declares shared becomes one when
+//!   opened for writing; a staging name itself passes (tracked when written). SCR's other own
+//!   names pass.
 //! * Opening a path SCR holds (a pending file, or a file of a complete cached dataset) for
 //!   reading, or stat-ing it, uses the cached bytes; anything else reaches the prefix.
 //! * Opening a path that a checkpoint pattern routes (or that SCR holds) for writing writes a
@@ -20,6 +24,7 @@
 use std::path::{Path, PathBuf};
 
 use super::plain::OnDisk;
+use super::prefix::reserved;
 use super::table::{Held, Table};
 
 /// What the prefix holds at a path and at its parent directory.
@@ -41,6 +46,19 @@ fn tmpfile(flags: i32) -> bool {
 pub enum Open {
     /// The real call with the application's arguments.
     Pass,
+    /// The real call as it is, on the staging name of shared file `track` (an open for
+    /// writing of a file this rank shares), whose descriptor is tracked.
+    Staged {
+        track: u32,
+    },
+    /// Shared file `id` (shared in this phase): open its staging name instead (tracked when
+    /// writing).
+    Shared {
+        id: u32,
+    },
+    /// An open for writing of a path `SCR_PRELOAD_SHARED` declares: it becomes a shared file
+    /// of this phase, opened at its staging name.
+    Declare,
     Fail(i32),
     /// Open these bytes instead (reading or metadata).
     Read(PathBuf),
@@ -58,17 +76,34 @@ pub enum Open {
     },
 }
 
-/// Decide an open of `rel` with `flags`; `routed`: whether a checkpoint pattern takes `rel`
-/// for this rank (asked only for writes to paths SCR does not hold); `disk` says what the prefix holds at `rel` (asked only when needed); `in_prefix` is
-/// the application's path.
+/// Decide an open of `rel` (relative to the prefix, SCR's own names included) with `flags`;
+/// `routed`: whether a checkpoint pattern takes `rel` for this rank (asked only for writes to
+/// paths SCR does not hold); `shared`: whether `SCR_PRELOAD_SHARED` declares it shared (asked
+/// only for writes of paths not shared yet); `disk` says what the prefix holds at `rel`
+/// (asked only when needed); `in_prefix` is the application's path.
 pub fn open(
     t: &Table,
     rel: &Path,
     flags: i32,
     routed: impl FnOnce() -> bool,
+    shared: impl FnOnce() -> bool,
     in_prefix: &Path,
     disk: impl FnOnce() -> Disk,
 ) -> Open {
+    if let Some(real) = crate::state::layout::shared_of_staging(rel) {
+        return match t.shared.find(&real) {
+            Some((track, _)) if writing(flags) => Open::Staged { track },
+            _ => Open::Pass,
+        };
+    }
+    if reserved(rel) || rel.as_os_str().is_empty() {
+        return Open::Pass;
+    }
+    match t.shared.find(rel) {
+        Some((id, _)) => return Open::Shared { id },
+        None if writing(flags) && shared() => return Open::Declare,
+        None => {}
+    }
     if tmpfile(flags) {
         return Open::Pass;
     }
@@ -220,7 +255,30 @@ mod tests {
     const W: i32 = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
 
     fn o(t: &Table, rel: &str, flags: i32, routed: bool, disk: Disk) -> Open {
-        open(t, &p(rel), flags, || routed, &p(&format!("/pfx/{rel}")), || disk)
+        open(t, &p(rel), flags, || routed, || false, &p(&format!("/pfx/{rel}")), || disk)
+    }
+
+    #[test]
+    fn shared_files_open_at_their_staging_names_and_scrs_own_names_pass() {
+        let mut t = table();
+        let id = t.shared.add(&p("ckpt.4/shared"), p("/pfx/ckpt.4/.shared.scrshared"), 0);
+        let o = |t: &Table, rel: &str, flags: i32, declared: bool| {
+            open(t, &p(rel), flags, || true, || declared, &p(&format!("/pfx/{rel}")), || NEW)
+        };
+        // a name shared in this phase, read or written, reaches its staging name
+        assert_eq!(o(&t, "ckpt.4/shared", W, false), Open::Shared { id });
+        assert_eq!(o(&t, "ckpt.4/shared", libc::O_RDONLY, false), Open::Shared { id });
+        // the staging name itself (the MPI library's own open) passes, tracked when written
+        assert_eq!(o(&t, "ckpt.4/.shared.scrshared", W, false), Open::Staged { track: id });
+        assert_eq!(o(&t, "ckpt.4/.shared.scrshared", libc::O_RDONLY, false), Open::Pass);
+        assert_eq!(o(&t, "ckpt.4/.other.scrshared", W, true), Open::Pass, "not shared here");
+        // SCR_PRELOAD_SHARED declares a file when it is opened for writing, not for reading
+        assert_eq!(o(&t, "ckpt.4/declared", W, true), Open::Declare);
+        assert_eq!(o(&t, "ckpt.4/declared", libc::O_RDONLY, true), Open::Pass);
+        assert_eq!(o(&t, "ckpt.4/declared", W, false), Open::Create { from: None, check_prefix: false });
+        // SCR's own names and the prefix itself pass
+        assert_eq!(o(&t, ".scr/index.scr", W, true), Open::Pass);
+        assert_eq!(o(&t, "", libc::O_RDONLY, true), Open::Pass);
     }
 
     #[test]

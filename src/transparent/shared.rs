@@ -18,7 +18,7 @@
 //!   prepared by one rank before any opens it: whatever is there removed (a planted link is
 //!   never followed), the file created `O_CREAT|O_EXCL|O_NOFOLLOW`, the header written into it.
 //! * `SCR_PRELOAD_SHARED` declares files that ranks write with plain `open`/`pwrite`: an
-//!   open for writing of such a routed path goes to the staging name too ([`open`]); a
+//!   open for writing of such a routed path goes to the staging name too ([`open_staging`]); a
 //!   symbolic link found at the staging name then is removed first, never written through.
 //! * While a name is shared in this phase, opening or stat-ing it reaches the staging name; a
 //!   shared file of a completed checkpoint is in the prefix under its real name, which is not
@@ -42,39 +42,28 @@ use std::io::Write;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::plain::{c_path, Call, Opening};
-use super::prefix::reserved;
-use super::rules;
+use super::plain::{c_path, Opening};
 use super::session::Session;
 use super::state::{routing, table, table_now};
 use super::table::Table;
 use crate::reentry::Inside;
 use crate::state::layout::{shared_of_staging, shared_staging_name};
 
-/// An open of `rel` (relative to the prefix, reserved names included) with `flags`, if it
-/// concerns a shared file: a staging name passes (tracked when this rank declared the file
-/// and writes it); a name shared in this phase, or one `SCR_PRELOAD_SHARED` declares that is
-/// opened for writing, reaches its staging name.
-pub(super) fn open(s: &Session, t: &mut Table, rel: &Path, flags: i32) -> Option<Opening> {
-    let writing = rules::writing(flags);
-    if let Some(real) = shared_of_staging(rel) {
-        let track = t.shared.find(&real).map_or(0, |(id, _)| id);
-        return Some(Opening { call: Call::Pass, track: if writing { track } else { 0 }, created: false });
-    }
-    if reserved(rel) || rel.as_os_str().is_empty() {
-        return None;
-    }
-    let (id, created) = match t.shared.find(rel) {
-        Some((id, _)) => (id, false),
-        None if writing && s.declared_shared(rel) => (declare(s, t, rel).0, true),
-        None => return None,
+/// An open of shared file `rel` at its staging name, as [`super::rules::open`] decided: `id` is the
+/// shared file (`None`: declare it now, an open for writing of a path `SCR_PRELOAD_SHARED`
+/// declares). An open for writing removes a link planted at the staging name first and tracks
+/// the descriptor.
+pub(super) fn open_staging(s: &Session, t: &mut Table, rel: &Path, id: Option<u32>, writing: bool) -> Opening {
+    let (id, created) = match id {
+        Some(id) => (id, false),
+        None => (declare(s, t, rel).0, true),
     };
     let staging = t.shared.get(id).map(|e| e.staging.clone()).unwrap_or_default();
     if writing {
         unlink_planted(&staging);
-        Some(Opening { call: c_path(&staging), track: id, created })
+        Opening { call: c_path(&staging), track: id, created }
     } else {
-        Some(Opening { call: c_path(&staging), track: 0, created: false })
+        Opening { call: c_path(&staging), track: 0, created: false }
     }
 }
 

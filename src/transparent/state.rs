@@ -274,7 +274,7 @@ pub fn concerns(path: &std::ffi::CStr) -> bool {
 
 /// The session for bookkeeping that continues after finish (late closes), in the owning
 /// process only.
-pub fn owner() -> Option<&'static Session> {
+pub(super) fn owner() -> Option<&'static Session> {
     if crate::reentry::inside() {
         return None;
     }
