@@ -62,8 +62,6 @@ mod sys;
 // the log macros, usable as `crate::scr_error!` from every module
 pub(crate) use log::{scr_debug, scr_error, scr_warn};
 pub mod transfer;
-// transparent mode is being restructured (one state object); that work documents its surface
-#[allow(missing_docs)]
 pub mod transparent;
 
 /// The version string `SCR_Get_version` reports.

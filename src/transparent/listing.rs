@@ -24,7 +24,10 @@ use crate::reentry::Inside;
 /// An entry a listing adds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
+    /// Its name in the directory (no `/`).
     pub name: Vec<u8>,
+    /// The inode number a `readdir` reports (of the cached bytes, or of the cache directory
+    /// standing for a directory that exists only in cache).
     pub ino: u64,
     /// `DT_REG` or `DT_DIR`.
     pub dtype: u8,
@@ -256,20 +259,35 @@ pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
 
 /// `nftw`'s flags and type flags (`<ftw.h>`).
 pub mod ftw {
+    /// `FTW_PHYS`: do not follow symbolic links.
     pub const PHYS: i32 = 1;
+    /// `FTW_MOUNT`: stay on the file system of the root.
     pub const MOUNT: i32 = 2;
+    /// `FTW_CHDIR`: change to each directory before its entries are reported.
     pub const CHDIR: i32 = 4;
+    /// `FTW_DEPTH`: report a directory after its entries.
     pub const DEPTH: i32 = 8;
+    /// `FTW_ACTIONRETVAL`: the callback's result steers the walk ([`STOP`], [`SKIP_SUBTREE`], [`SKIP_SIBLINGS`]).
     pub const ACTIONRETVAL: i32 = 16;
+    /// `FTW_F`: a file.
     pub const F: i32 = 0;
+    /// `FTW_D`: a directory, reported before its entries.
     pub const D: i32 = 1;
+    /// `FTW_DNR`: a directory that cannot be read.
     pub const DNR: i32 = 2;
+    /// `FTW_NS`: `stat` failed.
     pub const NS: i32 = 3;
+    /// `FTW_SL`: a symbolic link.
     pub const SL: i32 = 4;
+    /// `FTW_DP`: a directory, reported after its entries ([`DEPTH`]).
     pub const DP: i32 = 5;
+    /// `FTW_SLN`: a symbolic link to nothing.
     pub const SLN: i32 = 6;
+    /// `FTW_STOP`: end the walk.
     pub const STOP: i32 = 1;
+    /// `FTW_SKIP_SUBTREE`: skip this directory's entries.
     pub const SKIP_SUBTREE: i32 = 2;
+    /// `FTW_SKIP_SIBLINGS`: skip the rest of this directory level.
     pub const SKIP_SIBLINGS: i32 = 3;
 }
 
@@ -282,6 +300,7 @@ pub struct Step {
     pub stat: PathBuf,
     /// `FTW_F`, `FTW_D`, ...
     pub flag: i32,
+    /// Its depth below the walk's root (the root is 0).
     pub level: i32,
     /// Offset of the last component in `path`.
     pub base: usize,

@@ -38,6 +38,7 @@ pub type Done = Result<i32, i32>;
 /// The outcome of deciding an open.
 #[derive(Debug)]
 pub struct Opening {
+    /// What the front end does with the open.
     pub call: Call,
     /// The pending file a successful open writes (0: none); report the descriptor with
     /// [`super::calls::opened`].

@@ -170,6 +170,7 @@ pub enum MpiCall {
 /// The file name to give the real `PMPI_File_open`.
 #[derive(Debug)]
 pub struct MpiOpen {
+    /// The name (a ROMIO file system prefix such as `ufs:` kept).
     pub name: CString,
     /// The shared file this open declared (0: none), forgotten if the open fails.
     id: u32,
