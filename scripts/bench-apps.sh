@@ -70,6 +70,7 @@ K_POINTS automatic
 EOF
 
 before=${SCR_BENCH_BEFORE:-}
+unset SCR_BENCH_BEFORE # not passed on: the library warns about unknown SCR_* variables
 if [ -n "$before" ] && [ ! -f "$before" ]; then
   echo "SCR_BENCH_BEFORE=$before: no such file" >&2
   exit 2

@@ -8,7 +8,10 @@ repo=$PWD
 scripts/setup.sh
 . scripts/mpienv.sh
 libdir=${SCR_BENCH_LIBDIR:-$repo/target/release}
-if [ -z "${SCR_BENCH_LIBDIR:-}" ]; then
+given_libdir=${SCR_BENCH_LIBDIR:-}
+# not passed on: the library warns about every SCR_* variable that is not its parameter
+unset SCR_BENCH_LIBDIR
+if [ -z "$given_libdir" ]; then
   # cargo shows each crate it compiles; on a fresh machine the first build takes minutes.
   echo "== building scr-rs (release)" >&2
   cargo build --release -p scr
