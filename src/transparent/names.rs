@@ -53,53 +53,10 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
         Rename::Same => Ok(0),
         Rename::InCache | Rename::Out => {
             let (Some(from), Some(from_abs)) = (from, from_abs) else { return Err(libc::ENOENT) };
-            let r = match to.filter(|_| rule == Rename::InCache) {
-                Some(to) => into_cache(s, &mut t, &from, &to),
-                None => out_of_cache(&mut t, &from, &dest),
-            };
-            if s.child && r.is_ok() {
-                super::view::removed_file(s, &from);
-            }
-            // a copy of the source in the prefix (flushed) is not the application's any more
-            if r.is_ok() {
-                let _ = std::fs::remove_file(from_abs);
-            }
-            r
+            let to = to.filter(|_| rule == Rename::InCache);
+            rename_file(s, &mut t, &from, &from_abs, to.as_deref(), &dest)
         }
-        Rename::Dir => {
-            let from = from.unwrap_or_default();
-            crate::runtime::before_rename_dir(&from);
-            let r = real();
-            let e = std::io::Error::last_os_error();
-            // a directory that exists only in cache (its files are SCR's) is renamed there
-            if r != 0 && (e.kind() != std::io::ErrorKind::NotFound || !t.any_below(&from)) {
-                return Err(errno_of(&e));
-            }
-            match &to {
-                Some(to) => {
-                    move_pending(s, &mut t, &from, to);
-                    super::shells::renamed(&from, to);
-                    if let Err(e) = crate::runtime::rename_dir(&from, to, true) {
-                        scr_error!("transparent mode: recording the rename of {}: {e}", from.display());
-                    }
-                    refresh_committed(&mut t);
-                    t.record(Change::RenamedDir { from, to: to.clone() });
-                }
-                None => {
-                    // out of the prefix: the files go with the directory, and leave SCR
-                    let files: Vec<(PathBuf, PathBuf)> =
-                        t.visible_below(&from).map(|(r, c)| (r.to_path_buf(), c.to_path_buf())).collect();
-                    for (rel, cache) in files {
-                        let rest = rel.strip_prefix(&from).unwrap_or(&rel);
-                        materialize(&cache, &dest.join(rest), false);
-                        if let (Some(bytes), _) = t.remove(&rel) {
-                            let _ = std::fs::remove_file(bytes);
-                        }
-                    }
-                }
-            }
-            Ok(0)
-        }
+        Rename::Dir => rename_dir(s, &mut t, &from.unwrap_or_default(), to.as_deref(), &dest, real),
         Rename::Adopt => {
             let src = from_abs.or_else(|| s.absolute(od, old));
             match src.filter(|p| on_disk(p) == OnDisk::File) {
@@ -111,6 +68,66 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
             }
         }
     }
+}
+
+/// A held file renamed: within the cache when `to` (routed) is given, else out of it to
+/// `dest`; a flushed copy of the source in the prefix (`from_abs`) goes, as the name does.
+fn rename_file(s: &Session, t: &mut Table, from: &Path, from_abs: &Path, to: Option<&Path>, dest: &Path) -> Done {
+    let r = match to {
+        Some(to) => into_cache(s, t, from, to),
+        None => out_of_cache(t, from, dest),
+    };
+    if s.child && r.is_ok() {
+        super::view::removed_file(s, from);
+    }
+    // a copy of the source in the prefix (flushed) is not the application's any more
+    if r.is_ok() {
+        let _ = std::fs::remove_file(from_abs);
+    }
+    r
+}
+
+/// A directory holding cached files renamed: the kernel renames what the prefix holds (`real`),
+/// the cached files follow, within the prefix (`to`) or out of it to `dest`.
+fn rename_dir(
+    s: &Session,
+    t: &mut Table,
+    from: &Path,
+    to: Option<&Path>,
+    dest: &Path,
+    real: &mut dyn FnMut() -> i32,
+) -> Done {
+    crate::runtime::before_rename_dir(from);
+    let r = real();
+    let e = std::io::Error::last_os_error();
+    // a directory that exists only in cache (its files are SCR's) is renamed there
+    if r != 0 && (e.kind() != std::io::ErrorKind::NotFound || !t.any_below(from)) {
+        return Err(errno_of(&e));
+    }
+    match to {
+        Some(to) => {
+            move_pending(s, t, from, to);
+            super::shells::renamed(from, to);
+            if let Err(e) = crate::runtime::rename_dir(from, to, true) {
+                scr_error!("transparent mode: recording the rename of {}: {e}", from.display());
+            }
+            refresh_committed(t);
+            t.record(Change::RenamedDir { from: from.to_path_buf(), to: to.to_path_buf() });
+        }
+        None => {
+            // out of the prefix: the files go with the directory, and leave SCR
+            let files: Vec<(PathBuf, PathBuf)> =
+                t.visible_below(from).map(|(r, c)| (r.to_path_buf(), c.to_path_buf())).collect();
+            for (rel, cache) in files {
+                let rest = rel.strip_prefix(from).unwrap_or(&rel);
+                materialize(&cache, &dest.join(rest), false);
+                if let (Some(bytes), _) = t.remove(&rel) {
+                    let _ = std::fs::remove_file(bytes);
+                }
+            }
+        }
+    }
+    Ok(0)
 }
 
 /// A held file renamed to a routed (or held) path: renamed in cache.
