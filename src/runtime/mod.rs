@@ -43,7 +43,7 @@ pub(crate) use restart::wanted_name;
 pub use shared::route_shared_file;
 pub use transparent::{
     adopt_output, before_rename_dir, cached_files, count_collectives_from, dataset_places, rename_dir, restart_auto,
-    transparent_setup, Adopt, Adopted,
+    transparent_setup, Adopt, Adopted, TransparentSetup,
 };
 
 use std::path::PathBuf;

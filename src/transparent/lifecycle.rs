@@ -15,42 +15,29 @@ use crate::config::patterns::PatternSet;
 use crate::reentry::Inside;
 use crate::{scr_debug, scr_error, scr_warn};
 
+/// Why transparent mode could not start: the run must stop, since a run without it would
+/// write its checkpoints nowhere safe. [`start`] has printed it.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// `SCR_Init` in transparent mode failed (configuration, cache, the prefix's lock, ...).
+    #[error("transparent mode cannot start: {0}; aborting the run (unset LD_PRELOAD to run without SCR)")]
+    Init(#[source] crate::error::Error),
+    /// A checkpoint pattern that does not compile (the message names its file and line, or
+    /// the variable).
+    #[error("{0}")]
+    Pattern(#[source] crate::config::ConfigError),
+}
+
 /// Start transparent mode (collective, right after the application's `MPI_Init*`
-/// succeeded). `Err`: the run must stop (the message says why); it has been printed.
-pub fn start(base: BaseFn) -> Result<(), String> {
+/// succeeded): `SCR_Init`, the patterns, the restart, the sync points' communicator, the
+/// session, the recovery of what a killed run left pending, routing. `Err`: the run must stop;
+/// the message has been printed.
+pub fn start(base: BaseFn) -> Result<(), StartError> {
     if state::session().is_some() {
         return Ok(());
     }
     let _inside = Inside::enter();
-    // An unmodified application cannot call SCR_Should_exit: honour halt conditions by
-    // ending the run after the checkpoint that meets them, unless configured otherwise.
-    if crate::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
-        let _ = crate::config::scr_config("SCR_HALT_EXIT=1", false);
-    }
-    match crate::runtime::init_as(crate::runtime::Mode::Transparent) {
-        Ok(true) => {}
-        // SCR_ENABLE=0: no session, so the application runs as without the preload
-        Ok(false) => return Ok(()),
-        Err(e) => {
-            let msg =
-                format!("transparent mode cannot start: {e}; aborting the run (unset LD_PRELOAD to run without SCR)");
-            scr_error!("{msg}");
-            return Err(msg);
-        }
-    }
-    let setup = match crate::runtime::transparent_setup() {
-        Ok(s) => s,
-        Err(e) => {
-            scr_error!("transparent mode: {e}");
-            return Ok(());
-        }
-    };
-    let compile = |specs| {
-        PatternSet::compile(specs).map_err(|e| {
-            scr_error!("{e}");
-            e.to_string()
-        })
-    };
+    let Some(setup) = init()? else { return Ok(()) };
     let (patterns, shared) = (compile(&setup.patterns)?, compile(&setup.shared)?);
     if patterns.is_empty() && setup.rank == 0 {
         scr_warn!(
@@ -73,6 +60,48 @@ pub fn start(base: BaseFn) -> Result<(), String> {
             setup.pending.display()
         );
     }
+    go_live(setup, patterns, shared, base);
+    Ok(())
+}
+
+/// `SCR_Init` in transparent mode and what the session is made of; `None` when SCR is
+/// disabled (`SCR_ENABLE=0`) or the setup cannot be read (said): the application then runs
+/// as without the preload.
+fn init() -> Result<Option<crate::runtime::TransparentSetup>, StartError> {
+    // An unmodified application cannot call SCR_Should_exit: honour halt conditions by
+    // ending the run after the checkpoint that meets them, unless configured otherwise.
+    if crate::config::scr_config("SCR_HALT_EXIT", false).ok().flatten().is_none() {
+        let _ = crate::config::scr_config("SCR_HALT_EXIT=1", false);
+    }
+    match crate::runtime::init_as(crate::runtime::Mode::Transparent) {
+        Ok(true) => {}
+        Ok(false) => return Ok(None),
+        Err(e) => {
+            let e = StartError::Init(e);
+            scr_error!("{e}");
+            return Err(e);
+        }
+    }
+    match crate::runtime::transparent_setup() {
+        Ok(s) => Ok(Some(s)),
+        Err(e) => {
+            scr_error!("transparent mode: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// The compiled pattern set of `specs` (an error is printed).
+fn compile(specs: &[crate::config::patterns::PatternSpec]) -> Result<PatternSet, StartError> {
+    PatternSet::compile(specs).map_err(|e| {
+        scr_error!("{e}");
+        StartError::Pattern(e)
+    })
+}
+
+/// This rank's session made and set; then what a killed run left pending is recovered, the
+/// view published for the processes the rank starts, and routing begins.
+fn go_live(setup: crate::runtime::TransparentSetup, patterns: PatternSet, shared: PatternSet, base: BaseFn) {
     let (view, journal) = view::paths(&setup.pending, setup.rank);
     let session = Session {
         rank: setup.rank,
@@ -95,7 +124,6 @@ pub fn start(base: BaseFn) -> Result<(), String> {
         std::env::set_var(view::ENV.to_str().unwrap_or_default(), &view);
         state::go_live();
     }
-    Ok(())
 }
 
 /// `MPI_Finalize`, before the real one: the last sync point (files closed since the last
