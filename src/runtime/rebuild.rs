@@ -25,36 +25,22 @@ use crate::{scr_debug, scr_error, scr_warn};
 /// One redistribution move: dataset, owner rank, holder rank.
 type Move = (u64, i32, i32);
 
+/// One rank's offer to [`plan_moves`]: the datasets it holds as its own, and the (dataset,
+/// owner) parts it holds for ranks that run elsewhere now.
+type Offer = (Vec<u64>, Vec<(u64, i32)>);
+
 /// Per rank: (set id, index in the set, lost), and the report of what is missing.
 type Plan = (Vec<(usize, usize, bool)>, String);
 
 impl Runtime {
-    /// Move records and files of ranks that now run on another node to them (collective).
+    /// Move records and files of ranks that now run on another node to them (collective):
+    /// each node leader offers the cached parts of ranks that run elsewhere now, rank 0 plans
+    /// the moves, and holders send while owners receive.
     pub(super) fn distribute(&mut self) -> crate::error::Result<()> {
         let t0 = Instant::now();
         let size = self.world.size();
         let on_node: Vec<i32> = self.node.allgather(&self.world.rank())?;
-        let mut foreign: BTreeMap<i32, Filemap> = BTreeMap::new();
-        if self.node.rank() == 0 {
-            for (rank, path) in self.layout.filemaps() {
-                if on_node.contains(&rank) {
-                    continue;
-                }
-                match Filemap::load(&path) {
-                    // written by a run of another size (reported with the checkpoints skipped,
-                    // or restarted elastically from the prefix)
-                    Ok(fm) if rank >= size && fm.datasets.values().all(|d| d.desc.ranks != size as u32) => {}
-                    Ok(_) if rank >= size => scr_warn!(
-                        "{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored",
-                        path.display()
-                    ),
-                    Ok(fm) => {
-                        foreign.insert(rank, fm);
-                    }
-                    Err(e) => scr_error!("{e}; the data it describes cannot be moved to rank {rank}"),
-                }
-            }
-        }
+        let mut foreign = if self.node.rank() == 0 { self.foreign_filemaps(&on_node) } else { BTreeMap::new() };
         // Datasets written by another number of processes stay where they are: their rank
         // numbers mean other processes, and a run of their own size will find them there.
         let fits = |r: &DatasetRecord| r.desc.ranks == size as u32;
@@ -64,27 +50,53 @@ impl Runtime {
             .collect();
         let mine: Vec<u64> = self.filemap.datasets.values().filter(|d| fits(d)).map(|d| d.desc.id).collect();
         let all = self.world.gather(0, &(mine, offers))?;
-        let moves: Vec<Move> = all
-            .map(|all| {
-                let mut moves: Vec<Move> = Vec::new();
-                for (holder, (_, offers)) in all.iter().enumerate() {
-                    for &(id, owner) in offers {
-                        let owned = all.get(owner as usize).is_none_or(|a| a.0.contains(&id));
-                        if !owned && !moves.iter().any(|m| m.0 == id && m.1 == owner) {
-                            moves.push((id, owner, holder as i32));
-                        }
-                    }
-                }
-                moves.sort_by_key(|m| (std::cmp::Reverse(m.0), m.1));
-                moves
-            })
-            .unwrap_or_default();
-        let moves: Vec<Move> = self.world.bcast(0, &moves)?;
+        let moves: Vec<Move> = self.world.bcast(0, &all.map(|all| plan_moves(&all)).unwrap_or_default())?;
         if self.rank0() && !moves.is_empty() {
             scr_debug!(1, "moving {} cached dataset part(s) to the nodes their ranks now run on", moves.len());
         }
-        let me = self.world.rank();
         let nmoves = moves.len();
+        self.carry_out(moves, &mut foreign);
+        if nmoves > 0 {
+            let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
+            if self.rank0() {
+                scr_debug!(1, "distributed {nmoves} cached dataset part(s) in {secs:.3} s");
+            }
+        }
+        Ok(())
+    }
+
+    /// Node leader: the filemaps on this node of ranks that do not run on it (`on_node`) in
+    /// this run, by rank; those of ranks beyond this run's size are left alone (said when
+    /// they hold a dataset of this run's size).
+    fn foreign_filemaps(&self, on_node: &[i32]) -> BTreeMap<i32, Filemap> {
+        let size = self.world.size();
+        let mut foreign = BTreeMap::new();
+        for (rank, path) in self.layout.filemaps() {
+            if on_node.contains(&rank) {
+                continue;
+            }
+            match Filemap::load(&path) {
+                // written by a run of another size (reported with the checkpoints skipped,
+                // or restarted elastically from the prefix)
+                Ok(fm) if rank >= size && fm.datasets.values().all(|d| d.desc.ranks != size as u32) => {}
+                Ok(_) if rank >= size => scr_warn!(
+                    "{}: rank {rank} is not part of this run ({size} ranks); its cached data is ignored",
+                    path.display()
+                ),
+                Ok(fm) => {
+                    foreign.insert(rank, fm);
+                }
+                Err(e) => scr_error!("{e}; the data it describes cannot be moved to rank {rank}"),
+            }
+        }
+        foreign
+    }
+
+    /// The planned moves (collective in effect: every rank takes part in the pairs it is in).
+    /// The holder sends from `foreign` and drops the part from the filemap it held it in;
+    /// the owner receives.
+    fn carry_out(&mut self, moves: Vec<Move>, foreign: &mut BTreeMap<i32, Filemap>) {
+        let me = self.world.rank();
         for (id, owner, holder) in moves {
             if me == holder {
                 // the holder offered it: it is in `foreign`
@@ -107,13 +119,6 @@ impl Runtime {
                 self.recv_record(holder);
             }
         }
-        if nmoves > 0 {
-            let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
-            if self.rank0() {
-                scr_debug!(1, "distributed {nmoves} cached dataset part(s) in {secs:.3} s");
-            }
-        }
-        Ok(())
     }
 
     /// Send a record and its files; true when the owner stored them. The number of files
@@ -186,37 +191,20 @@ impl Runtime {
     /// Cached dataset `id` is not intact on every rank: rebuild it if its redundancy allows,
     /// else explain and drop it. `problem` is this rank's reason. Returns whether it was kept.
     pub(super) fn rebuild_or_drop(&mut self, id: u64, problem: Option<String>) -> crate::error::Result<bool> {
-        let name = self.filemap.datasets.get(&id).map(|r| r.desc.name.clone());
-        let red = self.filemap.datasets.get(&id).and_then(|r| r.red.clone());
-        let files: Vec<String> = self
-            .filemap
-            .datasets
-            .get(&id)
-            .map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect())
-            .unwrap_or_default();
         let t0 = Instant::now();
-        let status = Status { intact: problem.is_none(), red, name, files, problem };
-        // rank 0: the lost ranks and the scheme, for the event log
-        let (plan, lost_ranks, scheme) = match self.world.gather(0, &status)? {
+        let status = self.status_of(id, problem);
+        // rank 0 plans; the lost ranks and the scheme go to the event log
+        let (plan, log) = match self.world.gather(0, &status)? {
             Some(all) => {
                 let lost: Vec<String> =
                     all.iter().enumerate().filter(|(_, s)| !s.intact).map(|(r, _)| r.to_string()).collect();
                 let scheme = all.iter().find_map(|s| s.red.as_ref().map(|r| r.scheme.name())).unwrap_or("SINGLE");
-                (plan_rebuild(id, &all, self.world.size() as usize), lost.join(","), scheme)
+                (
+                    plan_rebuild(id, &all, self.world.size() as usize),
+                    RebuildLog { id, scheme, lost: lost.join(","), t0 },
+                )
             }
-            None => (Ok((Vec::new(), String::new())), String::new(), ""),
-        };
-        let log = |rt: &Runtime, ok: bool, why: &str| {
-            let secs = crate::events::Secs(t0.elapsed().as_secs_f64());
-            let fields: [(&str, &dyn std::fmt::Display); 5] =
-                [("dset", &id), ("scheme", &scheme), ("lost", &lost_ranks), ("secs", &secs), ("ok", &u8::from(ok))];
-            if why.is_empty() {
-                rt.events.record("REBUILD", &fields);
-            } else {
-                let mut all = fields.to_vec();
-                all.push(("why", &why));
-                rt.events.record("REBUILD", &all);
-            }
+            None => (Ok((Vec::new(), String::new())), RebuildLog { id, scheme: "", lost: String::new(), t0 }),
         };
         let plan: Result<Plan, RuntimeError> = self.world.bcast(0, &plan)?;
         let (plan, what) = match plan {
@@ -225,11 +213,50 @@ impl Runtime {
                 if self.rank0() {
                     scr_warn!("{why}; deleting dataset {id} from cache");
                 }
-                log(self, false, &why.to_string());
+                log.record(self, false, &why.to_string());
                 self.drop_cached(id);
                 return Ok(false);
             }
         };
+        let failed = self.rebuild_my_set(id, &plan)?;
+        let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
+        log.record(self, failed.is_none(), failed.as_deref().unwrap_or(""));
+        if failed.is_none() {
+            if self.rank0() {
+                let n = plan.iter().filter(|p| p.2).count();
+                crate::log::emit(
+                    "INFO",
+                    format_args!(
+                        "{what}; rebuilt cached dataset {id} for {n} rank(s) from its redundancy data in {secs:.3} s"
+                    ),
+                );
+            }
+            Ok(true)
+        } else {
+            if self.rank0() {
+                scr_warn!("{}; deleting dataset {id} from cache", failed.unwrap_or_default());
+            }
+            self.drop_cached(id);
+            Ok(false)
+        }
+    }
+
+    /// What this rank holds of cached dataset `id`, for rank 0's plan.
+    fn status_of(&self, id: u64, problem: Option<String>) -> Status {
+        let rec = self.filemap.datasets.get(&id);
+        Status {
+            intact: problem.is_none(),
+            red: rec.and_then(|r| r.red.clone()),
+            name: rec.map(|r| r.desc.name.clone()),
+            files: rec.map(|r| r.files.iter().map(|f| f.rel.display().to_string()).collect()).unwrap_or_default(),
+            problem,
+        }
+    }
+
+    /// This rank's part of rebuilding dataset `id` by `plan` (collective): its set rebuilds
+    /// the members it lost, and the ranks agree. `Ok(Some(summary))`: it failed somewhere, as
+    /// `summary` says.
+    fn rebuild_my_set(&mut self, id: u64, plan: &[(usize, usize, bool)]) -> crate::error::Result<Option<String>> {
         // rank 0 planned every rank (checked on every rank: the plan came from rank 0)
         let Some(&(set_id, index, lost)) = plan.get(self.world.rank() as usize) else {
             return Err(crate::error::Error::Collective(format!(
@@ -251,28 +278,7 @@ impl Runtime {
         if checked && ok {
             self.verified.push(id);
         }
-        let summary =
-            if ok { String::new() } else { self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err) };
-        let secs = self.world.max_f64(t0.elapsed().as_secs_f64());
-        log(self, ok, &summary);
-        if ok {
-            if self.rank0() {
-                let n = plan.iter().filter(|p| p.2).count();
-                crate::log::emit(
-                    "INFO",
-                    format_args!(
-                        "{what}; rebuilt cached dataset {id} for {n} rank(s) from its redundancy data in {secs:.3} s"
-                    ),
-                );
-            }
-            Ok(true)
-        } else {
-            if self.rank0() {
-                scr_warn!("{summary}; deleting dataset {id} from cache");
-            }
-            self.drop_cached(id);
-            Ok(false)
-        }
+        Ok((!ok).then(|| self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err)))
     }
 
     /// This rank's part in rebuilding its set.
@@ -364,6 +370,52 @@ struct Status {
     files: Vec<String>,
     /// What is wrong with its part.
     problem: Option<String>,
+}
+
+/// A rebuild's line in the event log (`REBUILD`): the dataset, the scheme and the lost ranks
+/// (known on rank 0, which writes the log), and when it began.
+struct RebuildLog {
+    id: u64,
+    scheme: &'static str,
+    lost: String,
+    t0: Instant,
+}
+
+impl RebuildLog {
+    /// Record the rebuild's outcome; `why` names a failure (empty when it went well).
+    fn record(&self, rt: &Runtime, ok: bool, why: &str) {
+        let secs = crate::events::Secs(self.t0.elapsed().as_secs_f64());
+        let fields: [(&str, &dyn std::fmt::Display); 5] = [
+            ("dset", &self.id),
+            ("scheme", &self.scheme),
+            ("lost", &self.lost),
+            ("secs", &secs),
+            ("ok", &u8::from(ok)),
+        ];
+        if why.is_empty() {
+            rt.events.record("REBUILD", &fields);
+        } else {
+            let mut all = fields.to_vec();
+            all.push(("why", &why));
+            rt.events.record("REBUILD", &all);
+        }
+    }
+}
+
+/// Rank 0: the moves that bring each dataset part an owner lacks from the rank that offered
+/// it (`all[rank]`: the rank's [`Offer`]), newest datasets first; one holder per part.
+fn plan_moves(all: &[Offer]) -> Vec<Move> {
+    let mut moves: Vec<Move> = Vec::new();
+    for (holder, (_, offers)) in all.iter().enumerate() {
+        for &(id, owner) in offers {
+            let owned = all.get(owner as usize).is_none_or(|a| a.0.contains(&id));
+            if !owned && !moves.iter().any(|m| m.0 == id && m.1 == owner) {
+                moves.push((id, owner, holder as i32));
+            }
+        }
+    }
+    moves.sort_by_key(|m| (std::cmp::Reverse(m.0), m.1));
+    moves
 }
 
 /// Rank 0's plan: for every rank (set id, index in set, lost), or why the dataset cannot be
