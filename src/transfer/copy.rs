@@ -6,7 +6,8 @@
 //! good file is replaced only by a verified one. The copy keeps the source's permission bits
 //! and its access and modification times, as `cp -p` does (setuid, setgid and sticky bits
 //! are dropped): a flushed checkpoint file looks in the prefix as it looked in cache, and a
-//! fetched one in cache as in the prefix.
+//! fetched one in cache as in the prefix. Best effort: on a file system that refuses them the
+//! copy still succeeds, with one warning per process.
 
 use std::fs;
 use std::io::Write;
@@ -149,7 +150,13 @@ fn copy_to(src: &Path, dst: &Path, buf_size: usize, pace: &mut Pace) -> Result<C
         pace.after(chunk.len());
         Ok(())
     })?;
-    keep_attrs(&out, &attrs).ctx("set mode and times of", dst)?;
+    if let Err(e) = keep_attrs(&out, &attrs) {
+        // a file system that refuses them (some FUSE, CIFS, NFS mappings) still gets the bytes
+        static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            crate::scr_warn!("cannot give {} the mode and times of {}: {e} (said once)", dst.display(), src.display());
+        }
+    }
     out.sync_all().ctx("fsync", dst)?;
     Ok(c)
 }

@@ -48,7 +48,9 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
     let mine: Vec<PrefixFile> = ctx.world.scatter(0, lists)?;
 
     let local = ctx.in_waves(ctx.settings.fetch_width, || {
-        // rel -> (its place in the result, the identity of its prefix file) of files fetched
+        // rel -> (its place in the result, the identity of its prefix file) of files fetched;
+        // identities are looked up only where a recorded link needs them
+        let targets: std::collections::HashSet<&Path> = mine.iter().filter_map(|f| f.link.as_deref()).collect();
         let mut fetched: HashMap<&Path, (usize, Option<FileId>)> = HashMap::new();
         let mut out: Vec<FileMeta> = Vec::with_capacity(mine.len());
         for f in &mine {
@@ -65,18 +67,23 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
                 continue;
             }
             let dst = dir.join(&f.rel);
-            let id = identity(&src);
+            let id = (f.link.is_some() || targets.contains(f.rel.as_path())).then(|| identity(&src)).flatten();
             // a hard link recorded at the flush, and still one in the prefix: link the copy
             let first = f.link.as_deref().and_then(|l| fetched.get(l)).filter(|(_, i)| i.is_some() && *i == id);
             if let Some(&(first, _)) = first {
                 let of = &out[first];
                 if of.size == f.size && (f.crc.is_none() || f.crc == of.crc) {
-                    link_verified(&of.path, &dst, true)?;
-                    scr_debug!(2, "fetched {} as a hard link of {}", dst.display(), of.path.display());
-                    let meta = FileMeta { rel: f.rel.clone(), path: dst, size: f.size, crc: of.crc, complete: true };
-                    fetched.insert(&f.rel, (out.len(), id));
-                    out.push(meta);
-                    continue;
+                    match link_verified(&of.path, &dst, true) {
+                        Ok(()) => {
+                            scr_debug!(2, "fetched {} as a hard link of {}", dst.display(), of.path.display());
+                            let meta =
+                                FileMeta { rel: f.rel.clone(), path: dst, size: f.size, crc: of.crc, complete: true };
+                            fetched.insert(&f.rel, (out.len(), id));
+                            out.push(meta);
+                            continue;
+                        }
+                        Err(e) => scr_debug!(1, "{e}; copying {} instead", src.display()),
+                    }
                 }
             }
             let c = copy_verified(&src, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, true)?;

@@ -183,8 +183,9 @@ pub(super) fn copy_files(
     pace: &mut Pace,
 ) -> Result<Vec<PrefixFile>> {
     let mut out: Vec<PrefixFile> = Vec::with_capacity(rec.files.len());
-    // (device, inode) of a cached file copied already -> its place in `out` and in the prefix
-    let mut copied: std::collections::HashMap<super::copy::FileId, (usize, PathBuf)> = Default::default();
+    // (device, inode) of a cached file copied already -> its place in `out`, its prefix copy
+    // and the CRC32 of the bytes copied
+    let mut copied: std::collections::HashMap<super::copy::FileId, (usize, PathBuf, u32)> = Default::default();
     for f in &rec.files {
         let dst = layout.prefix.below(&f.rel)?;
         if f.path == dst {
@@ -199,21 +200,26 @@ pub(super) fn copy_files(
             continue;
         }
         let id = identity(&f.path);
-        if let Some((first, first_dst)) = id.and_then(|id| copied.get(&id)).cloned() {
+        if let Some((first, first_dst, crc)) = id.and_then(|id| copied.get(&id)).cloned() {
             let of = &out[first];
-            if of.size == f.size && (f.crc.is_none() || of.crc.is_none() || f.crc == of.crc) {
-                link_verified(&first_dst, &dst, false)?;
-                scr_debug!(2, "flushed {} as a hard link of {}", dst.display(), first_dst.display());
-                let link = crate::paths::RelPath::new(of.rel.clone()).ok();
-                out.push(PrefixFile { rel: f.rel.clone(), size: f.size, crc: of.crc.or(f.crc), link });
-                continue;
+            // the same bytes as recorded (a prefix that refuses hard links gets a copy)
+            if of.size == f.size && f.crc.is_none_or(|c| c == crc) {
+                match link_verified(&first_dst, &dst, false) {
+                    Ok(()) => {
+                        scr_debug!(2, "flushed {} as a hard link of {}", dst.display(), first_dst.display());
+                        let link = crate::paths::RelPath::new(of.rel.clone()).ok();
+                        out.push(PrefixFile { rel: f.rel.clone(), size: f.size, crc: of.crc.or(f.crc), link });
+                        continue;
+                    }
+                    Err(e) => scr_debug!(1, "{e}; copying {} instead", f.path.display()),
+                }
             }
         }
         let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, false, pace)?;
         scr_debug!(2, "flushed {} -> {} ({} bytes, crc32 {:#010x})", f.path.display(), dst.display(), c.size, c.crc);
         let crc = if crc_on_flush { Some(c.crc) } else { f.crc };
         if let Some(id) = id {
-            copied.insert(id, (out.len(), dst.clone()));
+            copied.insert(id, (out.len(), dst.clone(), c.crc));
         }
         out.push(PrefixFile { rel: f.rel.clone(), size: c.size, crc, link: None });
     }
@@ -305,6 +311,11 @@ pub(crate) fn rename_in_prefix(layout: &Layout, id: u64, old: &Path, new: &Path)
         for f in r2f.files.values_mut().flatten() {
             if let Some(n) = rename(&f.rel) {
                 f.rel = n;
+                changed = true;
+            }
+            // a hard link's record names its first file, which the rename moved too
+            if let Some(n) = f.link.as_deref().and_then(rename).and_then(|n| crate::paths::RelPath::new(n).ok()) {
+                f.link = Some(n);
                 changed = true;
             }
         }
@@ -402,4 +413,34 @@ pub(crate) fn delete_from_prefix(layout: &Layout, id: u64) -> Result<()> {
         }
     })?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::{Prefix, RelPath};
+
+    #[test]
+    fn a_renamed_directory_renames_the_hard_links_recorded_in_it() {
+        let d = tempfile::tempdir().unwrap();
+        let prefix = d.path().join("prefix");
+        std::fs::create_dir_all(prefix.join(".scr/scr.dataset.3")).unwrap();
+        let layout = Layout::new(Prefix::new(&prefix), &d.path().join("cntl"), "u", "1");
+        let file = |rel: &str, link: Option<&str>| PrefixFile {
+            rel: PathBuf::from(rel),
+            size: 1,
+            crc: None,
+            link: link.map(|l| RelPath::new(PathBuf::from(l)).unwrap()),
+        };
+        let files = vec![file("tmp.6/a", None), file("tmp.6/c", Some("tmp.6/a")), file("other/b", None)];
+        Rank2File { ranks: 1, files: [(0, files)].into_iter().collect() }.save(&layout.rank2file(3)).unwrap();
+        rename_in_prefix(&layout, 3, Path::new("tmp.6"), Path::new("ckpt.6")).unwrap();
+        let r2f = Rank2File::load(&layout.rank2file(3)).unwrap().unwrap();
+        let got: Vec<(String, Option<String>)> = r2f.files[&0]
+            .iter()
+            .map(|f| (f.rel.display().to_string(), f.link.as_deref().map(|l| l.display().to_string())))
+            .collect();
+        let want = [("ckpt.6/a", None), ("ckpt.6/c", Some("ckpt.6/a")), ("other/b", None)];
+        assert_eq!(got, want.map(|(r, l)| (r.to_string(), l.map(String::from))));
+    }
 }
