@@ -343,11 +343,26 @@ struct Offer {
     open_dirs: Vec<String>,
 }
 
+/// A file of this rank open for writing: its path relative to the prefix, the sync epoch of
+/// its open, and the dataset it will join (when a pattern or an earlier dataset names one).
+type OpenFile = (PathBuf, u64, Option<String>);
+
+/// What the ranks decided at a completion ([`decide`]): the datasets to form, oldest first
+/// (epoch, name, flags), and rank 0's record of their directories (name, the directories made
+/// for it, its files' directories) and of every rank's directories SCR still holds files in.
+struct Decision {
+    order: Vec<(u64, String, i32)>,
+    made: Vec<(String, Vec<String>, Vec<String>)>,
+    busy: Vec<PathBuf>,
+}
+
 /// Complete the pending datasets (`versions_only`: only new versions of cached datasets may
 /// form; `wait_open`: a dataset with a file open for writing on some rank waits for the next
-/// sync point); whether a checkpoint completed, and the table. What completes is decided with
-/// the table locked; the runtime forms the datasets without the lock
-/// ([`state::without_table`]).
+/// sync point); whether a checkpoint completed, and the table. The stages: this rank groups
+/// its files by dataset ([`group_local`]) and offers them ([`offer_of`]); the offers are
+/// exchanged and every rank decides alike ([`decide`]); the runtime forms the datasets
+/// without the table lock ([`form`], [`state::without_table`]); the table lets go of what
+/// they took ([`settle`]).
 fn complete(
     s: &Session,
     st: &mut SyncState,
@@ -355,7 +370,35 @@ fn complete(
     versions_only: bool,
     wait_open: bool,
 ) -> (bool, MutexGuard<'static, Table>) {
-    let comm = &st.comm;
+    let (mut groups, open) = group_local(s, &st.comm, &mut t);
+    let (offer, my_paths) = offer_of(&t, &groups, &open, wait_open);
+    let offers = match st.comm.allgather(&offer) {
+        Ok(l) => l,
+        Err(e) => {
+            // agreed by every rank: the files stay pending until the next sync point
+            scr_error!("transparent mode: agreeing on the datasets to complete: {e}");
+            return (false, t);
+        }
+    };
+    let d = decide(s, st, &offers, &my_paths);
+    let forming: Vec<(String, i32, Group)> = d
+        .order
+        .into_iter()
+        .map(|(_, name, flags)| (name.clone(), flags, groups.remove(&name).unwrap_or_default()))
+        .collect();
+    let (results, mut t) = form(t, &forming, versions_only);
+    let (checkpointed, removed_by_app) = settle(&mut t, forming, results);
+    refresh_committed(&mut t);
+    if s.rank == 0 {
+        super::shells::record(s, &t, d.made, &removed_by_app, &d.busy);
+    }
+    (checkpointed, t)
+}
+
+/// This rank's closed pending and shared files grouped by the dataset each joins (named as
+/// the ranks agree, [`super::naming`]), with the files removed from cached datasets; its files
+/// open for writing; files no pattern takes any more go to the prefix.
+fn group_local(s: &Session, comm: &Comm, t: &mut Table) -> (BTreeMap<String, Group>, Vec<OpenFile>) {
     let mut groups: BTreeMap<String, Group> = BTreeMap::new();
     let mut homeless = Vec::new();
     let route = |rel: &std::path::Path| rel.to_str().and_then(|r| s.patterns.route(r, s.rank));
@@ -414,7 +457,19 @@ fn complete(
             t.forget(id);
         }
     }
-    // this rank's paths per name, recorded as seen (naming::seen) once the name completes
+    let open =
+        open.into_iter().map(|(rel, epoch, route, dataset)| (rel, epoch, route.as_ref().map(&named).or(dataset)));
+    (groups, open.collect())
+}
+
+/// This rank's offer ([`Offer`]) from its groups and open files, and its paths per dataset
+/// name (recorded as seen, [`super::naming::seen`], once the name completes).
+fn offer_of(
+    t: &Table,
+    groups: &BTreeMap<String, Group>,
+    open: &[OpenFile],
+    wait_open: bool,
+) -> (Offer, BTreeMap<String, Vec<String>>) {
     let mut my_paths: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let ready: Vec<Part> = groups
         .iter()
@@ -439,34 +494,34 @@ fn complete(
         })
         .collect();
     let mut offer = Offer { ready, made: super::shells::take_made(), ..Default::default() };
-    for (rel, ..) in &open {
+    for (rel, ..) in open {
         if let Some(d) = rel.parent() {
             offer.open_dirs.push(d.to_string_lossy().into_owned());
         }
     }
     offer.open_dirs.sort();
     offer.open_dirs.dedup();
-    for (rel, epoch, route, dataset) in open {
-        let Some(name) = route.as_ref().map(&named).or(dataset) else { continue };
-        let syncs = t.epoch.saturating_sub(epoch);
+    for (rel, epoch, name) in open {
+        let Some(name) = name else { continue };
+        let syncs = t.epoch.saturating_sub(*epoch);
         if syncs > HELD_OPEN_SYNCS && offer.held.as_ref().is_none_or(|h| h.1 < syncs) {
             offer.held = Some((rel.to_string_lossy().into_owned(), syncs, name.clone()));
         }
         if wait_open {
-            offer.open.push(name);
+            offer.open.push(name.clone());
         }
     }
     offer.open.sort();
     offer.open.dedup();
-    let mut names: BTreeMap<String, (i32, u64)> = BTreeMap::new();
-    let offers = match comm.allgather(&offer) {
-        Ok(l) => l,
-        Err(e) => {
-            // agreed by every rank: the files stay pending until the next sync point
-            scr_error!("transparent mode: agreeing on the datasets to complete: {e}");
-            return (false, t);
-        }
-    };
+    (offer, my_paths)
+}
+
+/// What every rank decides alike from all ranks' offers: the datasets that complete now (not
+/// those a rank still has a file of open for writing), oldest first, and the directories made
+/// for them; on the way, this rank's names are recorded as seen, names that cannot work and a
+/// file held open too long are reported, and directories made for a dataset that waits stay
+/// this rank's to offer again.
+fn decide(s: &Session, st: &mut SyncState, offers: &[Offer], my_paths: &BTreeMap<String, Vec<String>>) -> Decision {
     let waiting: BTreeSet<&String> = offers.iter().flat_map(|o| &o.open).collect();
     // what waits is left as it is (its files and removals stay) and is checked when it completes
     let lists: Vec<Vec<Part>> =
@@ -483,6 +538,7 @@ fn complete(
         super::naming::seen(n, paths.iter().map(String::as_str));
     }
     super::naming::check(&s.patterns, &lists, s.rank == 0);
+    let mut names: BTreeMap<String, (i32, u64)> = BTreeMap::new();
     let mut dirs: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for list in lists {
         for p in list {
@@ -492,7 +548,7 @@ fn complete(
             dirs.entry(p.name).or_default().extend(p.dirs);
         }
     }
-    report_held(s, &offers, &mut st.held_reported);
+    report_held(s, offers, &mut st.held_reported);
     let mut order: Vec<(u64, String, i32)> = names.into_iter().map(|(n, (fl, ep))| (ep, n, fl)).collect();
     order.sort();
     // the directories made for them (every rank's), with the directories of their files
@@ -506,41 +562,54 @@ fn complete(
             super::shells::made(PathBuf::from(d), *e);
         }
     }
-    let made: Vec<(String, Vec<String>, Vec<String>)> =
-        by_age.into_iter().zip(shells).map(|((n, _, d), shells)| (n, shells, d)).collect();
-    let mut checkpointed = false;
-    let mut removed_by_app = Vec::new();
-    let forming: Vec<(String, i32, Group)> = order
-        .into_iter()
-        .map(|(_, name, flags)| (name.clone(), flags, groups.remove(&name).unwrap_or_default()))
-        .collect();
-    // the runtime forms them without the table lock (moving, encoding and flushing take
-    // long): another thread's call on a file none of them takes proceeds meanwhile
+    let made = by_age.into_iter().zip(shells).map(|((n, _, d), shells)| (n, shells, d)).collect();
+    Decision { order, made, busy }
+}
+
+/// The runtime forms each dataset of `forming` ([`crate::runtime::adopt_output`]), without
+/// the table lock (moving, encoding and flushing take long): another thread's call on a file
+/// none of them takes proceeds meanwhile. The outcomes, in order, and the table locked again.
+fn form(
+    t: MutexGuard<'static, Table>,
+    forming: &[(String, i32, Group)],
+    versions_only: bool,
+) -> (Vec<crate::error::Result<Adopted>>, MutexGuard<'static, Table>) {
+    if forming.is_empty() {
+        return (Vec::new(), t);
+    }
     let mut taken = Completing::default();
-    for (_, _, g) in &forming {
+    for (_, _, g) in forming {
         taken.ids.extend(g.files.iter().map(|f| f.0).chain(g.shared.iter().map(|f| f.0)));
         taken.rels.extend(g.files.iter().map(|f| f.1.clone()).chain(g.shared.iter().map(|f| f.1.clone())));
         taken.rels.extend(g.removed.iter().cloned());
     }
-    let form = || {
-        let adopt = |(name, flags, g): &(String, i32, Group)| {
-            let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
-            let shared: Vec<PathBuf> = g.shared.iter().map(|f| f.1.clone()).collect();
-            let valid = !g.files.iter().any(|f| f.3) && !g.shared.iter().any(|f| f.2);
-            crate::runtime::adopt_output(&Adopt {
-                name,
-                flags: *flags,
-                files: &files,
-                shared: &shared,
-                removed: &g.removed,
-                valid,
-                version_only: versions_only,
-            })
-        };
-        forming.iter().map(adopt).collect::<Vec<_>>()
+    let adopt = |(name, flags, g): &(String, i32, Group)| {
+        let files: Vec<(PathBuf, PathBuf)> = g.files.iter().map(|f| (f.1.clone(), f.2.clone())).collect();
+        let shared: Vec<PathBuf> = g.shared.iter().map(|f| f.1.clone()).collect();
+        let valid = !g.files.iter().any(|f| f.3) && !g.shared.iter().any(|f| f.2);
+        crate::runtime::adopt_output(&Adopt {
+            name,
+            flags: *flags,
+            files: &files,
+            shared: &shared,
+            removed: &g.removed,
+            valid,
+            version_only: versions_only,
+        })
     };
-    let results;
-    (results, t) = if forming.is_empty() { (Vec::new(), t) } else { state::without_table(t, taken, form) };
+    state::without_table(t, taken, || forming.iter().map(adopt).collect::<Vec<_>>())
+}
+
+/// The table lets go of the files the formed datasets took (a failed one's pending bytes are
+/// removed); whether a checkpoint completed, and the datasets the application's removals
+/// emptied.
+fn settle(
+    t: &mut Table,
+    forming: Vec<(String, i32, Group)>,
+    results: Vec<crate::error::Result<Adopted>>,
+) -> (bool, Vec<String>) {
+    let mut checkpointed = false;
+    let mut removed_by_app = Vec::new();
     for ((name, _, g), r) in forming.into_iter().zip(results) {
         for (id, _, bytes, _) in &g.files {
             t.forget(*id);
@@ -553,16 +622,12 @@ fn complete(
         }
         match r {
             Ok(Adopted::Complete { checkpoint }) => checkpointed |= checkpoint,
-            Ok(Adopted::Removed) => removed_by_app.push(name.clone()),
+            Ok(Adopted::Removed) => removed_by_app.push(name),
             Ok(Adopted::Invalid) => {}
             Err(e) => scr_error!("transparent mode: dataset {name}: {e}"),
         }
     }
-    refresh_committed(&mut t);
-    if s.rank == 0 {
-        super::shells::record(s, &t, made, &removed_by_app, &busy);
-    }
-    (checkpointed, t)
+    (checkpointed, removed_by_app)
 }
 
 /// Once per run, by rank 0: a file has stayed open for writing across more than
