@@ -400,24 +400,7 @@ pub(super) fn plan_shared(
             writers.sort_unstable();
             continue;
         }
-        misuse.push(if transparent {
-            format!(
-                "{} was opened as a shared file (MPI_File_open on several processes, or SCR_PRELOAD_SHARED) by \
-                 rank(s) {} but written as a file of its own by rank(s) {}: every rank that writes a shared file \
-                 must open it through MPI-IO on a communicator of its writers, or add it to SCR_PRELOAD_SHARED",
-                rel.display(),
-                ranks(writers),
-                ranks(&others)
-            )
-        } else {
-            format!(
-                "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
-                 rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
-                rel.display(),
-                ranks(writers),
-                ranks(&others)
-            )
-        });
+        misuse.push(shared_and_private(rel, writers, &others, transparent));
     }
     let several: Vec<(u64, &Vec<u32>)> = private.iter().filter(|(_, r)| r.len() > 1).map(|(h, r)| (*h, r)).collect();
     if misuse.is_empty() && !several.is_empty() && names.is_empty() {
@@ -436,25 +419,7 @@ pub(super) fn plan_shared(
                 shared.insert(rel.to_path_buf(), rs);
                 continue;
             }
-            let remedy = if transparent {
-                format!(
-                    "Add it to SCR_PRELOAD_SHARED (for example SCR_PRELOAD_SHARED='{}'; it is then written once, in \
-                     the prefix), or write it through MPI-IO (MPI_File_open on a communicator of its writers), or give \
-                     each rank its own file name",
-                    example_pattern(rel)
-                )
-            } else {
-                "Declare it with SCR_Route_shared_file on every rank that writes it (it is then written once, in the \
-                 prefix), or give each rank its own file name"
-                    .to_string()
-            };
-            misuse.push(format!(
-                "{} was {} by rank(s) {} without being declared shared: each rank would keep its own copy in its \
-                 node's cache, and a restart would read one of them. {remedy}",
-                rel.display(),
-                if transparent { "written" } else { "routed" },
-                ranks(&rs)
-            ));
+            misuse.push(undeclared(rel, &rs, transparent));
         }
     }
     if let Some(first) = misuse.first() {
@@ -463,6 +428,53 @@ pub(super) fn plan_shared(
         return Err(Clash::Named(format!("{first}{more}")));
     }
     Ok(shared.into_iter().map(|(rel, writers)| SharedFile { rel, writers, size: 0, crc: None }).collect())
+}
+
+/// The message for `rel`, declared shared by `writers` but written as a file of its own by
+/// `others`, in the words of the mode the application runs in.
+fn shared_and_private(rel: &Path, writers: &[u32], others: &[u32], transparent: bool) -> String {
+    if transparent {
+        format!(
+            "{} was opened as a shared file (MPI_File_open on several processes, or SCR_PRELOAD_SHARED) by \
+             rank(s) {} but written as a file of its own by rank(s) {}: every rank that writes a shared file \
+             must open it through MPI-IO on a communicator of its writers, or add it to SCR_PRELOAD_SHARED",
+            rel.display(),
+            ranks(writers),
+            ranks(others)
+        )
+    } else {
+        format!(
+            "{} was declared shared (SCR_Route_shared_file) by rank(s) {} but routed with SCR_Route_file by \
+             rank(s) {}: every rank that writes a shared file must route it with SCR_Route_shared_file",
+            rel.display(),
+            ranks(writers),
+            ranks(others)
+        )
+    }
+}
+
+/// The message for `rel`, written by several ranks (`rs`) without being declared shared, with
+/// the remedy of the mode the application runs in.
+fn undeclared(rel: &Path, rs: &[u32], transparent: bool) -> String {
+    let remedy = if transparent {
+        format!(
+            "Add it to SCR_PRELOAD_SHARED (for example SCR_PRELOAD_SHARED='{}'; it is then written once, in \
+             the prefix), or write it through MPI-IO (MPI_File_open on a communicator of its writers), or give \
+             each rank its own file name",
+            example_pattern(rel)
+        )
+    } else {
+        "Declare it with SCR_Route_shared_file on every rank that writes it (it is then written once, in the \
+         prefix), or give each rank its own file name"
+            .to_string()
+    };
+    format!(
+        "{} was {} by rank(s) {} without being declared shared: each rank would keep its own copy in its \
+         node's cache, and a restart would read one of them. {remedy}",
+        rel.display(),
+        if transparent { "written" } else { "routed" },
+        ranks(rs)
+    )
 }
 
 /// A pattern for `SCR_PRELOAD_SHARED` that takes `rel` and its counterparts in other
