@@ -281,6 +281,31 @@ impl Runtime {
         Ok((!ok).then(|| self.ctx().summarize_failures(&format!("rebuilding dataset {id}"), err)))
     }
 
+    /// The record a lost member `index` of dataset `id` gets back: its files (as the
+    /// survivors' redundancy headers list them, `all`) in its cache directory, and its
+    /// redundancy file, shaped by a survivor's header (`template`).
+    fn lost_record(&self, id: u64, template: &Header, all: &[Vec<FileEntry>], index: usize) -> DatasetRecord {
+        let n = all.len();
+        let dir = self.layout.cache_dataset_dir(&template.reddesc.store, id);
+        let mut red = RedInfo { index, file: PathBuf::new(), ..template.red.clone() };
+        if red.scheme == crate::desc::Scheme::Partner {
+            red.chunk = all[(index + n - 1) % n].iter().map(|e| e.size).sum();
+        }
+        red.file = parallel::red_path(&dir, &red);
+        let files: Vec<FileMeta> = all[index]
+            .iter()
+            .map(|e| FileMeta { rel: e.rel.clone(), path: dir.join(&e.rel), size: e.size, crc: e.crc, complete: true })
+            .collect();
+        DatasetRecord {
+            desc: template.desc.clone(),
+            reddesc: template.reddesc.clone(),
+            dir,
+            files,
+            complete: true,
+            red: Some(red),
+        }
+    }
+
     /// This rank's part in rebuilding its set.
     fn rebuild_member(
         &mut self,
@@ -306,20 +331,7 @@ impl Runtime {
                 RuntimeError::Unrecoverable("no surviving member could read its redundancy file".into())
             }));
         };
-        let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
-        for h in headers.iter().flatten() {
-            // a header of another set shape (not ours) lists members this set does not have
-            for (x, f) in &h.files {
-                if let Some(slot) = all.get_mut(*x) {
-                    slot.get_or_insert_with(|| f.clone());
-                }
-            }
-        }
-        let Some(all) = all.into_iter().collect::<Option<Vec<_>>>() else {
-            return Err(RuntimeError::Unrecoverable(
-                "the surviving redundancy files do not list every member's files".into(),
-            ));
-        };
+        let all = members_files(&headers, n)?;
         let piece = self.settings.mpi_buf_size;
         if !lost {
             let rec = self.filemap.datasets.get(&id).expect("survivor").clone();
@@ -330,24 +342,8 @@ impl Runtime {
                 None => r.map_err(RuntimeError::from),
             };
         }
-        let dir = self.layout.cache_dataset_dir(&template.reddesc.store, id);
-        let mut red = RedInfo { index, file: PathBuf::new(), ..template.red.clone() };
-        if red.scheme == crate::desc::Scheme::Partner {
-            red.chunk = all[(index + n - 1) % n].iter().map(|e| e.size).sum();
-        }
-        red.file = parallel::red_path(&dir, &red);
-        let files: Vec<FileMeta> = all[index]
-            .iter()
-            .map(|e| FileMeta { rel: e.rel.clone(), path: dir.join(&e.rel), size: e.size, crc: e.crc, complete: true })
-            .collect();
-        let rec = DatasetRecord {
-            desc: template.desc.clone(),
-            reddesc: template.reddesc.clone(),
-            dir,
-            files,
-            complete: true,
-            red: Some(red.clone()),
-        };
+        let rec = self.lost_record(id, &template, &all, index);
+        let red = rec.red.clone().expect("a lost member's record names its redundancy file");
         // Drop what is left of a damaged part first (its files are recreated).
         if let Some(old) = self.filemap.datasets.remove(&id) {
             super::remove_part(&old);
@@ -358,6 +354,23 @@ impl Runtime {
         self.save_filemap()?;
         Ok(checked)
     }
+}
+
+/// Every set member's files (`n` members), from the surviving redundancy headers (each lists
+/// some or all of them); an error when a member is listed by none.
+fn members_files(headers: &[Option<Header>], n: usize) -> Result<Vec<Vec<FileEntry>>, RuntimeError> {
+    let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
+    for h in headers.iter().flatten() {
+        // a header of another set shape (not ours) lists members this set does not have
+        for (x, f) in &h.files {
+            if let Some(slot) = all.get_mut(*x) {
+                slot.get_or_insert_with(|| f.clone());
+            }
+        }
+    }
+    all.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| {
+        RuntimeError::Unrecoverable("the surviving redundancy files do not list every member's files".into())
+    })
 }
 
 /// A rank's view of its part of a cached dataset, gathered by rank 0.
