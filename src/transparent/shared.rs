@@ -312,35 +312,9 @@ fn adopt_private(
     agree: Agree,
 ) -> Option<(u32, PathBuf)> {
     let rank = i64::from(s.rank);
-    let &Agreed { shared, high, low, writing, lowest, .. } = agreed;
+    let &Agreed { shared, high, lowest, .. } = agreed;
     let abs = s.prefix.join(rel);
-    if writing >= 0 {
-        if writing == rank {
-            crate::scr_error!(
-                "rank {}: {} is still open for writing on this rank while the ranks open it together with MPI_File_open; close it first (its bytes become the shared file the ranks write); MPI_File_open fails on every rank",
-                s.rank,
-                abs.display()
-            );
-        }
-        return None;
-    }
-    if high >= 0 && shared {
-        if rank == low {
-            crate::scr_error!(
-                "rank {low} wrote {} on its own while another rank writes it as a shared file (SCR_PRELOAD_SHARED) before the ranks opened it together with MPI_File_open: one file cannot be both; declare it shared on every rank; MPI_File_open fails on every rank",
-                abs.display()
-            );
-        }
-        return None;
-    }
-    if high >= 0 && high != low {
-        if rank == low {
-            crate::scr_error!(
-                "ranks {low} and {high} (at least) each wrote {} on their own before opening it together with MPI_File_open: one file cannot hold both; declare it shared so every rank writes the same file (for example SCR_PRELOAD_SHARED='{}'); MPI_File_open fails on every rank",
-                abs.display(),
-                rel.display()
-            );
-        }
+    if refused(s, rel, &abs, agreed) {
         return None;
     }
     let (known, id, staging) = {
@@ -353,45 +327,7 @@ fn adopt_private(
         return Some((id, staging));
     }
     let preparer = if high >= 0 { high } else { lowest };
-    let mut failed = false;
-    if rank == preparer {
-        let header = mine.filter(|_| high == rank);
-        match prepare_staging(&staging, header.as_deref(), amode) {
-            Ok(n) => {
-                if header.is_some() {
-                    let mut t = table_now();
-                    if let (Some(bytes), _) = t.remove(rel) {
-                        let _ = std::fs::remove_file(bytes);
-                    }
-                    crate::scr_debug!(
-                        1,
-                        "transparent mode: rank {} wrote {} alone, then the ranks opened it with MPI_File_open: it is a shared file, its {n} bytes at {}",
-                        s.rank,
-                        rel.display(),
-                        staging.display()
-                    );
-                }
-            }
-            Err(e) => {
-                let what = match &header {
-                    Some(cache) => format!(
-                        "copying {} (what this rank wrote of {} before the ranks opened it together with MPI_File_open) to {}",
-                        cache.display(),
-                        abs.display(),
-                        staging.display()
-                    ),
-                    None => format!(
-                        "preparing {}, where the ranks write {} they open together with MPI_File_open",
-                        staging.display(),
-                        abs.display()
-                    ),
-                };
-                crate::scr_error!("rank {}: {what}: {e}; MPI_File_open fails on every rank", s.rank);
-                let _ = std::fs::remove_file(&staging);
-                failed = true;
-            }
-        }
-    }
+    let failed = rank == preparer && !stage(s, rel, &abs, &staging, mine.filter(|_| high == rank).as_deref(), amode);
     if agree(&[failed as i64]).is_none_or(|g| g[0] != 0) {
         if id != 0 {
             table_now().shared.forget(id);
@@ -399,6 +335,86 @@ fn adopt_private(
         return None;
     }
     Some((id, staging))
+}
+
+/// Whether the collective open of `rel` (`abs`) must fail on every rank for what the ranks
+/// agreed of their copies (`agreed`): a copy still open for writing, a private copy beside a
+/// shared one, or two private copies; the rank at fault says why.
+fn refused(s: &Session, rel: &Path, abs: &Path, agreed: &Agreed) -> bool {
+    let rank = i64::from(s.rank);
+    let &Agreed { shared, high, low, writing, .. } = agreed;
+    if writing >= 0 {
+        if writing == rank {
+            crate::scr_error!(
+                "rank {}: {} is still open for writing on this rank while the ranks open it together with MPI_File_open; close it first (its bytes become the shared file the ranks write); MPI_File_open fails on every rank",
+                s.rank,
+                abs.display()
+            );
+        }
+        return true;
+    }
+    if high >= 0 && shared {
+        if rank == low {
+            crate::scr_error!(
+                "rank {low} wrote {} on its own while another rank writes it as a shared file (SCR_PRELOAD_SHARED) before the ranks opened it together with MPI_File_open: one file cannot be both; declare it shared on every rank; MPI_File_open fails on every rank",
+                abs.display()
+            );
+        }
+        return true;
+    }
+    if high >= 0 && high != low {
+        if rank == low {
+            crate::scr_error!(
+                "ranks {low} and {high} (at least) each wrote {} on their own before opening it together with MPI_File_open: one file cannot hold both; declare it shared so every rank writes the same file (for example SCR_PRELOAD_SHARED='{}'); MPI_File_open fails on every rank",
+                abs.display(),
+                rel.display()
+            );
+        }
+        return true;
+    }
+    false
+}
+
+/// The preparing rank's part: the staging name made anew, holding `header` (this rank's
+/// private copy, which it then drops) when there is one; whether that succeeded (a failure
+/// is said, naming the files).
+fn stage(s: &Session, rel: &Path, abs: &Path, staging: &Path, header: Option<&Path>, amode: Amode) -> bool {
+    match prepare_staging(staging, header, amode) {
+        Ok(n) => {
+            if header.is_some() {
+                let mut t = table_now();
+                if let (Some(bytes), _) = t.remove(rel) {
+                    let _ = std::fs::remove_file(bytes);
+                }
+                crate::scr_debug!(
+                    1,
+                    "transparent mode: rank {} wrote {} alone, then the ranks opened it with MPI_File_open: it is a shared file, its {n} bytes at {}",
+                    s.rank,
+                    rel.display(),
+                    staging.display()
+                );
+            }
+            true
+        }
+        Err(e) => {
+            let what = match header {
+                Some(cache) => format!(
+                    "copying {} (what this rank wrote of {} before the ranks opened it together with MPI_File_open) to {}",
+                    cache.display(),
+                    abs.display(),
+                    staging.display()
+                ),
+                None => format!(
+                    "preparing {}, where the ranks write {} they open together with MPI_File_open",
+                    staging.display(),
+                    abs.display()
+                ),
+            };
+            crate::scr_error!("rank {}: {what}: {e}; MPI_File_open fails on every rank", s.rank);
+            let _ = std::fs::remove_file(staging);
+            false
+        }
+    }
 }
 
 /// Make `staging` a new file of this process for a collective open: remove whatever is at the
