@@ -78,13 +78,7 @@ pub(crate) fn copy_verified_paced(
     private: bool,
     pace: &mut Pace,
 ) -> Result<Copied> {
-    if let Some(parent) = dst.parent() {
-        if private {
-            crate::paths::create_dirs(parent)?;
-        } else {
-            fs::create_dir_all(parent).ctx("create directory", parent)?;
-        }
-    }
+    make_parent(dst, private)?;
     let tmp = part_name(dst);
     let result = copy_to(src, &tmp, buf_size, pace).and_then(|c| {
         if let Some(s) = expect_size {
@@ -116,13 +110,7 @@ pub(crate) fn copy_verified_paced(
 /// temporary name renamed into place like a copy, so a reader never finds `dst` missing when
 /// it was there before. `private`: as in [`copy_verified`].
 pub fn link_verified(existing: &Path, dst: &Path, private: bool) -> Result<()> {
-    if let Some(parent) = dst.parent() {
-        if private {
-            crate::paths::create_dirs(parent)?;
-        } else {
-            fs::create_dir_all(parent).ctx("create directory", parent)?;
-        }
-    }
+    make_parent(dst, private)?;
     let tmp = part_name(dst);
     crate::paths::remove_file_if_exists(&tmp)?;
     fs::hard_link(existing, &tmp).ctx("link", &tmp)?;
@@ -130,6 +118,16 @@ pub fn link_verified(existing: &Path, dst: &Path, private: bool) -> Result<()> {
         let _ = fs::remove_file(&tmp);
         Error::io("rename into place", dst, e)
     })
+}
+
+/// Create the missing directories above `dst`: with mode 0700 when `private` (cache), else
+/// by the umask (prefix).
+fn make_parent(dst: &Path, private: bool) -> Result<()> {
+    match dst.parent() {
+        Some(parent) if private => Ok(crate::paths::create_dirs(parent)?),
+        Some(parent) => fs::create_dir_all(parent).ctx("create directory", parent),
+        None => Ok(()),
+    }
 }
 
 /// A file's identity: its device and inode numbers.
