@@ -3,7 +3,8 @@
 //! Protocol (crash-safe at every step):
 //! 1. rank 0 records the dataset in the index as *flushing* (not complete);
 //! 2. every rank copies its files (at most `SCR_FLUSH_WIDTH` ranks at once), each through a
-//!    temporary name renamed only after size and CRC32 check out;
+//!    temporary name renamed only after size and CRC32 check out (mode bits and times kept; a
+//!    hard link of an earlier file of the rank's dataset becomes a link of its copy);
 //! 3. the ranks agree; rank 0 writes `rank2file.scr` and `summary.scr`, then marks the index
 //!    entry complete with its flush time.
 //!
