@@ -109,7 +109,7 @@ pub(crate) fn copy_verified_paced(
 /// Make `dst` a hard link of `existing` (a file this transfer has just placed), through a
 /// temporary name renamed into place like a copy, so a reader never finds `dst` missing when
 /// it was there before. `private`: as in [`copy_verified`].
-pub fn link_verified(existing: &Path, dst: &Path, private: bool) -> Result<()> {
+fn link_verified(existing: &Path, dst: &Path, private: bool) -> Result<()> {
     make_parent(dst, private)?;
     let tmp = part_name(dst);
     crate::paths::remove_file_if_exists(&tmp)?;
@@ -127,6 +127,21 @@ fn make_parent(dst: &Path, private: bool) -> Result<()> {
         Some(parent) if private => Ok(crate::paths::create_dirs(parent)?),
         Some(parent) => fs::create_dir_all(parent).ctx("create directory", parent),
         None => Ok(()),
+    }
+}
+
+/// [`link_verified`], or `false` when the file system refuses (said at `SCR_DEBUG=1`): the
+/// caller then copies the bytes instead.
+pub fn try_link(existing: &Path, dst: &Path, private: bool) -> bool {
+    match link_verified(existing, dst, private) {
+        Ok(()) => {
+            crate::scr_debug!(2, "placed {} as a hard link of {}", dst.display(), existing.display());
+            true
+        }
+        Err(e) => {
+            crate::scr_debug!(1, "{e}; copying instead");
+            false
+        }
     }
 }
 

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Instant;
 
-use super::copy::{copy_verified, identity, link_verified, FileId};
+use super::copy::{copy_verified, identity, try_link, FileId};
 use super::{Ctx, Reported, TransferError};
 use crate::error::{Error, Result};
 use crate::scr_debug;
@@ -68,23 +68,16 @@ pub fn fetch(ctx: &Ctx, id: u64, dir: &Path, bypass: bool) -> Result<(DatasetDes
             }
             let dst = dir.join(&f.rel);
             let id = (f.link.is_some() || targets.contains(f.rel.as_path())).then(|| identity(&src)).flatten();
-            // a hard link recorded at the flush, and still one in the prefix: link the copy
+            // a hard link recorded at the flush, still one in the prefix, of the same bytes:
+            // link the cached copy
             let first = f.link.as_deref().and_then(|l| fetched.get(l)).filter(|(_, i)| i.is_some() && *i == id);
-            if let Some(&(first, _)) = first {
-                let of = &out[first];
-                if of.size == f.size && (f.crc.is_none() || f.crc == of.crc) {
-                    match link_verified(&of.path, &dst, true) {
-                        Ok(()) => {
-                            scr_debug!(2, "fetched {} as a hard link of {}", dst.display(), of.path.display());
-                            let meta =
-                                FileMeta { rel: f.rel.clone(), path: dst, size: f.size, crc: of.crc, complete: true };
-                            fetched.insert(&f.rel, (out.len(), id));
-                            out.push(meta);
-                            continue;
-                        }
-                        Err(e) => scr_debug!(1, "{e}; copying {} instead", src.display()),
-                    }
-                }
+            let first =
+                first.map(|&(i, _)| &out[i]).filter(|of| of.size == f.size && f.crc.is_none_or(|c| of.crc == Some(c)));
+            if let Some(of) = first.filter(|of| try_link(&of.path, &dst, true)) {
+                let meta = FileMeta { rel: f.rel.clone(), path: dst, size: f.size, crc: of.crc, complete: true };
+                fetched.insert(&f.rel, (out.len(), id));
+                out.push(meta);
+                continue;
             }
             let c = copy_verified(&src, &dst, Some(f.size), f.crc, ctx.settings.file_buf_size, true)?;
             scr_debug!(

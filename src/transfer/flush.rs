@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::copy::{copy_verified_paced, identity, link_verified, Pace};
+use super::copy::{copy_verified_paced, identity, try_link, Pace};
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::identity;
@@ -204,16 +204,10 @@ pub(super) fn copy_files(
         if let Some((first, first_dst, crc)) = id.and_then(|id| copied.get(&id)).cloned() {
             let of = &out[first];
             // the same bytes as recorded (a prefix that refuses hard links gets a copy)
-            if of.size == f.size && f.crc.is_none_or(|c| c == crc) {
-                match link_verified(&first_dst, &dst, false) {
-                    Ok(()) => {
-                        scr_debug!(2, "flushed {} as a hard link of {}", dst.display(), first_dst.display());
-                        let link = crate::paths::RelPath::new(of.rel.clone()).ok();
-                        out.push(PrefixFile { rel: f.rel.clone(), size: f.size, crc: of.crc.or(f.crc), link });
-                        continue;
-                    }
-                    Err(e) => scr_debug!(1, "{e}; copying {} instead", f.path.display()),
-                }
+            if of.size == f.size && f.crc.is_none_or(|c| c == crc) && try_link(&first_dst, &dst, false) {
+                let link = crate::paths::RelPath::new(of.rel.clone()).ok();
+                out.push(PrefixFile { rel: f.rel.clone(), size: f.size, crc: of.crc.or(f.crc), link });
+                continue;
             }
         }
         let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, false, pace)?;
