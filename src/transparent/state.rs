@@ -51,12 +51,17 @@ pub(super) struct State {
     /// `vfork` child, which shares the parent's memory.
     forked: AtomicBool,
     /// The file table (made on first use).
-    table: OnceLock<Mutex<Table>>,
+    table: Apart<OnceLock<Mutex<Table>>>,
     /// Signalled when a completion ends (with the table mutex).
-    completed: Condvar,
+    completed: Apart<Condvar>,
     /// The sync state, from start to the end of the run (locked before the table).
-    sync: Mutex<Option<SyncState>>,
+    sync: Apart<Mutex<Option<SyncState>>>,
 }
+
+/// A part of [`State`] on cache lines of its own: the locks, which threads write, never share
+/// a line with the routing gate (`live`, the session), which every hooked call reads.
+#[repr(align(64))]
+struct Apart<T>(T);
 
 static STATE: State = State {
     session: OnceLock::new(),
@@ -64,9 +69,9 @@ static STATE: State = State {
     live: AtomicBool::new(false),
     finished: AtomicBool::new(false),
     forked: AtomicBool::new(false),
-    table: OnceLock::new(),
-    completed: Condvar::new(),
-    sync: Mutex::new(None),
+    table: Apart(OnceLock::new()),
+    completed: Apart(Condvar::new()),
+    sync: Apart(Mutex::new(None)),
 };
 
 /// What the sync points of this rank keep between them ([`super::sync`]).
@@ -116,7 +121,7 @@ impl SyncState {
 /// The sync state (`None` before start and after the end of the run). Lock it before the
 /// table.
 pub(super) fn sync() -> MutexGuard<'static, Option<SyncState>> {
-    STATE.sync.lock().unwrap_or_else(|e| e.into_inner())
+    STATE.sync.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// From now on a forked child of this process knows it is one ([`forked`]); registered once.
@@ -143,7 +148,7 @@ thread_local! {
 }
 
 fn lock() -> MutexGuard<'static, Table> {
-    STATE.table.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
+    STATE.table.0.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The table, once no completion of another thread that `touches` the caller's files runs.
@@ -151,7 +156,7 @@ fn table_unless(touches: impl Fn(&Table, &Completing) -> bool) -> MutexGuard<'st
     let mut t = lock();
     while t.completing.as_ref().is_some_and(|c| touches(&t, c)) && !COMPLETING_HERE.try_with(Cell::get).unwrap_or(false)
     {
-        t = STATE.completed.wait(t).unwrap_or_else(|e| e.into_inner());
+        t = STATE.completed.0.wait(t).unwrap_or_else(|e| e.into_inner());
     }
     t
 }
@@ -204,7 +209,7 @@ pub(super) fn without_table<T>(
     fn clear(t: &mut Table) {
         let _ = COMPLETING_HERE.try_with(|c| c.set(false));
         t.completing = None;
-        STATE.completed.notify_all();
+        STATE.completed.0.notify_all();
     }
     struct Unwinding;
     impl Drop for Unwinding {
