@@ -141,12 +141,12 @@ pub(super) fn under(p: &Path, dir: &Path) -> bool {
 }
 
 impl Table {
-    /// What `rel` stands for, if SCR holds its bytes.
     /// Whether `rel` is a file of a complete cached dataset (hidden or not).
     pub fn is_committed(&self, rel: &Path) -> bool {
         self.committed.contains_key(rel)
     }
 
+    /// What `rel` stands for, if SCR holds its bytes.
     pub fn held(&self, rel: &Path) -> Option<Held<'_>> {
         if let Some((&id, p)) = self.by_path.get(rel).and_then(|id| Some((id, self.pending.get(id)?))) {
             return Some(Held::Pending(id, p));
