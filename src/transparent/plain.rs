@@ -125,3 +125,12 @@ pub(super) fn materialize(cache: &Path, dest: &Path, last: bool) {
         ),
     }
 }
+
+/// Open `path` for appending (created, with its directory, when missing): the journals of a
+/// rank's pending area ([`super::writes`], the staging journal of [`super::shared`]).
+pub(super) fn open_journal(path: &Path) -> std::io::Result<std::fs::File> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::OpenOptions::new().append(true).create(true).open(path)
+}

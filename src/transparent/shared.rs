@@ -112,12 +112,9 @@ fn journal_staging(s: &Session, staging: &Path) {
     let _inside = Inside::enter();
     let journal = staged_journal(&s.pending);
     let append = || -> std::io::Result<()> {
-        if let Some(dir) = journal.parent() {
-            std::fs::create_dir_all(dir)?;
-        }
         let mut line = staging.as_os_str().as_bytes().to_vec();
         line.push(0);
-        std::fs::OpenOptions::new().append(true).create(true).open(&journal)?.write_all(&line)
+        super::plain::open_journal(&journal)?.write_all(&line)
     };
     if let Err(e) = append() {
         crate::scr_warn!(

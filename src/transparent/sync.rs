@@ -291,7 +291,7 @@ pub(super) fn recover(s: &Session) {
             continue;
         }
         let ino = std::fs::symlink_metadata(&p).map(|m| m.ino()).ok();
-        if ino.and_then(|i| cut_short.get(&i)) == Some(&true) {
+        if ino.is_some_and(|i| cut_short.contains(&i)) {
             crate::log::emit(
                 "INFO",
                 format_args!(
