@@ -39,10 +39,6 @@ impl Runtime {
         self.settings.flush_async && !rec.reddesc.bypass && !store_sync
     }
 
-    pub(super) fn in_flight(&self, id: u64) -> bool {
-        self.bg.in_flight(id)
-    }
-
     /// Start flushing dataset `id` in the background (collective: every rank queues its share).
     pub(super) fn start_async_flush(&mut self, id: u64) {
         let token = self.bg.take_off(id, self.run_stamp);

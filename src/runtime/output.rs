@@ -252,7 +252,7 @@ impl Runtime {
                 if self.adoption.pins(r.desc.id) {
                     continue;
                 }
-                if r.desc.output && !self.flushed(r.desc.id) && !self.in_flight(r.desc.id) {
+                if r.desc.output && !self.flushed(r.desc.id) && !self.bg.in_flight(r.desc.id) {
                     scr_warn!(
                         "keeping output dataset {} ({}) in cache: it has not reached the prefix yet",
                         r.desc.id,
@@ -272,7 +272,7 @@ impl Runtime {
     fn evicting(&mut self, store: &Path, victims: Vec<u64>) -> Vec<u64> {
         let count = self.store_count(store);
         // A victim still being flushed leaves only once its flush is finished everywhere.
-        let flying: Vec<u64> = victims.iter().copied().filter(|id| self.in_flight(*id)).collect();
+        let flying: Vec<u64> = victims.iter().copied().filter(|id| self.bg.in_flight(*id)).collect();
         let mut waited = 0.0;
         if !flying.is_empty() {
             let t0 = Instant::now();
@@ -309,12 +309,7 @@ impl Runtime {
                 ),
             ));
         };
-        if crate::paths::in_scr_dir(&rel) {
-            return Err(Error::usage(
-                call,
-                format!("{name} is inside the prefix's {} directory, which SCR reserves", crate::paths::SCR_DIR),
-            ));
-        }
+        not_reserved(call, &rel, Path::new(name))?;
         Ok(rel)
     }
 
@@ -368,16 +363,7 @@ impl Runtime {
                 format!("{}: the name is not valid UTF-8, which SCR's metadata cannot record", shown.display()),
             ));
         }
-        if crate::paths::in_scr_dir(rel) {
-            return Err(Error::usage(
-                call,
-                format!(
-                    "{} is inside the prefix's {} directory, which SCR reserves",
-                    shown.display(),
-                    crate::paths::SCR_DIR
-                ),
-            ));
-        }
+        not_reserved(call, rel, &shown)?;
         Ok((id, shown))
     }
 
@@ -685,7 +671,7 @@ impl Runtime {
         // prefix copy would lack them); one that rewrites files is flushed when it is due
         let periodic = periodic
             || (!self.adoption.counts()
-                && self.adoption.earlier().is_some_and(|v| self.flushed(v) || self.in_flight(v)));
+                && self.adoption.earlier().is_some_and(|v| self.flushed(v) || self.bg.in_flight(v)));
         let mut result = Ok(true);
         let background = (is_output || periodic) && self.flushes_async(id);
         if !background && (is_output || periodic || c.bypass) {
@@ -888,4 +874,20 @@ fn check_start(call: &'static str, name: Option<&str>, flags: i32) -> Result<()>
         }
     }
     local
+}
+
+/// `Err` for `call` when `rel` (below the prefix; `shown` in the message) is inside the
+/// prefix's `.scr` directory, which SCR reserves.
+fn not_reserved(call: &'static str, rel: &Path, shown: &Path) -> Result<()> {
+    if crate::paths::in_scr_dir(rel) {
+        return Err(Error::usage(
+            call,
+            format!(
+                "{} is inside the prefix's {} directory, which SCR reserves",
+                shown.display(),
+                crate::paths::SCR_DIR
+            ),
+        ));
+    }
+    Ok(())
 }
