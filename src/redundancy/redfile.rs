@@ -63,6 +63,36 @@ impl Header {
     }
 }
 
+/// Every member's files (`n` members) from the survivors' headers, each of which lists its own
+/// and its neighbours' ([`Header::files`]; a header of another set shape may list members this
+/// set does not have: ignored). `Err(x)`: no header lists member `x`.
+pub fn members_files<'a>(
+    headers: impl IntoIterator<Item = &'a Header>,
+    n: usize,
+) -> Result<Vec<Vec<FileEntry>>, usize> {
+    let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
+    for h in headers {
+        for (x, f) in &h.files {
+            if let Some(slot) = all.get_mut(*x) {
+                slot.get_or_insert_with(|| f.clone());
+            }
+        }
+    }
+    all.into_iter().enumerate().map(|(x, f)| f.ok_or(x)).collect()
+}
+
+/// The redundancy information of lost member `index`, shaped by a survivor's (`template`):
+/// its index, and for PARTNER the size of the copy it holds (its left neighbour's files,
+/// `all[x]` = member x's). The caller names its file.
+pub fn lost_member(template: &RedInfo, index: usize, all: &[Vec<FileEntry>]) -> RedInfo {
+    let n = all.len();
+    let mut red = RedInfo { index, ..template.clone() };
+    if red.scheme == crate::desc::Scheme::Partner {
+        red.chunk = all[(index + n - 1) % n].iter().map(|e| e.size).sum();
+    }
+    red
+}
+
 /// The file name of set member `index` of `set` (of `size` members).
 pub fn file_name(red: &RedInfo) -> String {
     let ext = match red.scheme {

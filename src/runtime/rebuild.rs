@@ -285,12 +285,8 @@ impl Runtime {
     /// survivors' redundancy headers list them, `all`) in its cache directory, and its
     /// redundancy file, shaped by a survivor's header (`template`).
     fn lost_record(&self, id: u64, template: &Header, all: &[Vec<FileEntry>], index: usize) -> DatasetRecord {
-        let n = all.len();
         let dir = self.layout.cache_dataset_dir(&template.reddesc.store, id);
-        let mut red = RedInfo { index, file: PathBuf::new(), ..template.red.clone() };
-        if red.scheme == crate::desc::Scheme::Partner {
-            red.chunk = all[(index + n - 1) % n].iter().map(|e| e.size).sum();
-        }
+        let mut red = redfile::lost_member(&template.red, index, all);
         red.file = parallel::red_path(&dir, &red);
         let files: Vec<FileMeta> = all[index]
             .iter()
@@ -331,7 +327,9 @@ impl Runtime {
                 RuntimeError::Unrecoverable("no surviving member could read its redundancy file".into())
             }));
         };
-        let all = members_files(&headers, n)?;
+        let all = redfile::members_files(headers.iter().flatten(), n).map_err(|_| {
+            RuntimeError::Unrecoverable("the surviving redundancy files do not list every member's files".into())
+        })?;
         let piece = self.settings.mpi_buf_size;
         if !lost {
             let rec = self.filemap.datasets.get(&id).expect("survivor").clone();
@@ -354,23 +352,6 @@ impl Runtime {
         self.save_filemap()?;
         Ok(checked)
     }
-}
-
-/// Every set member's files (`n` members), from the surviving redundancy headers (each lists
-/// some or all of them); an error when a member is listed by none.
-fn members_files(headers: &[Option<Header>], n: usize) -> Result<Vec<Vec<FileEntry>>, RuntimeError> {
-    let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
-    for h in headers.iter().flatten() {
-        // a header of another set shape (not ours) lists members this set does not have
-        for (x, f) in &h.files {
-            if let Some(slot) = all.get_mut(*x) {
-                slot.get_or_insert_with(|| f.clone());
-            }
-        }
-    }
-    all.into_iter().collect::<Option<Vec<_>>>().ok_or_else(|| {
-        RuntimeError::Unrecoverable("the surviving redundancy files do not list every member's files".into())
-    })
 }
 
 /// A rank's view of its part of a cached dataset, gathered by rank 0.

@@ -406,24 +406,11 @@ fn rebuild_set(
     let member = |x: usize| &found[&(set.ranks[x] as u32)];
     let survivors: Vec<usize> = (0..n).filter(|x| !lost.contains(x)).collect();
     let template = survivors.iter().find_map(|&x| member(x).header.clone()).ok_or(TransferError::NoTemplate)?;
-    let mut all: Vec<Option<Vec<FileEntry>>> = vec![None; n];
-    for &x in &survivors {
-        for (m, files) in &member(x).header.as_ref().expect("a survivor has a header").files {
-            if *m < n {
-                all[*m].get_or_insert_with(|| files.clone());
-            }
-        }
-    }
-    let all: Vec<Vec<FileEntry>> = all
-        .into_iter()
-        .enumerate()
-        .map(|(x, f)| f.ok_or(TransferError::NoFileList { member: x }))
-        .collect::<Result<_, _>>()?;
+    let headers = survivors.iter().map(|&x| member(x).header.as_ref().expect("a survivor has a header"));
+    let all: Vec<Vec<FileEntry>> =
+        redfile::members_files(headers, n).map_err(|member| TransferError::NoFileList { member })?;
     let lost_red = |x: usize| -> RedInfo {
-        let mut red = RedInfo { index: x, ..template.red.clone() };
-        if red.scheme == Scheme::Partner {
-            red.chunk = all[(x + n - 1) % n].iter().map(|e| e.size).sum();
-        }
+        let mut red = redfile::lost_member(&template.red, x, &all);
         red.file = dir.join(redfile::file_name(&red));
         red
     };
