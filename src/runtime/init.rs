@@ -112,6 +112,7 @@ impl Runtime {
             run_stamp: 0,
             any_rank_log: None,
             adoption: Default::default(),
+            peers: Default::default(),
             job_lock: None,
             tally_from: None,
         }
@@ -163,6 +164,7 @@ impl Runtime {
         })();
         self.agree(&format!("{}: creating SCR directories", self.call_name("SCR_Init")), local)?;
         self.node.barrier();
+        self.peers.set_node(on_node.unwrap_or_default());
         Ok(())
     }
 

@@ -25,6 +25,7 @@ mod init;
 mod joblock;
 mod manage;
 mod output;
+mod peers;
 mod policy;
 mod rebuild;
 mod report;
@@ -39,6 +40,9 @@ mod worker;
 #[cfg(test)]
 mod tests;
 
+#[cfg(test)]
+pub(crate) use peers::peers_test_file;
+pub use peers::{in_prefix, peer_files, share_listing, InPrefix, PeerFile};
 pub(crate) use restart::wanted_name;
 pub use shared::route_shared_file;
 pub use transparent::{
@@ -145,6 +149,8 @@ pub struct Runtime {
     /// Transparent mode forming a dataset: the datasets it pins in cache, the earlier version
     /// it replaces ([`adoption`]).
     adoption: adoption::Adoption,
+    /// Transparent mode: the other ranks' files of the cached datasets ([`peers`]).
+    peers: peers::Peers,
     /// Flushes, encodings, checksums, deletions and the watchdog in other threads
     /// ([`background`]).
     bg: background::Background,

@@ -489,7 +489,13 @@ impl Runtime {
         // before the exchange) leaves now
         self.bury();
         let (mut shared, total, files) = match checked {
-            super::shared::Checked::Done { shared, bytes, files } => (shared, bytes, files),
+            super::shared::Checked::Done { shared, bytes, files, listed } => {
+                if self.mode == super::Mode::Transparent {
+                    let (me, rank0) = (self.world.rank() as u32, self.rank0());
+                    self.peers.record(id, me, listed, rank0);
+                }
+                (shared, bytes, files)
+            }
             super::shared::Checked::Misused => return Err(Discarded),
             super::shared::Checked::Failed(summary) => {
                 self.report_invalid(id, &summary);

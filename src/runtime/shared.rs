@@ -59,6 +59,9 @@ pub fn route_shared_file(name: &str) -> Result<PathBuf> {
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(super) struct Routed {
     private: Vec<u64>,
+    /// Transparent mode: its files described for the other ranks ([`super::peers`]; `None`:
+    /// too many, or API mode).
+    listed: Option<Vec<super::peers::Listed>>,
     shared: Vec<PathBuf>,
     failed: Option<String>,
     bytes: u64,
@@ -69,8 +72,9 @@ pub(super) struct Routed {
 enum Agreed {
     /// Some rank failed: the summary.
     Failed(String),
-    /// The names, checked, and the dataset's (bytes, files) on all ranks.
-    Names(std::result::Result<Vec<SharedFile>, RuntimeError>, (u64, u64)),
+    /// The names, checked, the dataset's (bytes, files) on all ranks, and every rank's
+    /// description of its files (transparent mode).
+    Names(std::result::Result<Vec<SharedFile>, RuntimeError>, (u64, u64), Vec<Option<Vec<super::peers::Listed>>>),
 }
 
 /// How the completion exchange of a dataset ended ([`Runtime::complete_shared`]).
@@ -80,8 +84,8 @@ pub(super) enum Checked {
     /// A file was misused (said by rank 0).
     Misused,
     /// The shared files, and the dataset's bytes and files on all ranks (shared files not
-    /// counted).
-    Done { shared: Vec<SharedFile>, bytes: u64, files: u64 },
+    /// counted), and every rank's description of its files (transparent mode).
+    Done { shared: Vec<SharedFile>, bytes: u64, files: u64, listed: Vec<Option<Vec<super::peers::Listed>>> },
 }
 
 fn hash(rel: &Path) -> u64 {
@@ -153,9 +157,9 @@ impl Runtime {
             Ok(a) => a,
             Err(e) => return Checked::Failed(format!("dataset {id}: {e}")),
         };
-        let (done, totals) = match agreed {
+        let (done, totals, listed) = match agreed {
             Agreed::Failed(summary) => return Checked::Failed(summary),
-            Agreed::Names(r, totals) => (r, totals),
+            Agreed::Names(r, totals, listed) => (r, totals, listed),
         };
         let done = match done {
             Ok(list) if list.is_empty() => Ok(list),
@@ -163,7 +167,7 @@ impl Runtime {
             Err(e) => Err(e),
         };
         match done {
-            Ok(list) => Checked::Done { shared: list, bytes: totals.0, files: totals.1 },
+            Ok(list) => Checked::Done { shared: list, bytes: totals.0, files: totals.1, listed },
             Err(e) => {
                 if self.rank0() {
                     let name = &self.filemap.datasets[&id].desc.name;
@@ -182,8 +186,10 @@ impl Runtime {
     fn agree_names(&self, id: u64, failed: Option<String>, bytes: u64, files: u64) -> Result<Agreed> {
         let rec = &self.filemap.datasets[&id];
         let bypass = rec.reddesc.bypass;
+        let transparent = self.mode == Mode::Transparent;
         let routed = Routed {
             private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
+            listed: if transparent { super::peers::list_of(rec, self.world.size() as usize) } else { None },
             shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
             failed,
             bytes,
@@ -196,10 +202,11 @@ impl Runtime {
             return Ok(Agreed::Failed(crate::transfer::failure_summary(&what, errs)));
         }
         let totals = (all.iter().map(|r| r.bytes).sum(), all.iter().map(|r| r.files).sum());
+        let listed: Vec<_> = if transparent { all.iter().map(|r| r.listed.clone()).collect() } else { Vec::new() };
         let colliding = match plan_shared(&all, &BTreeMap::new(), bypass, self.mode) {
             Err(Clash::Hashes(h)) => h,
-            Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(RuntimeError::Names(msg)), totals)),
-            Ok(list) => return Ok(Agreed::Names(Ok(list), totals)),
+            Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(RuntimeError::Names(msg)), totals, listed)),
+            Ok(list) => return Ok(Agreed::Names(Ok(list), totals, listed)),
         };
         // some name hash was routed by several ranks: learn the names
         let mine: Vec<(u64, PathBuf)> =
@@ -216,7 +223,7 @@ impl Runtime {
             Err(Clash::Named(msg)) => Err(RuntimeError::Names(msg)),
             Err(Clash::Hashes(_)) => Err(RuntimeError::Uncompared),
         };
-        Ok(Agreed::Names(done, totals))
+        Ok(Agreed::Names(done, totals, listed))
     }
 
     /// Complete the shared files of valid dataset `id` (collective): rank 0 checks each one

@@ -18,7 +18,7 @@ use super::rules::{self, Disk, Open};
 use super::session::Session;
 pub use super::state::concerns;
 use super::state::{self, owner, routing, table_for_file, table_for_id, table_now};
-use super::table::{Held, Table};
+use super::table::{Held, Seen, Table};
 use crate::reentry::Inside;
 
 /// An open of `path` (relative to `dirfd`) with `flags`.
@@ -42,6 +42,13 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
         Open::Declare => super::shared::open_staging(s, &mut t, &rel, None, true),
         Open::Fail(e) => Opening { call: Call::Fail(e), ..PASS },
         Open::Read(p) => Opening { call: c_path(&p), ..PASS },
+        Open::Elsewhere(p) => {
+            drop(t);
+            match super::peers::open_remote(&rel, &abs, &p) {
+                Ok(()) => PASS,
+                Err(e) => Opening { call: Call::Fail(e), ..PASS },
+            }
+        }
         Open::Write { id, unshare: copy } => {
             if copy {
                 if let Err(e) = unshare(s, &mut t, id, flags & libc::O_TRUNC == 0) {
@@ -258,8 +265,13 @@ pub fn held(dirfd: i32, path: &CStr) -> Call {
     let Some(rel) = s.resolve_file(dirfd, path) else { return Call::Pass };
     let _inside = Inside::enter();
     let t = table_for_file(&rel);
-    match t.held(&rel) {
-        Some(h) => c_path(h.cache()),
+    match t.seen(&rel) {
+        Some(Seen::Held(h)) => c_path(h.cache()),
+        Some(Seen::Peer(p)) => {
+            let p = p.clone();
+            drop(t);
+            super::peers::stat_path(s, &rel, &p).map_or(Call::Pass, |path| c_path(&path))
+        }
         None => t.shared.staging(&rel).map_or(Call::Pass, c_path),
     }
 }
@@ -297,7 +309,7 @@ pub fn statfs(path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = s.resolve_file(libc::AT_FDCWD, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    if table_for_file(&rel).held(&rel).is_none() {
+    if table_for_file(&rel).seen(&rel).is_none() {
         return Call::Pass;
     }
     match s.prefix.join(&rel).parent() {
@@ -312,7 +324,7 @@ pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
     let s = routing()?;
     let rel = s.resolve_file(libc::AT_FDCWD, path)?;
     let _inside = Inside::enter();
-    table_for_file(&rel).held(&rel)?;
+    table_for_file(&rel).seen(&rel)?;
     let abs = s.prefix.join(&rel);
     let (dir, name) = (abs.parent()?, abs.file_name()?);
     Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))

@@ -50,6 +50,10 @@ pub fn start(base: BaseFn) -> Result<(), StartError> {
         Err(e) => scr_error!("transparent mode: restart: {e}"),
     }
     sync::setup();
+    // every rank's files of the checkpoints in cache, for the others to see
+    if let Err(e) = crate::runtime::share_listing() {
+        scr_warn!("transparent mode: other ranks' cached files are not visible to this rank: {e}");
+    }
     state::refresh_committed(&mut state::table());
     if setup.rank == 0 {
         scr_debug!(

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use super::prefix::{reserved, PATH_MAX};
 use super::session::Session;
 use super::state::{routing, table, table_now};
-use super::table::Table;
+use super::table::{Seen, Table};
 use crate::reentry::Inside;
 
 /// An entry a listing adds.
@@ -200,7 +200,7 @@ static EXTRAS: Mutex<ExtrasCache> = Mutex::new(None);
 fn extras_of(rel: &Path) -> Option<Merge> {
     let _inside = Inside::enter();
     let t = table_now();
-    if !t.any_below(rel) {
+    if !t.any_seen_below(rel) {
         return None;
     }
     let mut cache = EXTRAS.lock().unwrap_or_else(|e| e.into_inner());
@@ -223,22 +223,35 @@ pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
     // paths in the table are normalised, and parsing components costs more than the I/O)
     type Names<'a> = Vec<(&'a [u8], &'a [u8])>; // (name in cache, name in `dir`)
     let mut by_cache_dir: BTreeMap<&[u8], Names> = BTreeMap::new();
-    // directories leading to deeper files: name -> bytes of one file below, levels below
-    let mut dirs: BTreeMap<&[u8], (&Path, usize)> = BTreeMap::new();
-    for (rel, cache) in t.visible_below(dir) {
+    // directories leading to deeper files: name -> bytes of one file below (none: another
+    // node's), levels below
+    let mut dirs: BTreeMap<&[u8], (Option<&Path>, usize)> = BTreeMap::new();
+    let mut out = Vec::new();
+    // this rank's files, then other ranks' ([`super::peers`]) with their bytes here or not
+    let own = t.visible_below(dir).map(|(rel, cache)| (rel, Some(cache)));
+    let peers = t.peers_below(dir).map(|(rel, p)| (rel, p.local.as_deref()));
+    for (rel, cache) in own.chain(peers) {
         let rest = &rel.as_os_str().as_bytes()[skip..];
         let mut parts = rest.split(|b| *b == b'/');
         let first = parts.next().unwrap_or_default();
         let depth = parts.count();
-        if depth == 0 {
-            let c = cache.as_os_str().as_bytes();
-            let cut = c.iter().rposition(|b| *b == b'/').unwrap_or(0);
-            by_cache_dir.entry(&c[..cut]).or_default().push((&c[cut + 1..], first));
-        } else {
-            dirs.entry(first).or_insert((cache, depth));
+        match cache {
+            Some(cache) if depth == 0 => {
+                let c = cache.as_os_str().as_bytes();
+                let cut = c.iter().rposition(|b| *b == b'/').unwrap_or(0);
+                by_cache_dir.entry(&c[..cut]).or_default().push((&c[cut + 1..], first));
+            }
+            None if depth == 0 => {
+                out.push(Entry { name: first.to_vec(), ino: super::peers::remote_ino(rel), dtype: libc::DT_REG });
+            }
+            _ => {
+                let e = dirs.entry(first).or_insert((cache, depth));
+                if e.0.is_none() && cache.is_some() {
+                    *e = (cache, depth);
+                }
+            }
         }
     }
-    let mut out = Vec::new();
     for (cdir, mut wanted) in by_cache_dir {
         wanted.sort_unstable();
         let Ok(rd) = std::fs::read_dir(OsStr::from_bytes(cdir)) else { continue };
@@ -251,7 +264,10 @@ pub(super) fn extras(t: &Table, dir: &Path) -> Vec<Entry> {
     }
     for (name, (cache, depth)) in dirs {
         // the cache directory standing for it: `depth` levels above a file below it
-        let ino = cache.ancestors().nth(depth).and_then(|d| std::fs::metadata(d).ok()).map_or(1, |m| m.ino());
+        let ino = match cache {
+            Some(c) => c.ancestors().nth(depth).and_then(|d| std::fs::metadata(d).ok()).map_or(1, |m| m.ino()),
+            None => super::peers::remote_ino(&dir.join(OsStr::from_bytes(name))),
+        };
         out.push(Entry { name: name.to_vec(), ino, dtype: libc::DT_DIR });
     }
     out
@@ -360,8 +376,8 @@ pub fn walk(root: &CStr, flags: i32) -> Option<Result<Walk, i32>> {
     let t = table_now();
     // held files below the root (the root below the prefix, or the prefix below the root)
     let concerned = match s.prefix.relative(abs.as_os_str().as_bytes(), None) {
-        Some(rel) => t.any_below(&rel),
-        None => s.prefix.path().starts_with(&abs) && t.any_below(Path::new("")),
+        Some(rel) => t.any_seen_below(&rel),
+        None => s.prefix.path().starts_with(&abs) && t.any_seen_below(Path::new("")),
     };
     if !concerned || !s.is_owner() {
         return None;
@@ -385,7 +401,10 @@ impl Walker<'_> {
     /// The held bytes standing for absolute path `abs`, if any.
     fn held(&self, abs: &Path) -> Option<PathBuf> {
         let rel = self.s.prefix.relative(abs.as_os_str().as_bytes(), None)?;
-        self.t.held(&rel).map(|h| h.cache().to_path_buf())
+        match self.t.seen(&rel)? {
+            Seen::Held(h) => Some(h.cache().to_path_buf()),
+            Seen::Peer(p) => super::peers::stat_path(self.s, &rel, p),
+        }
     }
 
     fn push(&mut self, path: &Path, stat: &Path, flag: i32, level: i32) -> usize {

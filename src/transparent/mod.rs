@@ -21,6 +21,7 @@
 //! | | [`rules`] | the open, rename, link and removal rules, as plain functions over the table |
 //! | | [`table`] | the file table: pending files, cached datasets' files, removals, namespace changes |
 //! | | `shared_files` | the table's part for shared files |
+//! | | `peers` | other ranks' files of complete cached checkpoints: what they are, where their bytes are |
 //! | | [`session`] | the routing setup of a process (rank, prefix, patterns) and path resolution |
 //! | ground | `plain` | the answers the front end applies ([`Call`], [`Done`], [`Opening`]), plain file operations |
 //! | | [`prefix`] | which path arguments concern the prefix (fast, no allocation) |
@@ -40,6 +41,7 @@ mod lifecycle;
 pub mod listing;
 pub mod names;
 pub(crate) mod naming;
+mod peers;
 mod plain;
 pub(crate) mod prefix;
 pub(crate) mod rules;

@@ -228,7 +228,11 @@ pub fn unlink(dirfd: i32, path: &CStr, real: &mut dyn FnMut() -> i32) -> Done {
     let Some(rel) = s.resolve_file(dirfd, path) else { return real_done(real) };
     let _inside = Inside::enter();
     let mut t = table_now();
-    let (bytes, held) = t.remove(&rel);
+    let (bytes, mut held) = t.remove(&rel);
+    if !held && !s.child {
+        // another rank's file: it goes at the next sync point (and from the prefix now)
+        held = t.remove_peer(&rel);
+    }
     drop(t);
     if s.child && held {
         super::view::removed_file(s, &rel);

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use super::plain::OnDisk;
 use super::prefix::reserved;
-use super::table::{Held, Table};
+use super::table::{Held, Seen, Table};
 
 /// What the prefix holds at a path and at its parent directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,6 +62,9 @@ pub enum Open {
     Fail(i32),
     /// Open these bytes instead (reading or metadata).
     Read(PathBuf),
+    /// Another rank's file whose bytes are in another node's cache ([`super::peers`]):
+    /// read its prefix copy if there is one.
+    Elsewhere(super::peers::Peer),
     /// Open pending file `id`; `unshare`: its bytes are a cached dataset's (a hard link), so
     /// it and every name linked to it get bytes of their own first.
     Write {
@@ -109,9 +112,13 @@ pub fn open(
     }
     let held = t.held(rel);
     if !writing(flags) {
-        return match held {
-            Some(h) => Open::Read(h.cache().to_path_buf()),
-            None => Open::Pass,
+        return match (held, t.seen(rel)) {
+            (Some(h), _) => Open::Read(h.cache().to_path_buf()),
+            (None, Some(Seen::Peer(p))) if flags & libc::O_DIRECTORY == 0 => match &p.local {
+                Some(bytes) => Open::Read(bytes.clone()),
+                None => Open::Elsewhere(p.clone()),
+            },
+            (None, _) => Open::Pass,
         };
     }
     if flags & libc::O_DIRECTORY != 0 || (held.is_none() && !routed()) {
@@ -229,7 +236,7 @@ pub fn link(
 
 /// Decide `rmdir(dir)`: `Some(errno)` when SCR holds files below it.
 pub fn rmdir(t: &Table, dir: &Path) -> Option<i32> {
-    t.any_below(dir).then_some(libc::ENOTEMPTY)
+    t.any_seen_below(dir).then_some(libc::ENOTEMPTY)
 }
 
 #[cfg(test)]

@@ -241,6 +241,12 @@ fn share_changes(s: &Session, comm: &Comm, t: &mut Table) {
                         scr_warn!("transparent mode: applying the rename of {}: {e}", from.display());
                     }
                 }
+                Change::RemovedFile { rel } => {
+                    // (a file this rank has written since stays)
+                    if matches!(t.held(rel), Some(super::table::Held::Committed(_))) {
+                        t.remove(rel);
+                    }
+                }
                 Change::RemovedDir { dir, epoch } => {
                     for bytes in t.remove_below(dir, *epoch) {
                         let _ = std::fs::remove_file(bytes);

@@ -68,12 +68,25 @@ impl Held<'_> {
     }
 }
 
+/// What a path shows this rank: a file SCR holds for it, or another rank's file of a
+/// complete cached dataset ([`super::peers`]).
+#[derive(Debug, PartialEq)]
+pub enum Seen<'a> {
+    Held(Held<'a>),
+    Peer(&'a super::peers::Peer),
+}
+
 /// A change of the namespace every rank applies to its own files.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Change {
     RenamedDir {
         from: PathBuf,
         to: PathBuf,
+    },
+    /// Another rank's file of a cached dataset, removed by this rank: the rank holding it
+    /// removes it (unless it has written a new one since).
+    RemovedFile {
+        rel: PathBuf,
     },
     /// Made in sync epoch `epoch`: pending files opened later are not affected.
     RemovedDir {
@@ -112,6 +125,8 @@ pub struct Table {
     settled: u64,
     /// Files several ranks write, opened since the last dataset completed.
     pub shared: super::shared_files::SharedFiles,
+    /// Other ranks' files of complete cached datasets ([`super::peers`]).
+    peers: super::peers::PeerFiles,
     /// A completion runs without the table lock (see [`super::state::without_table`]).
     pub(super) completing: Option<Completing>,
 }
@@ -152,6 +167,47 @@ impl Table {
             return Some(Held::Pending(id, p));
         }
         self.committed.get(rel).map(Held::Committed)
+    }
+
+    /// What `rel` shows: this rank's file, else (unless this rank removed its own file of
+    /// that name) another rank's.
+    pub fn seen(&self, rel: &Path) -> Option<Seen<'_>> {
+        if let Some(h) = self.held(rel) {
+            return Some(Seen::Held(h));
+        }
+        if self.peers.is_empty() || self.removed.contains_key(rel) {
+            return None;
+        }
+        self.peers.get(rel).map(Seen::Peer)
+    }
+
+    /// Other ranks' files strictly below `dir` that this rank's own do not hide.
+    pub fn peers_below<'a>(&'a self, dir: &'a Path) -> impl Iterator<Item = (&'a Path, &'a super::peers::Peer)> + 'a {
+        self.peers.below(dir).filter(|(rel, _)| self.held(rel).is_none() && !self.removed.contains_key(*rel))
+    }
+
+    /// Whether a file this rank holds, or another rank's it sees, is strictly below `dir`.
+    pub fn any_seen_below(&self, dir: &Path) -> bool {
+        self.any_below(dir) || self.peers_below(dir).next().is_some()
+    }
+
+    /// Remove another rank's file `rel` from this rank's view, and have its rank remove it at
+    /// the next sync point. Whether `rel` was another rank's file this rank saw.
+    pub fn remove_peer(&mut self, rel: &Path) -> bool {
+        if !matches!(self.seen(rel), Some(Seen::Peer(_))) {
+            return false;
+        }
+        self.peers.hide(rel);
+        self.changes.push(Change::RemovedFile { rel: rel.to_path_buf() });
+        self.generation += 1;
+        true
+    }
+
+    /// Other ranks' files now, from the runtime.
+    pub fn set_peers(&mut self, list: Vec<crate::runtime::PeerFile>) {
+        if self.peers.set(list) {
+            self.generation += 1;
+        }
     }
 
     /// Changes whenever the table does.

@@ -29,6 +29,7 @@ mod locking;
 mod preload;
 mod preload_calls;
 mod preload_naming;
+mod preload_peers;
 mod preload_shapes;
 mod preload_shared;
 mod preload_sync;

@@ -1,0 +1,177 @@
+/* Every rank looks at every rank's checkpoint files, as applications do on a shared file
+ * system: after the checkpoint's barrier each rank lists the checkpoint directory, stats and
+ * reads every file; rank 0 checks that all ranks' files exist before it writes `latest`
+ * (the pattern of a rank 0 that validates a checkpoint), and a restart with any number of
+ * processes reads all of them. No SCR call: run it plain and under the preload and compare.
+ *
+ *   peers write PREFIX STEP     each rank writes ckpt.STEP/part.RANK (its own size and bytes,
+ *                               mode 0640 on odd ranks), then looks at all of them
+ *   peers read PREFIX           reads `latest` and every file of that checkpoint
+ *   peers clean PREFIX STEP     rank 0 removes ckpt.STEP (every rank's files, then the
+ *                               directory), then every rank lists the prefix
+ *
+ * Output, one line per fact, sorted by the test: LIST (names a rank sees), STAT (size and mode
+ * bits), READ (bytes compared with what the writer wrote, or the errno). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int rank, nranks;
+
+static size_t size_of(int writer) { return 1000 + 137 * (size_t)writer; }
+
+static unsigned char byte_at(int writer, int step, size_t i) {
+  return (unsigned char)(writer * 31 + step * 7 + i * 13);
+}
+
+static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The names in DIR, sorted, as one line. */
+static void list(const char *dir, const char *tag) {
+  DIR *d = opendir(dir);
+  if (!d) {
+    printf("LIST %s rank=%d errno=%d\n", tag, rank, errno);
+    return;
+  }
+  char *names[4096];
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 4096)
+    if (e->d_name[0] != '.') /* (SCR's .scr directory too) */
+      names[n++] = strdup(e->d_name);
+  closedir(d);
+  qsort(names, n, sizeof names[0], cmp);
+  char line[65536] = "";
+  for (int i = 0; i < n; i++) {
+    strncat(line, " ", sizeof line - strlen(line) - 1);
+    strncat(line, names[i], sizeof line - strlen(line) - 1);
+    free(names[i]);
+  }
+  printf("LIST %s rank=%d n=%d:%s\n", tag, rank, n, line);
+}
+
+/* Stat and read part.W of checkpoint STEP. */
+static void look(const char *prefix, int step, int w) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/ckpt.%d/part.%d", prefix, step, w);
+  struct stat st;
+  if (stat(path, &st) != 0) {
+    printf("STAT rank=%d part=%d errno=%d\n", rank, w, errno);
+  } else {
+    printf("STAT rank=%d part=%d size=%lld mode=%o reg=%d\n", rank, w, (long long)st.st_size,
+           (unsigned)(st.st_mode & 07777), S_ISREG(st.st_mode));
+  }
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) {
+    printf("READ rank=%d part=%d errno=%d\n", rank, w, errno);
+    return;
+  }
+  size_t want = size_of(w), got = 0;
+  unsigned char buf[8192];
+  ssize_t k;
+  int ok = 1;
+  while ((k = read(fd, buf, sizeof buf)) > 0) {
+    for (ssize_t i = 0; i < k; i++)
+      ok &= buf[i] == byte_at(w, step, got + i);
+    got += k;
+  }
+  close(fd);
+  printf("READ rank=%d part=%d bytes=%zu %s\n", rank, w, got, ok && got == want && k == 0 ? "ok" : "WRONG");
+}
+
+static int latest(const char *prefix) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/latest", prefix);
+  FILE *f = fopen(path, "r");
+  int step = -1;
+  if (f) {
+    if (fscanf(f, "%d", &step) != 1)
+      step = -1;
+    fclose(f);
+  }
+  return step;
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (argc < 3) {
+    fprintf(stderr, "usage: peers write|read|clean PREFIX [STEP]\n");
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  const char *mode = argv[1], *prefix = argv[2];
+  int step = argc > 3 ? atoi(argv[3]) : 0;
+  char dir[4096], path[4096];
+  if (!strcmp(mode, "write")) {
+    snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, step);
+    if (rank == 0)
+      mkdir(dir, 0755);
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(path, sizeof path, "%s/part.%d", dir, rank);
+    FILE *f = fopen(path, "w");
+    for (size_t i = 0; i < size_of(rank); i++)
+      fputc(byte_at(rank, step, i), f);
+    fclose(f);
+    if (rank % 2)
+      chmod(path, 0640);
+    MPI_Barrier(MPI_COMM_WORLD); /* the checkpoint completes here */
+    list(dir, "ckpt");
+    for (int w = 0; w < nranks; w++)
+      look(prefix, step, w);
+    if (rank == 0) {
+      /* write `latest` only once every rank's file is there, with its size */
+      int all = 1;
+      for (int w = 0; w < nranks; w++) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/part.%d", dir, w);
+        all &= stat(path, &st) == 0 && (size_t)st.st_size == size_of(w);
+      }
+      printf("CHECKED all=%d\n", all);
+      if (all) {
+        snprintf(path, sizeof path, "%s/latest", prefix);
+        FILE *l = fopen(path, "w");
+        fprintf(l, "%d\n", step);
+        fclose(l);
+      }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    printf("WROTE rank=%d\n", rank);
+  } else if (!strcmp(mode, "read")) {
+    int s = latest(prefix);
+    printf("LATEST rank=%d step=%d\n", rank, s);
+    snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, s);
+    list(dir, "restart");
+    /* the writers: as many as files listed (the checkpoint may come from another size) */
+    DIR *d = opendir(dir);
+    int writers = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+      writers += !strncmp(e->d_name, "part.", 5);
+    if (d)
+      closedir(d);
+    for (int w = 0; w < writers; w++)
+      look(prefix, s, w);
+  } else if (!strcmp(mode, "clean")) {
+    snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, step);
+    if (rank == 0) {
+      int removed = 0;
+      for (int w = 0; w < nranks; w++) {
+        snprintf(path, sizeof path, "%s/part.%d", dir, w);
+        removed += unlink(path) == 0;
+      }
+      printf("CLEAN unlinked=%d rmdir=%d\n", removed, rmdir(dir) == 0 ? 0 : errno);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    list(prefix, "after-clean");
+  }
+  fflush(stdout);
+  MPI_Finalize();
+  return 0;
+}
