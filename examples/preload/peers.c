@@ -7,6 +7,7 @@
  *   peers write PREFIX STEP     each rank writes ckpt.STEP/part.RANK (its own size and bytes,
  *                               mode 0640 on odd ranks), then looks at all of them
  *   peers read PREFIX           reads `latest` and every file of that checkpoint
+ *   peers append PREFIX STEP    rank 1 appends 100 bytes to rank 0's file; every rank reads it
  *   peers clean PREFIX STEP     rank 0 removes ckpt.STEP (every rank's files, then the
  *                               directory), then every rank lists the prefix
  *
@@ -103,7 +104,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   if (argc < 3) {
-    fprintf(stderr, "usage: peers write|read|clean PREFIX [STEP]\n");
+    fprintf(stderr, "usage: peers write|read|append|clean PREFIX [STEP]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *mode = argv[1], *prefix = argv[2];
@@ -158,6 +159,25 @@ int main(int argc, char **argv) {
       closedir(d);
     for (int w = 0; w < writers; w++)
       look(prefix, s, w);
+  } else if (!strcmp(mode, "append")) {
+    /* rank 1 appends to rank 0's file of checkpoint STEP; then every rank reads it */
+    snprintf(path, sizeof path, "%s/ckpt.%d/part.0", prefix, step);
+    if (rank == 1 % nranks) {
+      FILE *f = fopen(path, "a");
+      for (int i = 0; i < 100; i++)
+        fputc(0xAB, f);
+      printf("APPENDED rank=%d closed=%d\n", rank, f && fclose(f) == 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    int fd = open(path, O_RDONLY), ok = fd >= 0;
+    unsigned char buf[2048];
+    ssize_t k = ok ? read(fd, buf, sizeof buf) : -1;
+    ok &= k == 1100;
+    for (ssize_t i = 0; ok && i < k; i++)
+      ok &= buf[i] == (i < 1000 ? byte_at(0, step, i) : 0xAB);
+    if (fd >= 0)
+      close(fd);
+    printf("APPEND rank=%d bytes=%zd %s\n", rank, k, ok ? "ok" : "WRONG");
   } else if (!strcmp(mode, "clean")) {
     snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, step);
     if (rank == 0) {

@@ -58,6 +58,21 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
             let cache = t.get(id).map(|p| p.cache.clone()).unwrap_or_default();
             Opening { call: c_path(&cache), track: id, created: false }
         }
+        Open::TakeOver { peer, keep } => {
+            let from = match (keep, &peer.local) {
+                (false, _) => None,
+                (true, Some(bytes)) => Some(bytes.clone()),
+                (true, None) if super::peers::readable_in_prefix(&abs, &peer) => Some(abs.clone()),
+                (true, None) => return Opening { call: Call::Fail(libc::EREMOTE), ..PASS },
+            };
+            match create_pending(s, &mut t, &rel, from.as_deref(), flags) {
+                Ok((id, cache)) => {
+                    t.taken_from_peer(&rel);
+                    Opening { call: c_path(&cache), track: id, created: true }
+                }
+                Err(e) => Opening { call: Call::Fail(e), ..PASS },
+            }
+        }
         Open::Create { from, check_prefix } => {
             if check_prefix {
                 if let Err(e) = may_open(&abs, flags) {

@@ -13,8 +13,10 @@
 //!   bits and modification time in this rank's pending area, made when first asked for.
 //!
 //! The rank's own files (pending or committed, or removed by it) hide another rank's file of
-//! the same name. Writing to, renaming or removing another rank's file works on the prefix as
-//! without SCR (the rank holding it keeps its own copy).
+//! the same name. Removing another rank's file hides it at once, and its rank removes it from
+//! its checkpoint at the next sync point (and from the prefix); opening it for writing makes
+//! it this rank's (its bytes copied first unless truncated), its rank dropping it likewise.
+//! Renaming another rank's file is not followed (it acts on the prefix, as without SCR).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -149,6 +151,12 @@ pub fn stat_path(s: &Session, rel: &Path, p: &Peer) -> Option<PathBuf> {
     }
     let root = s.pending.parent()?;
     stand_in(root, s.rank, rel, p).ok()
+}
+
+/// Whether another node's file `rel` can be read from the prefix now (`abs`): its dataset is
+/// flushed, or its copy is there.
+pub fn readable_in_prefix(abs: &Path, p: &Peer) -> bool {
+    runtime::in_prefix(p.dataset) == InPrefix::Yes || prefix_copy(abs, p)
 }
 
 /// How an open for reading of another node's file `rel` (`abs` in the prefix) goes: `Ok`:

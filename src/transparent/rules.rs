@@ -71,6 +71,13 @@ pub enum Open {
         id: u32,
         unshare: bool,
     },
+    /// An open for writing of another rank's file ([`super::peers`]): this rank takes it
+    /// over (a pending file of its own, its bytes copied first with `keep`), and the other
+    /// rank drops it at the next sync point.
+    TakeOver {
+        peer: super::peers::Peer,
+        keep: bool,
+    },
     /// A new pending file, its bytes copied from `from` first; `check_prefix`: the file exists
     /// in the prefix and the application's right to open it decides.
     Create {
@@ -131,6 +138,9 @@ pub fn open(
         Some(Held::Pending(id, p)) => Open::Write { id, unshare: p.shares_committed },
         Some(Held::Committed(c)) => Open::Create { from: (!trunc).then(|| c.cache.clone()), check_prefix: false },
         None => {
+            if let Some(Seen::Peer(p)) = t.seen(rel) {
+                return if excl { Open::Fail(libc::EEXIST) } else { Open::TakeOver { peer: p.clone(), keep: !trunc } };
+            }
             let d = disk();
             match d.at {
                 OnDisk::File if excl => Open::Fail(libc::EEXIST),

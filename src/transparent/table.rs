@@ -197,10 +197,16 @@ impl Table {
         if !matches!(self.seen(rel), Some(Seen::Peer(_))) {
             return false;
         }
+        self.taken_from_peer(rel);
+        true
+    }
+
+    /// This rank removed or took over another rank's file `rel`: hidden now, and its rank
+    /// removes it at the next sync point.
+    pub fn taken_from_peer(&mut self, rel: &Path) {
         self.peers.hide(rel);
         self.changes.push(Change::RemovedFile { rel: rel.to_path_buf() });
         self.generation += 1;
-        true
     }
 
     /// Other ranks' files now, from the runtime.

@@ -18,7 +18,7 @@ fn lines(r: &Run, tags: &[&str]) -> Vec<String> {
     v
 }
 
-const LOOK: &[&str] = &["LIST", "STAT", "READ", "CHECKED", "LATEST", "CLEAN"];
+const LOOK: &[&str] = &["LIST", "STAT", "READ", "CHECKED", "LATEST", "CLEAN", "APPEND"];
 
 /// A plain run of `peers` with `np` processes in a directory of its own.
 struct Plain {
@@ -71,6 +71,12 @@ fn on_one_node_every_rank_lists_stats_reads_and_removes_every_rank_s_files() {
     assert_eq!(lines(&got, LOOK), want, "{}", got.dump());
     assert_eq!(parts_in_prefix(&job), 0, "the checkpoint stays in cache (SCR_FLUSH=0)");
     // a relaunch sees them too (each rank's files of the cached checkpoint, shared at start)
+    let again = run(&job, 4, &["read"]);
+    assert_eq!(lines(&again, LOOK), plain.run(4, &["read"]), "{}", again.dump());
+    // rank 1 appends to rank 0's file: it becomes rank 1's, with rank 0's bytes first
+    let append = run(&job, 4, &["append", "1"]);
+    assert_eq!(lines(&append, LOOK), plain.run(4, &["append", "1"]), "{}", append.dump());
+    assert_eq!(lines(&append, &["APPEND"]).iter().filter(|l| l.ends_with(" ok")).count(), 4, "{}", append.dump());
     let again = run(&job, 4, &["read"]);
     assert_eq!(lines(&again, LOOK), plain.run(4, &["read"]), "{}", again.dump());
     // rank 0 removes every rank's file and the directory; the others' go at the next sync point
