@@ -277,6 +277,31 @@ fn lammps_restart_from_the_prefix_after_a_lost_cache() {
     });
 }
 
+#[test]
+fn lammps_per_rank_restart_files_of_4_processes_are_read_by_2() {
+    // LAMMPS reads per-processor restart files with any number of processes: each of the 2
+    // reads some of the 4 ranks' lj.200.<rank> (other ranks' files, issue 26), which an
+    // elastic restart from cache makes readable at their paths
+    if !have(&["lmp"], "lammps") {
+        return;
+    }
+    let cont = |job: &Job| job.run_exe(2, &args(&["lmp"]), &args(&["-in", "in.cont", "-log", "none"]));
+    let base = Job::new();
+    lammps_inputs(&base, "lj.*.%", "lj.*.%");
+    lmp(&base, "in.melt");
+    let want = cont(&base);
+    assert_eq!(want.code, Some(0), "{}", want.dump());
+    assert_eq!(thermo(&want).len(), 5, "{}", want.dump());
+    let mut job = lammps_job();
+    job.set("SCR_RESTART_ELASTIC", "1");
+    lammps_inputs(&job, "lj.*.%", "lj.*.%");
+    lmp(&job, "in.melt");
+    same_bytes(&job, &base, &per_rank_files(), "restart files of step 200");
+    let r = cont(&job);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert_eq!(thermo(&r), thermo(&want), "the continuation with 2 processes differs under the preload\n{}", r.dump());
+}
+
 // ---------------------------------------------------------------------------------------
 // OpenFOAM: icoFoam's lid-driven cavity decomposed into 4, a time directory every 20 steps,
 // stopped two steps after time 0.2, `startFrom latestTime`.
