@@ -25,8 +25,10 @@ use crate::error::Result;
 /// 60 bytes each in memory and in the exchange).
 pub(crate) const MAX_LISTED: usize = 1 << 18;
 
-/// One file as its rank describes it to the others.
+/// One file as its rank describes it to the others (in the exchange a bare array: name,
+/// size, mode, seconds, nanoseconds, about 60 bytes).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "Wire", into = "Wire")]
 pub(crate) struct Listed {
     /// Its name below the prefix.
     pub rel: PathBuf,
@@ -35,6 +37,21 @@ pub(crate) struct Listed {
     pub mode: u32,
     /// Modification time: seconds and nanoseconds.
     pub mtime: (i64, u32),
+}
+
+/// [`Listed`] as it travels.
+type Wire = (PathBuf, u64, u32, i64, u32);
+
+impl From<Wire> for Listed {
+    fn from((rel, size, mode, sec, nsec): Wire) -> Listed {
+        Listed { rel, size, mode, mtime: (sec, nsec) }
+    }
+}
+
+impl From<Listed> for Wire {
+    fn from(l: Listed) -> Wire {
+        (l.rel, l.size, l.mode, l.mtime.0, l.mtime.1)
+    }
 }
 
 impl Listed {
