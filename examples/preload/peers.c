@@ -8,6 +8,8 @@
  *                               mode 0640 on odd ranks), then looks at all of them
  *   peers read PREFIX           reads `latest` and every file of that checkpoint
  *   peers append PREFIX STEP    rank 1 appends 100 bytes to rank 0's file; every rank reads it
+ *   peers shell PREFIX STEP     rank 0's shell lists ckpt.STEP, counts rank 1's bytes and
+ *                               removes rank 3's file; then every rank lists the directory
  *   peers clean PREFIX STEP     rank 0 removes ckpt.STEP (every rank's files, then the
  *                               directory), then every rank lists the prefix
  *
@@ -104,7 +106,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   if (argc < 3) {
-    fprintf(stderr, "usage: peers write|read|append|clean PREFIX [STEP]\n");
+    fprintf(stderr, "usage: peers write|read|append|shell|clean PREFIX [STEP]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *mode = argv[1], *prefix = argv[2];
@@ -178,6 +180,25 @@ int main(int argc, char **argv) {
     if (fd >= 0)
       close(fd);
     printf("APPEND rank=%d bytes=%zd %s\n", rank, k, ok ? "ok" : "WRONG");
+  } else if (!strcmp(mode, "shell")) {
+    /* rank 0's shell lists checkpoint STEP, shows rank 1's file and removes rank 3's */
+    snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, step);
+    if (rank == 0) {
+      char cmd[8192], line[4096], all[8192] = "";
+      snprintf(cmd, sizeof cmd, "ls '%s' && cmp -s '%s/part.1' '%s/part.1.copy' || wc -c < '%s/part.1'", dir, dir,
+               dir, dir);
+      FILE *p = popen(cmd, "r");
+      while (p && fgets(line, sizeof line, p)) {
+        line[strcspn(line, "\n")] = 0;
+        strncat(all, " ", sizeof all - strlen(all) - 1);
+        strncat(all, line, sizeof all - strlen(all) - 1);
+      }
+      printf("SHELL status=%d:%s\n", p ? pclose(p) : -1, all);
+      snprintf(cmd, sizeof cmd, "rm '%s/part.3'", dir);
+      printf("SHELL rm=%d\n", system(cmd));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    list(dir, "after-shell");
   } else if (!strcmp(mode, "clean")) {
     snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, step);
     if (rank == 0) {

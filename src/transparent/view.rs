@@ -59,11 +59,15 @@ pub(super) fn publish(s: &Session, t: &Table) {
         return;
     }
     PUBLISHED.store(t.generation(), Ordering::Relaxed);
-    let files = t
+    let own = t
         .visible_below(Path::new(""))
         .filter(|(rel, _)| matches!(t.held(rel), Some(super::table::Held::Committed(_))))
-        .map(|(rel, cache)| (rel.to_path_buf(), cache.to_path_buf()))
-        .collect();
+        .map(|(rel, cache)| (rel.to_path_buf(), cache.to_path_buf()));
+    // other ranks' files on this node too ([`super::peers`]; another node's bytes are not here)
+    let peers = t
+        .peers_below(Path::new(""))
+        .filter_map(|(rel, p)| p.local.as_ref().map(|bytes| (rel.to_path_buf(), bytes.clone())));
+    let files = own.chain(peers).collect();
     let v = ViewFile {
         rank: s.rank,
         prefix: s.prefix.path().to_path_buf(),
@@ -201,11 +205,16 @@ pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
     for entry in bytes.split(|b| *b == 0).filter(|e| e.len() > 1) {
         let rel = PathBuf::from(std::ffi::OsStr::from_bytes(&entry[1..]));
         match entry[0] {
-            b'f' => {
-                if let (Some(pending), _) = t.remove(&rel) {
+            b'f' => match t.remove(&rel) {
+                (Some(pending), _) => {
                     let _ = std::fs::remove_file(pending);
                 }
-            }
+                (None, false) => {
+                    // another rank's file (on this node) the child saw
+                    t.remove_peer(&rel);
+                }
+                (None, true) => {}
+            },
             b'd' => {
                 let epoch = t.epoch;
                 t.record(Change::RemovedDir { dir: rel, epoch });

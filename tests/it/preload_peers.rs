@@ -18,7 +18,7 @@ fn lines(r: &Run, tags: &[&str]) -> Vec<String> {
     v
 }
 
-const LOOK: &[&str] = &["LIST", "STAT", "READ", "CHECKED", "LATEST", "CLEAN", "APPEND"];
+const LOOK: &[&str] = &["LIST", "STAT", "READ", "CHECKED", "LATEST", "CLEAN", "APPEND", "SHELL"];
 
 /// A plain run of `peers` with `np` processes in a directory of its own.
 struct Plain {
@@ -79,6 +79,11 @@ fn on_one_node_every_rank_lists_stats_reads_and_removes_every_rank_s_files() {
     assert_eq!(lines(&append, &["APPEND"]).iter().filter(|l| l.ends_with(" ok")).count(), 4, "{}", append.dump());
     let again = run(&job, 4, &["read"]);
     assert_eq!(lines(&again, LOOK), plain.run(4, &["read"]), "{}", again.dump());
+    // rank 0's shell (a process without MPI) sees the node's files and removes rank 3's
+    let shell = run(&job, 4, &["shell", "1"]);
+    let want = plain.run(4, &["shell", "1"]);
+    assert!(want.contains(&"SHELL status=0: part.0 part.1 part.2 part.3 1137".to_string()), "{want:#?}");
+    assert_eq!(lines(&shell, LOOK), want, "{}", shell.dump());
     // rank 0 removes every rank's file and the directory; the others' go at the next sync point
     let clean = run(&job, 4, &["clean", "1"]);
     assert_eq!(lines(&clean, LOOK), plain.run(4, &["clean", "1"]), "{}", clean.dump());
