@@ -82,8 +82,9 @@ pub(super) struct SyncState {
     pub session: Option<&'static Session>,
     /// A checkpoint completed at the previous sync point: check the halt conditions now.
     pub halt_check: bool,
-    /// [`Table::settled`] at this rank's last completion attempt: closed files that were
-    /// there then (waiting for a file open for writing) flag nothing until it changes.
+    /// [`Table::settled`] at this rank's last completion attempt: closed and removed files
+    /// that were there then (waiting for a file open for writing) flag nothing until it
+    /// changes (`u64::MAX`: the attempt failed, they flag again).
     pub tried: u64,
     /// Sync points that deferred their agreement since the last one
     /// ([`super::sync::point_deferrable`]). Like `quiet`, the same on every rank: it follows

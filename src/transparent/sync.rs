@@ -16,9 +16,9 @@
 //! later sync point and runs it separately only when [`DEFER_LIMIT`] of them passed in a row
 //! ([`point_deferrable`]). Changes (directory renames and removals) are then exchanged and
 //! applied by every rank to its own files. At a sync point
-//! where some rank has closed files (a file's last close, removal or rename since the last
-//! attempt: closed files waiting for a file held open flag nothing until it closes), removed
-//! a cached file or shared namespace changes, the ranks group their pending
+//! where some rank has closed files or removed a cached file since the last attempt (a
+//! file's last close, a removal or a rename: closed and removed files waiting for a file held
+//! open flag nothing until it closes) or shares namespace changes, the ranks group their pending
 //! files by dataset name (from the pattern; the ranks first agree which captures of default
 //! names are a rank's part, [`super::naming`]) and agree on the names; a dataset completes there
 //! unless some rank still has a file of that name open for writing (so an application that
@@ -184,11 +184,12 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     let before = t.epoch;
     t.epoch += 1 + u64::from(std::mem::take(&mut st.skipped));
     let c = t.counts();
-    // closed files flag only what changed since the last attempt (files waiting for a file
-    // open for writing would make every sync point attempt again), except at the last point
+    // closed and removed files flag only what changed since the last attempt (those waiting
+    // for a file open for writing would make every sync point attempt again: QE removes a
+    // file of out/ while it writes another), except at the last point
     let fresh = last || t.settled() != st.tried;
     let Some([open, closed, removed, changes]) =
-        agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0, c.changes > 0])
+        agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0 && fresh, c.changes > 0])
     else {
         st.quiet = 0;
         return Point::Failed;
@@ -204,6 +205,13 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         // (datasets with a file open for writing somewhere wait, except at the last point)
         st.tried = t.settled();
         st.attempts += 1;
+        if s.rank == 0 {
+            crate::scr_debug!(
+                3,
+                "transparent mode: sync point {} attempts completion (closed {closed}, removed {removed}, renamed {changes}, open {open})",
+                t.epoch
+            );
+        }
         crate::runtime::count_collectives_from(Some(from));
         let checkpointed;
         (checkpointed, t) = complete(s, st, t, false, !last);
@@ -381,8 +389,9 @@ fn complete(
     let offers = match st.comm.allgather(&offer) {
         Ok(l) => l,
         Err(e) => {
-            // agreed by every rank: the files stay pending until the next sync point
+            // agreed by every rank: the files stay pending, and flag again at the next sync point
             scr_error!("transparent mode: agreeing on the datasets to complete: {e}");
+            st.tried = u64::MAX;
             return (false, t);
         }
     };
