@@ -5,9 +5,12 @@
  * processes reads all of them. No SCR call: run it plain and under the preload and compare.
  *
  *   peers write PREFIX STEP     each rank writes ckpt.STEP/part.RANK (its own size and bytes,
- *                               mode 0640 on odd ranks), then looks at all of them
+ *                               mode 0640 on odd ranks; ranks from 4 on write nothing), then
+ *                               looks at all of them
  *   peers read PREFIX           reads `latest` and every file of that checkpoint
  *   peers append PREFIX STEP    rank 1 appends 100 bytes to rank 0's file; every rank reads it
+ *   peers overwrite PREFIX STEP rank 1 truncates rank 0's file, rank 2 its own, rank 3 renames
+ *                               a new file over rank 1's; every rank reads the three
  *   peers shell PREFIX STEP     rank 0's shell lists ckpt.STEP, counts rank 1's bytes and
  *                               removes rank 3's file; then every rank lists the directory
  *   peers clean PREFIX STEP     rank 0 removes ckpt.STEP (every rank's files, then the
@@ -35,11 +38,13 @@ static unsigned char byte_at(int writer, int step, size_t i) {
 
 static int cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
-/* The names in DIR, sorted, as one line. */
-static void list(const char *dir, const char *tag) {
-  DIR *d = opendir(dir);
+/* The names in DIR, sorted, as one line (from `opendir`, or from `fdopendir` with BYFD). */
+static void names_of(const char *dir, int byfd, char *line, size_t cap, int *count) {
+  DIR *d = byfd ? fdopendir(open(dir, O_RDONLY | O_DIRECTORY)) : opendir(dir);
+  *count = -1;
+  line[0] = 0;
   if (!d) {
-    printf("LIST %s rank=%d errno=%d\n", tag, rank, errno);
+    snprintf(line, cap, " errno=%d", errno);
     return;
   }
   char *names[4096];
@@ -50,13 +55,47 @@ static void list(const char *dir, const char *tag) {
       names[n++] = strdup(e->d_name);
   closedir(d);
   qsort(names, n, sizeof names[0], cmp);
-  char line[65536] = "";
   for (int i = 0; i < n; i++) {
-    strncat(line, " ", sizeof line - strlen(line) - 1);
-    strncat(line, names[i], sizeof line - strlen(line) - 1);
+    strncat(line, " ", cap - strlen(line) - 1);
+    strncat(line, names[i], cap - strlen(line) - 1);
     free(names[i]);
   }
-  printf("LIST %s rank=%d n=%d:%s\n", tag, rank, n, line);
+  *count = n;
+}
+
+/* One LIST line: what opendir shows, and whether fdopendir shows the same. */
+static void list(const char *dir, const char *tag) {
+  static char a[65536], b[65536];
+  int n, m;
+  names_of(dir, 0, a, sizeof a, &n);
+  names_of(dir, 1, b, sizeof b, &m);
+  printf("LIST %s rank=%d n=%d:%s fdopendir=%s\n", tag, rank, n, a, n == m && !strcmp(a, b) ? "same" : b);
+}
+
+/* Replace FILE's bytes with LEN copies of BYTE through FLAGS (no O_CREAT: an existing file). */
+static void rewrite(const char *file, int flags, int byte, int len) {
+  int fd = open(file, flags, 0644);
+  if (fd < 0) {
+    printf("REWRITE rank=%d errno=%d\n", rank, errno);
+    return;
+  }
+  unsigned char buf[64];
+  memset(buf, byte, sizeof buf);
+  printf("REWRITE rank=%d wrote=%zd\n", rank, write(fd, buf, len));
+  close(fd);
+}
+
+/* Every rank: FILE holds LEN copies of BYTE. */
+static void check_bytes(const char *tag, const char *file, int byte, int len) {
+  unsigned char buf[4096];
+  int fd = open(file, O_RDONLY);
+  ssize_t k = fd < 0 ? -1 : read(fd, buf, sizeof buf);
+  int ok = k == len;
+  for (ssize_t i = 0; ok && i < k; i++)
+    ok &= buf[i] == byte;
+  if (fd >= 0)
+    close(fd);
+  printf("%s rank=%d bytes=%zd %s\n", tag, rank, k, ok ? "ok" : "WRONG");
 }
 
 /* Stat and read part.W of checkpoint STEP. */
@@ -106,7 +145,7 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   if (argc < 3) {
-    fprintf(stderr, "usage: peers write|read|append|shell|clean PREFIX [STEP]\n");
+    fprintf(stderr, "usage: peers write|read|append|overwrite|shell|clean PREFIX [STEP]\n");
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   const char *mode = argv[1], *prefix = argv[2];
@@ -118,20 +157,23 @@ int main(int argc, char **argv) {
       mkdir(dir, 0755);
     MPI_Barrier(MPI_COMM_WORLD);
     snprintf(path, sizeof path, "%s/part.%d", dir, rank);
-    FILE *f = fopen(path, "w");
-    for (size_t i = 0; i < size_of(rank); i++)
-      fputc(byte_at(rank, step, i), f);
-    fclose(f);
-    if (rank % 2)
-      chmod(path, 0640);
+    if (rank < 4) { /* (ranks beyond 4 write nothing: they only look) */
+      FILE *f = fopen(path, "w");
+      for (size_t i = 0; i < size_of(rank); i++)
+        fputc(byte_at(rank, step, i), f);
+      fclose(f);
+      if (rank % 2)
+        chmod(path, 0640);
+    }
     MPI_Barrier(MPI_COMM_WORLD); /* the checkpoint completes here */
+    int writers = nranks < 4 ? nranks : 4;
     list(dir, "ckpt");
-    for (int w = 0; w < nranks; w++)
+    for (int w = 0; w < writers; w++)
       look(prefix, step, w);
     if (rank == 0) {
       /* write `latest` only once every rank's file is there, with its size */
       int all = 1;
-      for (int w = 0; w < nranks; w++) {
+      for (int w = 0; w < writers; w++) {
         struct stat st;
         snprintf(path, sizeof path, "%s/part.%d", dir, w);
         all &= stat(path, &st) == 0 && (size_t)st.st_size == size_of(w);
@@ -199,6 +241,26 @@ int main(int argc, char **argv) {
     }
     MPI_Barrier(MPI_COMM_WORLD);
     list(dir, "after-shell");
+  } else if (!strcmp(mode, "overwrite")) {
+    /* rank 1 truncates rank 0's file (O_TRUNC, no O_CREAT), rank 2 its own the same way, rank 3
+     * renames a new file over rank 1's; then every rank reads the three */
+    char p0[4096], p1[4096], p2[4096], tmp[4096];
+    snprintf(p0, sizeof p0, "%s/ckpt.%d/part.0", prefix, step);
+    snprintf(p1, sizeof p1, "%s/ckpt.%d/part.1", prefix, step);
+    snprintf(p2, sizeof p2, "%s/ckpt.%d/part.2", prefix, step);
+    if (rank == 1)
+      rewrite(p0, O_WRONLY | O_TRUNC, 'T', 10);
+    if (rank == 2)
+      rewrite(p2, O_WRONLY | O_TRUNC, 'U', 20);
+    if (rank == 3) {
+      snprintf(tmp, sizeof tmp, "%s.tmp", p1);
+      rewrite(tmp, O_WRONLY | O_CREAT | O_TRUNC, 'R', 27);
+      printf("RENAMED rank=%d rc=%d\n", rank, rename(tmp, p1));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    check_bytes("OVER0", p0, 'T', 10);
+    check_bytes("OVER1", p1, 'R', 27);
+    check_bytes("OVER2", p2, 'U', 20);
   } else if (!strcmp(mode, "clean")) {
     snprintf(dir, sizeof dir, "%s/ckpt.%d", prefix, step);
     if (rank == 0) {

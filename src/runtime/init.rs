@@ -136,8 +136,9 @@ impl Runtime {
     /// leader, private to the user); failures anywhere fail `SCR_Init` everywhere.
     fn make_directories(&mut self) -> Result<()> {
         // transparent mode's pending area: the world ranks of this node keep theirs
-        let on_node: Option<Vec<i32>> =
-            (!self.settings.preload.is_empty()).then(|| self.node.allgather(&self.world.rank())).transpose()?;
+        let on_node: Option<Vec<i32>> = (!self.settings.preload.is_empty() || self.mode == super::Mode::Transparent)
+            .then(|| self.node.allgather(&self.world.rank()))
+            .transpose()?;
         let local = (|| -> Result<()> {
             if self.rank0() {
                 let d = self.layout.scr_dir();

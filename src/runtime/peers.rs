@@ -22,8 +22,8 @@ use super::{with_rt, Runtime};
 use crate::error::Result;
 
 /// At most this many files of one dataset, over all ranks, are listed on every rank (about
-/// 60 bytes each in memory and in the exchange).
-pub(crate) const MAX_LISTED: usize = 1 << 18;
+/// 60 bytes each in the exchange, and some 300 bytes in each rank's memory).
+pub(crate) const MAX_LISTED: usize = 1 << 16;
 
 /// One file as its rank describes it to the others (in the exchange a bare array: name,
 /// size, mode, seconds, nanoseconds, about 60 bytes).
@@ -103,7 +103,7 @@ impl Peers {
         let over = lists.iter().filter(|l| l.is_none()).count();
         if over > 0 && rank0 && !std::mem::replace(&mut self.said, true) {
             crate::scr_warn!(
-                "transparent mode: dataset {id}: {over} rank(s) hold more than {} files of it, so their files are not listed on the other ranks (other ranks see them once they are flushed to the prefix); said once",
+                "transparent mode: dataset {id}: {over} rank(s) hold more than {} files of it (or a file that could not be read), so their files are not listed on the other ranks (other ranks see them once they are flushed to the prefix); said once",
                 MAX_LISTED / lists.len().max(1)
             );
         }

@@ -62,12 +62,22 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
             let from = match (keep, &peer.local) {
                 (false, _) => None,
                 (true, Some(bytes)) => Some(bytes.clone()),
-                (true, None) if super::peers::readable_in_prefix(&abs, &peer) => Some(abs.clone()),
-                (true, None) => return Opening { call: Call::Fail(libc::EREMOTE), ..PASS },
+                (true, None) => {
+                    // another node's bytes: its prefix copy, as a read would get it
+                    drop(t);
+                    if let Err(e) = super::peers::open_remote(&rel, &abs, &peer) {
+                        return Opening { call: Call::Fail(e), ..PASS };
+                    }
+                    t = table_now();
+                    Some(abs.clone())
+                }
             };
             match create_pending(s, &mut t, &rel, from.as_deref(), flags) {
                 Ok((id, cache)) => {
-                    t.taken_from_peer(&rel);
+                    // (the other rank's file goes once the open succeeded: `opened`)
+                    if let Some(p) = t.get_mut(id) {
+                        p.takes_over = true;
+                    }
                     Opening { call: c_path(&cache), track: id, created: true }
                 }
                 Err(e) => Opening { call: Call::Fail(e), ..PASS },
@@ -101,8 +111,15 @@ fn create_pending(
     }
     let cache = s.make_pending(rel).map_err(|e| errno_of(&e))?;
     let _ = std::fs::remove_file(&cache);
-    if let Some(src) = from {
-        std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
+    match from {
+        Some(src) => {
+            std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
+        }
+        // an existing file truncated (`O_TRUNC` without `O_CREAT`): the open needs a file
+        None if flags & libc::O_CREAT == 0 => {
+            std::fs::File::create(&cache).map_err(|e| errno_of(&e))?;
+        }
+        None => {}
     }
     let id = t.add(rel, cache.clone(), false);
     Ok((id, cache))
@@ -180,6 +197,7 @@ pub fn opened(fd: i32, track: u32, created: bool) {
                     super::writes::opened(&s.pending, &p.cache);
                 }
             }
+            t.opened_over_peer(id);
         }
     }
 }

@@ -7,12 +7,13 @@
 
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
+use std::sync::MutexGuard;
 
 use super::plain::{errno_of, materialize, on_disk, real_done, Done, OnDisk};
 use super::rules::{self, Link, Rename};
 use super::session::Session;
 use super::state::{refresh_committed, routing, table_now};
-use super::table::{Change, Held, Table};
+use super::table::{Change, Held, Seen, Table};
 use crate::reentry::Inside;
 use crate::scr_error;
 
@@ -25,7 +26,31 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
         return real_done(real);
     }
     let _inside = Inside::enter();
-    let mut t = table_now();
+    let t = table_now();
+    // a rename onto another rank's file replaces it: its rank drops it at the next sync point
+    let over_peer = to
+        .as_deref()
+        .filter(|p| !s.child && t.held(p).is_none() && matches!(t.seen(p), Some(Seen::Peer(_))))
+        .map(Path::to_path_buf);
+    let r = rename_in(s, t, (od, old), (nd, new), noreplace, from, to, real);
+    if let (Ok(_), Some(to)) = (r, over_peer) {
+        table_now().taken_from_peer(&to);
+    }
+    r
+}
+
+/// [`rename`] once its paths are resolved, with the table.
+#[allow(clippy::too_many_arguments)]
+fn rename_in(
+    s: &Session,
+    mut t: MutexGuard<'static, Table>,
+    (od, old): (i32, &CStr),
+    (nd, new): (i32, &CStr),
+    noreplace: bool,
+    from: Option<PathBuf>,
+    to: Option<PathBuf>,
+    real: &mut dyn FnMut() -> i32,
+) -> Done {
     let to_routed = to.as_deref().is_some_and(|p| s.routed(p));
     let dest = match &to {
         Some(rel) => Some(s.prefix.join(rel)),

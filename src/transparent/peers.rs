@@ -111,32 +111,40 @@ pub fn remote_ino(rel: &Path) -> u64 {
 }
 
 /// Where another node's file `rel` is stat-ed while its dataset is only in cache: its
-/// stand-in in `<pending area>/peers.<rank>/`, made (or refreshed) to match `p`.
+/// stand-in in `<pending area>/peers.<rank>/`, made (or refreshed) to match `p` (permission
+/// bits as a flush's copy keeps them: setuid, setgid and sticky left out). Stand-ins stay
+/// until the next run's start clears the pending area.
 pub fn stand_in(pending_root: &Path, rank: u32, rel: &Path, p: &Peer) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let path = pending_root.join(format!("peers.{rank}")).join(rel);
+    let mode = p.mode & 0o777;
     if let Ok(m) = std::fs::symlink_metadata(&path) {
-        if m.len() == p.size && m.mode() == p.mode && (m.mtime(), m.mtime_nsec() as u32) == p.mtime {
+        if m.len() == p.size && m.mode() & 0o7777 == mode && (m.mtime(), m.mtime_nsec() as u32) == p.mtime {
             return Ok(path);
         }
     }
     if let Some(d) = path.parent() {
         std::fs::create_dir_all(d)?;
     }
-    let _ = std::fs::remove_file(&path);
-    let f = std::fs::File::create(&path)?;
+    // made aside and renamed into place: another thread never sees it half made
+    let tmp = path.with_extension(format!("scr-tmp.{}", std::process::id()));
+    let f = std::fs::File::create(&tmp)?;
     f.set_len(p.size)?;
     let when = std::time::UNIX_EPOCH + Duration::new(p.mtime.0.max(0) as u64, p.mtime.1);
     f.set_times(std::fs::FileTimes::new().set_modified(when).set_accessed(when))?;
-    f.set_permissions(std::fs::Permissions::from_mode(p.mode & 0o7777))?;
+    f.set_permissions(std::fs::Permissions::from_mode(mode))?;
+    std::fs::rename(&tmp, &path)?;
     Ok(path)
 }
 
-/// Whether the prefix holds `rel`'s copy as described by `p` (size and modification time).
+/// Whether the prefix holds `rel`'s copy as described by `p`: its size and modification time
+/// (to the second where the prefix's file system keeps no nanoseconds).
 pub fn prefix_copy(abs: &Path, p: &Peer) -> bool {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(abs)
-        .is_ok_and(|m| m.is_file() && m.len() == p.size && (m.mtime(), m.mtime_nsec() as u32) == p.mtime)
+    std::fs::metadata(abs).is_ok_and(|m| {
+        let ns = m.mtime_nsec() as u32;
+        m.is_file() && m.len() == p.size && m.mtime() == p.mtime.0 && (ns == p.mtime.1 || ns == 0)
+    })
 }
 
 /// What a stat of another rank's file `rel` looks at: its bytes on this node, its stand-in
@@ -153,11 +161,8 @@ pub fn stat_path(s: &Session, rel: &Path, p: &Peer) -> Option<PathBuf> {
     stand_in(root, s.rank, rel, p).ok()
 }
 
-/// Whether another node's file `rel` can be read from the prefix now (`abs`): its dataset is
-/// flushed, or its copy is there.
-pub fn readable_in_prefix(abs: &Path, p: &Peer) -> bool {
-    runtime::in_prefix(p.dataset) == InPrefix::Yes || prefix_copy(abs, p)
-}
+/// Datasets whose background flush an open waited for in vain ([`WAIT`]).
+static GAVE_UP: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
 
 /// How an open for reading of another node's file `rel` (`abs` in the prefix) goes: `Ok`:
 /// the prefix copy is there (perhaps after waiting for a background flush), open it; `Err`:
@@ -165,15 +170,20 @@ pub fn readable_in_prefix(abs: &Path, p: &Peer) -> bool {
 pub fn open_remote(rel: &Path, abs: &Path, p: &Peer) -> Result<(), i32> {
     match runtime::in_prefix(p.dataset) {
         InPrefix::Yes => return Ok(()),
-        InPrefix::Coming => {
+        InPrefix::Coming if !GAVE_UP.lock().unwrap_or_else(|e| e.into_inner()).contains(&p.dataset) => {
             let until = std::time::Instant::now() + WAIT;
+            let mut pause = Duration::from_millis(2);
             while std::time::Instant::now() < until {
                 if prefix_copy(abs, p) {
                     return Ok(());
                 }
-                std::thread::sleep(Duration::from_millis(5));
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(250));
             }
+            // (later opens of its files do not wait again)
+            GAVE_UP.lock().unwrap_or_else(|e| e.into_inner()).push(p.dataset);
         }
+        InPrefix::Coming => {}
         InPrefix::No if prefix_copy(abs, p) => return Ok(()),
         InPrefix::No => {}
     }
@@ -219,8 +229,11 @@ mod tests {
         let at = stand_in(d.path(), 0, Path::new("ckpt.1/part.3"), &p).unwrap();
         let m = std::fs::metadata(&at).unwrap();
         assert_eq!((m.len(), m.mode(), m.mtime(), m.mtime_nsec()), (1 << 30, 0o100640, 1_100_000_000, 987));
+        let suid = Peer { mode: 0o104750, ..p.clone() };
+        let at = stand_in(d.path(), 0, Path::new("ckpt.1/part.3"), &suid).unwrap();
+        assert_eq!(std::fs::metadata(&at).unwrap().mode(), 0o100750, "no setuid bit, as a flush's copy");
         assert!(m.blocks() < 8, "sparse: {} blocks", m.blocks());
         assert!(!prefix_copy(&at, &Peer { mtime: (1, 0), ..p.clone() }), "another time is another file");
-        assert!(prefix_copy(&at, &p));
+        assert!(prefix_copy(&at, &Peer { mode: 0o100640, ..p.clone() }));
     }
 }

@@ -38,6 +38,9 @@ pub struct Pending {
     pub deleted: bool,
     /// The bytes are a hard link of a committed file: they are copied before a write in place.
     pub shares_committed: bool,
+    /// It replaces another rank's file ([`super::peers`]): once its open succeeded, that file
+    /// is hidden and its rank drops it at the next sync point ([`Table::opened_over_peer`]).
+    pub takes_over: bool,
     /// The dataset of the committed file this one replaced (it joins that dataset when no
     /// pattern routes its path).
     pub dataset: Option<String>,
@@ -201,6 +204,15 @@ impl Table {
         true
     }
 
+    /// Pending file `id` was opened: if it replaces another rank's file, that one goes now
+    /// ([`Table::taken_from_peer`]).
+    pub fn opened_over_peer(&mut self, id: u32) {
+        let Some(p) = self.pending.get_mut(&id).filter(|p| p.takes_over) else { return };
+        p.takes_over = false;
+        let rel = p.rel.clone();
+        self.taken_from_peer(&rel);
+    }
+
     /// This rank removed or took over another rank's file `rel`: hidden now, and its rank
     /// removes it at the next sync point.
     pub fn taken_from_peer(&mut self, rel: &Path) {
@@ -258,6 +270,7 @@ impl Table {
             failed: false,
             deleted: false,
             shares_committed,
+            takes_over: false,
             dataset,
         };
         self.pending.insert(id, p);
@@ -348,7 +361,7 @@ impl Table {
 
     /// Whether SCR holds no file at all: no listing has entries to add.
     pub fn holds_nothing(&self) -> bool {
-        self.by_path.is_empty() && self.committed.is_empty()
+        self.by_path.is_empty() && self.committed.is_empty() && self.peers.is_empty()
     }
 
     /// Whether SCR holds a file strictly below directory `dir`.

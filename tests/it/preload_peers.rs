@@ -18,7 +18,8 @@ fn lines(r: &Run, tags: &[&str]) -> Vec<String> {
     v
 }
 
-const LOOK: &[&str] = &["LIST", "STAT", "READ", "CHECKED", "LATEST", "CLEAN", "APPEND", "SHELL"];
+const LOOK: &[&str] =
+    &["LIST", "STAT", "READ", "CHECKED", "LATEST", "CLEAN", "APPEND", "SHELL", "REWRITE", "RENAMED", "OVER"];
 
 /// A plain run of `peers` with `np` processes in a directory of its own.
 struct Plain {
@@ -79,15 +80,36 @@ fn on_one_node_every_rank_lists_stats_reads_and_removes_every_rank_s_files() {
     assert_eq!(lines(&append, &["APPEND"]).iter().filter(|l| l.ends_with(" ok")).count(), 4, "{}", append.dump());
     let again = run(&job, 4, &["read"]);
     assert_eq!(lines(&again, LOOK), plain.run(4, &["read"]), "{}", again.dump());
+    // rank 1 truncates rank 0's file without O_CREAT, rank 2 its own, rank 3 renames a file
+    // over rank 1's: each replaces the file, on every rank, also after a relaunch
+    let over = run(&job, 4, &["overwrite", "1"]);
+    let want = plain.run(4, &["overwrite", "1"]);
+    assert_eq!(want.iter().filter(|l| l.starts_with("OVER") && l.ends_with(" ok")).count(), 12, "{want:#?}");
+    assert_eq!(lines(&over, LOOK), want, "{}", over.dump());
+    let again = run(&job, 4, &["read"]);
+    assert_eq!(lines(&again, LOOK), plain.run(4, &["read"]), "{}", again.dump());
     // rank 0's shell (a process without MPI) sees the node's files and removes rank 3's
     let shell = run(&job, 4, &["shell", "1"]);
     let want = plain.run(4, &["shell", "1"]);
-    assert!(want.contains(&"SHELL status=0: part.0 part.1 part.2 part.3 1137".to_string()), "{want:#?}");
+    assert!(want.contains(&"SHELL status=0: part.0 part.1 part.2 part.3 27".to_string()), "{want:#?}");
     assert_eq!(lines(&shell, LOOK), want, "{}", shell.dump());
     // rank 0 removes every rank's file and the directory; the others' go at the next sync point
     let clean = run(&job, 4, &["clean", "1"]);
     assert_eq!(lines(&clean, LOOK), plain.run(4, &["clean", "1"]), "{}", clean.dump());
     assert!(job.cached_files("part.").is_empty(), "no rank keeps a removed file: {:?}", job.cached_files("part."));
+}
+
+#[test]
+fn a_rank_that_writes_no_file_sees_the_others() {
+    // with 5 processes rank 4 writes no part: it lists (opendir and fdopendir), stats and
+    // reads the 4 others', as on a plain file system
+    let plain = Plain::new();
+    let want = plain.run(5, &["write", "1"]);
+    assert!(want.iter().any(|l| l.starts_with("LIST ckpt rank=4 n=4:")), "{want:#?}");
+    let mut job = Job::new();
+    transparent(&mut job);
+    let got = run(&job, 5, &["write", "1"]);
+    assert_eq!(lines(&got, LOOK), want, "{}", got.dump());
 }
 
 #[test]
