@@ -179,46 +179,60 @@ pub(crate) fn at_fork_child(child: extern "C" fn()) -> io::Result<()> {
     }
 }
 
-/// A 64-bit counter in the first 8 bytes of a file, mapped shared (`mmap`): every process
-/// that maps the same file sees the same counter, without a system call per access. The
-/// mapping ends when the value drops.
-pub(crate) struct SharedU64(*mut libc::c_void);
+/// 64-bit words at the start of a file, mapped shared (`mmap`): every process that maps the
+/// same file sees the same words, without a system call per access (a counter children
+/// bump, the ranks of a node posting their sync-point flags). The mapping ends when the value
+/// drops.
+pub(crate) struct SharedWords {
+    at: *mut libc::c_void,
+    words: usize,
+}
 
-// SAFETY: the pointer is only used as an `AtomicU64` (which any thread may use) for as long
-// as the value lives; the mapping is removed only by `drop`, which has the value exclusively.
-unsafe impl Send for SharedU64 {}
+// SAFETY: the pointer is only used as `AtomicU64`s (which any thread may use) for as long as
+// the value lives; the mapping is removed only by `drop`, which has the value exclusively.
+unsafe impl Send for SharedWords {}
 // SAFETY: as above; all access through `&self` is atomic.
-unsafe impl Sync for SharedU64 {}
+unsafe impl Sync for SharedWords {}
 
-impl SharedU64 {
-    /// Map the first 8 bytes of `fd`, a regular file at least 8 bytes long opened for
-    /// reading and writing.
-    pub(crate) fn map(fd: BorrowedFd<'_>) -> io::Result<SharedU64> {
-        // SAFETY: a new shared mapping of 8 bytes chosen by the kernel (no existing memory is
-        // replaced); the descriptor is borrowed, so open, and a mapping outlives its close.
+impl SharedWords {
+    /// Map the first `words` 64-bit words of `fd`, a regular file at least that long opened
+    /// for reading and writing.
+    pub(crate) fn map(fd: BorrowedFd<'_>, words: usize) -> io::Result<SharedWords> {
+        let len = words.max(1) * 8;
+        // SAFETY: a new shared mapping of `len` bytes chosen by the kernel (no existing memory
+        // is replaced); the descriptor is borrowed, so open, and a mapping outlives its close.
         let p = unsafe {
-            libc::mmap(std::ptr::null_mut(), 8, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd.as_raw_fd(), 0)
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
         };
         if p == libc::MAP_FAILED {
             Err(io::Error::last_os_error())
         } else {
-            Ok(SharedU64(p))
+            Ok(SharedWords { at: p, words: words.max(1) })
         }
     }
 
-    /// The counter.
-    pub(crate) fn get(&self) -> &AtomicU64 {
-        // SAFETY: 8 mapped, page-aligned (so 8-aligned) bytes, readable and writable, that
-        // stay mapped while `self` lives; other processes touch them only atomically too.
-        unsafe { &*(self.0 as *const AtomicU64) }
+    /// Word `i` (panics beyond the mapping).
+    pub(crate) fn word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < self.words, "word {i} of a mapping of {}", self.words);
+        // SAFETY: mapped, page-aligned (so 8-aligned) bytes, readable and writable, that stay
+        // mapped while `self` lives; `i` is within them; other processes touch them only
+        // atomically too.
+        unsafe { &*(self.at.cast::<AtomicU64>().add(i)) }
     }
 }
 
-impl Drop for SharedU64 {
+impl Drop for SharedWords {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, no longer borrowed (`get`'s borrows end with
+        // SAFETY: the mapping made in `map`, no longer borrowed (`word`'s borrows end with
         // `&self`).
-        unsafe { libc::munmap(self.0, 8) };
+        unsafe { libc::munmap(self.at, self.words * 8) };
     }
 }
 
@@ -256,23 +270,24 @@ mod tests {
     }
 
     #[test]
-    fn shared_counter_is_shared_between_mappings() {
+    fn shared_words_are_shared_between_mappings() {
         use std::sync::atomic::Ordering;
         let dir = std::env::temp_dir().join(format!("scr-sys-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c");
         let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&p).unwrap();
-        f.set_len(8).unwrap();
-        let a = SharedU64::map(f.as_fd()).unwrap();
+        f.set_len(16).unwrap();
+        let a = SharedWords::map(f.as_fd(), 2).unwrap();
         let g = std::fs::OpenOptions::new().read(true).write(true).open(&p).unwrap();
-        let b = SharedU64::map(g.as_fd()).unwrap();
+        let b = SharedWords::map(g.as_fd(), 2).unwrap();
         drop((f, g));
-        a.get().fetch_add(3, Ordering::SeqCst);
-        assert_eq!(b.get().load(Ordering::SeqCst), 3);
+        a.word(0).fetch_add(3, Ordering::SeqCst);
+        a.word(1).store(5, Ordering::SeqCst);
+        assert_eq!((b.word(0).load(Ordering::SeqCst), b.word(1).load(Ordering::SeqCst)), (3, 5));
         drop(a);
-        assert_eq!(b.get().load(Ordering::SeqCst), 3);
+        assert_eq!(b.word(0).load(Ordering::SeqCst), 3);
         drop(b);
-        assert_eq!(std::fs::read(&p).unwrap(), 3u64.to_ne_bytes());
+        assert_eq!(std::fs::read(&p).unwrap(), [3u64.to_ne_bytes(), 5u64.to_ne_bytes()].concat());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -5,7 +5,8 @@
 //! succeeded, transparent mode starts; `MPI_Finalize` finishes it before the real one; a
 //! world-spanning barrier or allreduce is a sync point: the barrier is replaced by the
 //! sync point's agreement, a small allreduce with a predefined operation and type carries
-//! it ([`crate::piggyback`]), any other allreduce is followed by it.
+//! it ([`crate::piggyback`]), any other allreduce agrees on the node board around it when
+//! every rank is on one node, and is followed by it otherwise.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -132,6 +133,36 @@ fn sync_with(via: Via, agree: impl FnOnce(&transparent::Comm, Flags) -> Result<F
     }
 }
 
+/// A sync point on the node board around the application's collective `real` (see
+/// [`transparent::sync::point_on_board`]): `Some(rc)` when the collective ran (its result), or
+/// was run plainly because the agreement is deferred; `None` when this is not a sync point
+/// here and the caller runs the real collective.
+fn on_board(board: &transparent::board::Board, mut real: impl FnMut() -> c_int) -> Option<c_int> {
+    let mut ran = None;
+    let p = fence(
+        "MPI sync point",
+        std::ptr::null(),
+        || {
+            transparent::sync::point_on_board(|_, mine| {
+                let r = transparent::sync::on_board(board, mine, || match real() {
+                    MPI_SUCCESS => Ok(()),
+                    rc => Err(rc),
+                });
+                ran = Some(r.err().unwrap_or(MPI_SUCCESS));
+                r.ok()
+            })
+        },
+        || Point::Off,
+    );
+    match p {
+        Point::Halt => halt_exit(),
+        // (deferred: no agreement at this one, the collective as it is)
+        Point::Deferred => Some(real()),
+        // (a panic after the agreement ran: the collective is done all the same)
+        _ => ran,
+    }
+}
+
 /// After a successful collective on `comm`: a sync point if `comm` spans the world, with the
 /// agreement as a separate allreduce (a barrier's always; an allreduce's only every
 /// [`transparent::sync::DEFER_LIMIT`]-th in a row, [`transparent::sync::point_deferrable`]).
@@ -245,8 +276,10 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
 }
 
 /// `MPI_Allreduce`: on a world-spanning communicator, a small one with a predefined
-/// operation and type carries the agreement ([`crate::piggyback`]); any other is followed
-/// by the separate agreement, at most every [`transparent::sync::DEFER_LIMIT`]-th in a row.
+/// operation and type carries the agreement ([`crate::piggyback`]); any other agrees on the
+/// node board around it when every rank is on one node ([`transparent::board`]), and is
+/// followed by the separate agreement otherwise, at most every
+/// [`transparent::sync::DEFER_LIMIT`]-th in a row.
 unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let f = next_or!(
         PMPI_Allreduce: fn(*const c_void, *mut c_void, c_int, MPI_Datatype, MPI_Op, MPI_Comm) -> c_int,
@@ -260,6 +293,16 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
         let a = Allreduce { send: s, recv: r, count: n, t, op, comm };
         // SAFETY: the application's arguments, as MPI requires them.
         if let Some(rc) = sync_with(Via::Allreduce, |_, mine| unsafe { plan.run(f, &a, mine) }) {
+            return rc;
+        }
+    }
+    // every rank on this node: the agreement rides on the node board around the application's
+    // own allreduce, unchanged (one that cannot carry it: a floating-point sum); no rank
+    // leaves an allreduce of at least one element before every rank entered it
+    if let Some(board) = transparent::sync::board().filter(|_| n > 0 && !app_threads()) {
+        // SAFETY: the real PMPI_Allreduce with the application's arguments.
+        let real = || unsafe { f(s, r, n, t, op, comm) };
+        if let Some(rc) = on_board(board, real) {
             return rc;
         }
     }

@@ -46,8 +46,8 @@ pub use peers::{in_prefix, peer_files, share_listing, InPrefix, PeerFile};
 pub(crate) use restart::wanted_name;
 pub use shared::route_shared_file;
 pub use transparent::{
-    adopt_output, before_rename_dir, cached_files, count_collectives_from, dataset_places, rename_dir, restart_auto,
-    transparent_setup, Adopt, Adopted, TransparentSetup,
+    adopt_output, before_rename_dir, cached_files, count_collectives_from, dataset_places, node_spans_world,
+    rename_dir, restart_auto, transparent_setup, Adopt, Adopted, TransparentSetup,
 };
 
 use std::path::PathBuf;

@@ -35,6 +35,12 @@ pub struct TransparentSetup {
     pub halt_exit: bool,
 }
 
+/// Whether every rank of the run is on this node (transparent mode then agrees at sync
+/// points through shared memory, [`crate::transparent::board`]).
+pub fn node_spans_world() -> bool {
+    with_rt("transparent mode", |rt| Ok(rt.node.size() == rt.world.size())).unwrap_or(false)
+}
+
 /// The routing setup of the running instance.
 pub fn transparent_setup() -> Result<TransparentSetup> {
     with_rt("transparent mode", |rt| {

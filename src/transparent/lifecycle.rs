@@ -50,6 +50,7 @@ pub fn start(base: BaseFn) -> Result<(), StartError> {
         Err(e) => scr_error!("transparent mode: restart: {e}"),
     }
     sync::setup();
+    sync::setup_board(&setup.pending);
     // every rank's files of the checkpoints in cache, for the others to see
     if let Err(e) = crate::runtime::share_listing() {
         scr_warn!("transparent mode: other ranks' cached files are not visible to this rank: {e}");

@@ -28,6 +28,7 @@
 //! | | [`fds`] | which descriptors write pending files |
 //! | | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
 //! | | [`writes`] | the write journal: which pending files a killed run was still writing |
+//! | | [`board`] | the node board: a sync point's agreement in shared memory when every rank is on one node |
 //!
 //! Files under the prefix that match a checkpoint pattern (`config::patterns`) are written in
 //! node-local cache (real kernel descriptors; only the path changes), become SCR datasets at
@@ -35,6 +36,7 @@
 //! their prefix paths: open, the stat family, listings, `realpath`, metadata changes. The
 //! runtime does the dataset work ([`crate::runtime::adopt_output`]).
 
+pub mod board;
 pub mod calls;
 pub mod fds;
 mod lifecycle;

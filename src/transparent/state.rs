@@ -30,6 +30,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 
+use super::board::Board;
 use super::session::Session;
 use super::table::{Committed, Completing, Table};
 use crate::comm::Comm;
@@ -56,6 +57,8 @@ pub(super) struct State {
     completed: Apart<Condvar>,
     /// The sync state, from start to the end of the run (locked before the table).
     sync: Apart<Mutex<Option<SyncState>>>,
+    /// The node board, when every rank runs on this node ([`super::board`]; set at start).
+    board: OnceLock<Board>,
 }
 
 /// A part of [`State`] on cache lines of its own: the locks, which threads write, never share
@@ -72,6 +75,7 @@ static STATE: State = State {
     table: Apart(OnceLock::new()),
     completed: Apart(Condvar::new()),
     sync: Apart(Mutex::new(None)),
+    board: OnceLock::new(),
 };
 
 /// What the sync points of this rank keep between them ([`super::sync`]).
@@ -94,7 +98,7 @@ pub(super) struct SyncState {
     pub quiet: u32,
     /// Sync points by how their agreement travelled (indexed by [`super::sync::Via`];
     /// `SCR_DEBUG=1` reports them at the end of the run).
-    pub via: [u64; 4],
+    pub via: [u64; 5],
     /// Sync points that attempted completion (`SCR_DEBUG=1` reports it).
     pub attempts: u64,
     /// The report of a file held open across [`super::sync::HELD_OPEN_SYNCS`] sync points
@@ -112,11 +116,21 @@ impl SyncState {
             tried: 0,
             skipped: 0,
             quiet: 0,
-            via: [0; 4],
+            via: [0; 5],
             attempts: 0,
             held_reported: false,
         }
     }
+}
+
+/// The node board, if this run uses one ([`super::board`]).
+pub(super) fn board() -> Option<&'static Board> {
+    STATE.board.get()
+}
+
+/// Use `b` as the node board from now on (at start, on every rank or none).
+pub(super) fn set_board(b: Board) {
+    let _ = STATE.board.set(b);
 }
 
 /// The sync state (`None` before start and after the end of the run). Lock it before the

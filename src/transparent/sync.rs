@@ -13,8 +13,9 @@
 //! allreduce with a predefined operation carries the flags as extra elements). A world
 //! allreduce that cannot carry them (a floating-point SUM or PROD, whose result must stay
 //! bitwise that of a plain run; a large or user-defined reduction) defers the agreement to a
-//! later sync point and runs it separately only when [`DEFER_LIMIT`] of them passed in a row
-//! ([`point_deferrable`]). Changes (directory renames and removals) are then exchanged and
+//! later sync point and runs it only when [`DEFER_LIMIT`] of them passed in a row
+//! ([`point_deferrable`]): on the node board around the collective when every rank is on one
+//! node ([`super::board`], [`point_on_board`], [`on_board`]), separately otherwise. Changes (directory renames and removals) are then exchanged and
 //! applied by every rank to its own files. At a sync point
 //! where some rank has closed files or removed a cached file since the last attempt (a
 //! file's last close, a removal or a rename: closed and removed files waiting for a file held
@@ -39,6 +40,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::MutexGuard;
 
+use super::board::Board;
 use super::naming::Part;
 use super::session::Session;
 use super::state::{self, refresh_committed, SyncState};
@@ -68,11 +70,11 @@ pub(super) fn setup() {
 pub(super) fn teardown() {
     let st = state::sync().take();
     if let Some(st) = st.filter(|st| st.comm.rank() == 0) {
-        let [sep, bar, all, def] = st.via;
+        let [sep, bar, all, def, board] = st.via;
         crate::scr_debug!(
             1,
-            "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {sep} had a separate one, {def} deferred theirs",
-            sep + bar + all + def
+            "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {board} agreed on the node board, {sep} had a separate one, {def} deferred theirs",
+            sep + bar + all + def + board
         );
         crate::scr_debug!(1, "transparent mode: {} sync points attempted completion", st.attempts);
     }
@@ -113,13 +115,70 @@ pub enum Via {
     Allreduce,
     /// Not run: deferred to a later sync point ([`point_deferrable`]).
     Deferred,
+    /// On the node board, around the application's collective ([`on_board`]).
+    Board,
 }
 
 /// The agreement on SCR's own communicator: one small allreduce.
 pub fn agree(comm: &Comm, mine: Flags) -> Flags {
-    let bits = mine.iter().enumerate().fold(0u32, |b, (i, f)| b | (u32::from(*f) << i));
-    let all = comm.or_bits(bits);
-    std::array::from_fn(|i| all & (1 << i) != 0)
+    let all = comm.or_bits(bits(mine) as u32);
+    from_bits(u64::from(all))
+}
+
+fn bits(f: Flags) -> u64 {
+    f.iter().enumerate().fold(0, |b, (i, f)| b | (u64::from(*f) << i))
+}
+
+fn from_bits(b: u64) -> Flags {
+    std::array::from_fn(|i| b & (1 << i) != 0)
+}
+
+/// The node board, when every rank of the run is on this node and the front end may agree
+/// through it ([`on_board`]).
+pub fn board() -> Option<&'static Board> {
+    state::board()
+}
+
+/// The agreement on the node board around the application's world collective `collective`
+/// (an allreduce of at least one element; `Err`: its error code): this rank's flags are
+/// posted, the collective runs, and every rank's flags are read (for [`point_with`] with
+/// [`Via::Board`]). A rank that did not post is a broken run: it is said and the job aborts.
+pub fn on_board(b: &Board, mine: Flags, collective: impl FnOnce() -> Result<(), i32>) -> Result<Flags, i32> {
+    let e = b.post(bits(mine));
+    collective()?;
+    match b.collect(e) {
+        Ok(all) => Ok(from_bits(all)),
+        Err(r) => {
+            scr_error!(
+                "transparent mode: rank {r} did not post its flags for sync point agreement {e} on the node board; aborting the run"
+            );
+            crate::comm::abort(1)
+        }
+    }
+}
+
+/// At start (collective): the node board, if every rank runs on this node (rank 0 makes its
+/// file in the pending area `pending_root`; it is used only if every rank mapped it).
+pub(super) fn setup_board(pending_root: &std::path::Path) {
+    if !crate::runtime::node_spans_world() {
+        return;
+    }
+    let g = state::sync();
+    let Some(st) = g.as_ref() else { return };
+    let (n, me) = (st.comm.size() as usize, st.comm.rank() as usize);
+    let path = pending_root.join(super::board::FILE);
+    let made = me != 0 || Board::create(&path, n).is_ok();
+    if !st.comm.all_true(made) {
+        return;
+    }
+    let mapped = Board::map(&path, n, me);
+    if st.comm.all_true(mapped.is_ok()) {
+        if let Ok(b) = mapped {
+            state::set_board(b);
+        }
+    } else if me == 0 {
+        scr_warn!("transparent mode: the node board {} could not be mapped on every rank; sync points agree with a collective", path.display());
+    }
 }
 
 /// A sync point (collective; `last`: the one in `MPI_Finalize`). Returns `true` when a halt
@@ -148,6 +207,13 @@ pub fn point_deferrable() -> bool {
 /// are complete when this returns.
 pub fn point_with(last: bool, via: Via, agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
     run(last, via, false, agree)
+}
+
+/// A sync point after (around) a world collective of the application on the node board
+/// ([`on_board`] in `agree`), with [`point_deferrable`]'s rule: [`Point::Deferred`] when the
+/// agreement is deferred (`agree` not run: the caller runs its collective plainly).
+pub fn point_on_board(agree: impl FnOnce(&Comm, Flags) -> Option<Flags>) -> Point {
+    run(false, Via::Board, true, agree)
 }
 
 /// [`point_with`], or with `defer` [`point_deferrable`]'s rule.

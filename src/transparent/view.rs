@@ -129,7 +129,7 @@ fn record(s: &Session, kind: u8, rel: &Path) {
 /// (`view.<rank>.removals`) that the rank and its children map shared: the rank looks at the
 /// journal only when the count moved, so its sync points and path calls make no system call
 /// for it while no child removed anything.
-struct Counter(crate::sys::SharedU64);
+struct Counter(crate::sys::SharedWords);
 
 impl Counter {
     /// Beside the view file: `view.<rank>.removals`.
@@ -145,11 +145,11 @@ impl Counter {
         if f.metadata().ok()?.len() < 8 {
             f.set_len(8).ok()?;
         }
-        crate::sys::SharedU64::map(f.as_fd()).ok().map(Counter)
+        crate::sys::SharedWords::map(f.as_fd(), 1).ok().map(Counter)
     }
 
     fn get(&self) -> &AtomicU64 {
-        self.0.get()
+        self.0.word(0)
     }
 }
 

@@ -45,9 +45,13 @@ fn checkpoints_go_to_cache_and_a_killed_run_restarts_from_the_last_one() {
     assert_eq!(ckpt_files_in_prefix(&job), Vec::<String>::new(), "{}", r.dump());
     let cached = job.cached_files("ckpt.6/rank_");
     assert_eq!(cached.len(), 4, "{cached:?}\n{}", r.dump());
-    // nothing pending (each rank's view for its child processes stays beside the pending area)
-    let pending: Vec<String> =
-        job.cached_files("scr.pending/").into_iter().filter(|f| !f.contains("scr.pending/view.")).collect();
+    // nothing pending (each rank's view for its child processes, and the node board, stay
+    // beside the pending area)
+    let pending: Vec<String> = job
+        .cached_files("scr.pending/")
+        .into_iter()
+        .filter(|f| !f.contains("scr.pending/view.") && !f.ends_with("scr.pending/board"))
+        .collect();
     assert!(pending.is_empty(), "{pending:?}");
     // the application finds checkpoint 6 through its pointer file and reads it from cache
     let r = run(&job, &["--steps", "10"]);

@@ -1,6 +1,7 @@
 //! Transparent mode's sync points inside the application's own collectives: a small world
 //! `MPI_Allreduce` with a predefined operation carries the agreement as extra elements, a
-//! world `MPI_Barrier` is replaced by it. The application's results must be exactly what
+//! world `MPI_Barrier` is replaced by it, and on one node any other world allreduce agrees on
+//! the node board around it. The application's results must be exactly what
 //! they are without the preload, and the checkpoints must complete at the same collectives
 //! as with a separate agreement (under real `mpirun`, 4 ranks).
 
@@ -14,9 +15,19 @@ use crate::common::{app, Job};
 /// returns (`DEFER_LIMIT`: reductions that cannot carry the agreement defer it, at most that
 /// many in a row). Reductions on a duplicate of the world carry the agreement too; those on
 /// halves of it do not.
+/// On one node the reductions that cannot carry it agree on the node board instead, around
+/// the application's own reduction (in quiet stretches they defer it, as elsewhere): none has
+/// a separate one.
 #[test]
 fn allreduce_results_stay_exact_while_carrying_the_agreement() {
-    exact(false);
+    exact(false, None);
+}
+
+/// The same on two nodes, where there is no node board: the reductions that cannot carry the
+/// agreement defer it or have it separately.
+#[test]
+fn allreduce_results_stay_exact_on_two_nodes_deferring_the_agreement() {
+    exact(false, Some(&["a", "a", "b", "b"]));
 }
 
 /// An application that asked for `MPI_THREAD_MULTIPLE` may run world collectives from several
@@ -24,16 +35,23 @@ fn allreduce_results_stay_exact_while_carrying_the_agreement() {
 /// with the same results and the same checkpoints.
 #[test]
 fn thread_multiple_applications_keep_the_separate_agreement() {
-    exact(true);
+    exact(true, None);
 }
 
-fn exact(threads: bool) {
+/// The counts of `SCR_DEBUG=1`'s sync-point line: total, barriers that were the agreement,
+/// allreduces that carried it, agreements on the node board, separate ones, deferred ones.
+fn via_counts(line: &str) -> [u64; 6] {
+    let counts: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
+    counts[counts.len() - 6..].try_into().unwrap_or_else(|_| panic!("{line}"))
+}
+
+fn exact(threads: bool, nodes: Option<&[&str]>) {
     let exe = vec![app("allreduce_exact.c", &[]).display().to_string()];
     let args = |job: &Job, out: &str| vec![job.prefix.display().to_string(), job.root.join(out).display().to_string()];
     let plain = Job::new();
     let p = plain.run_exe(4, &exe, &args(&plain, "out"));
     assert_eq!(p.code, Some(0), "without the preload: {}", p.dump());
-    let mut job = Job::new();
+    let mut job = nodes.map_or_else(Job::new, Job::cluster);
     job.preload()
         .set("SCR_PRELOAD_PATTERNS", "ckpt.*/**")
         .set("SCR_FLUSH", "0")
@@ -84,22 +102,30 @@ fn exact(threads: bool) {
     // MPI_THREAD_MULTIPLE nothing carries it: the 1248 + 30 reductions have it separately or
     // defer it.
     let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
-    let counts: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
-    let [total, barriers, carried, separate, deferred] = counts[counts.len() - 5..] else { panic!("{line}") };
+    let [total, barriers, carried, board, separate, deferred] = via_counts(line);
     let deferrable = if threads {
-        assert_eq!((barriers, carried), (0, 0), "{line}");
+        assert_eq!((barriers, carried, board), (0, 0, 0), "{line}");
         1248 + 30
     } else {
         assert_eq!((barriers, carried), (1, 812 + 30), "{line}");
         436
     };
+    assert_eq!(total, barriers + carried + board + separate + deferred, "{line}");
+    // the agreements not deferred: on one node on the board (MPI_Finalize's point, when it
+    // runs one, separately), elsewhere separately
+    let agreed = if nodes.is_none() && !threads {
+        assert!(separate <= 1, "{line}");
+        board + separate
+    } else {
+        assert_eq!(board, 0, "{line}");
+        separate
+    };
     // (the barrier, and MPI_Finalize's point when it runs one, never defer); deferral only
     // between checkpoints (after 8 agreements that found nothing closed, removed or renamed),
     // so about half of them (the checkpoint every 40 reductions makes 3 events)
-    let at_end = separate + deferred - deferrable;
+    let at_end = agreed + deferred - deferrable;
     assert!(at_end <= if threads { 2 } else { 1 }, "{line}");
     assert!(deferred * 3 >= deferrable && deferred < deferrable, "{line}");
-    assert_eq!(total, barriers + carried + separate + deferred, "{line}");
     // rank 0's held file kept the checkpoint's closed files waiting across ~35 reductions per
     // checkpoint: completion was attempted only after something closed or was removed (about
     // 3 per checkpoint) and, for the held-file report, every 25th sync point with a file open,
@@ -113,10 +139,17 @@ fn exact(threads: bool) {
         .unwrap_or_else(|| panic!("{}", r.dump()));
     assert!(tried <= 6 * n as u64, "{tried} attempts for {n} checkpoints: {}", r.dump());
     // the bytes are SCR's: the last checkpoint in cache, rank 0's held file in it
-    let held: Vec<String> = job.cached_files(&format!("ckpt.{n}/held.dat"));
-    assert_eq!(held.len(), 1, "{:?}", job.cached_files(""));
+    // (on two nodes: rank 0's on node a, rank 3's on node b)
+    let cached = |needle: &str, node: &str| -> Vec<String> {
+        match nodes {
+            None => job.cached_files(needle),
+            Some(_) => job.node_files(node, needle).iter().map(|p| p.display().to_string()).collect(),
+        }
+    };
+    let held: Vec<String> = cached(&format!("ckpt.{n}/held.dat"), "a");
+    assert_eq!(held.len(), 1, "{:?}", cached("", "a"));
     assert_eq!(std::fs::read(&held[0]).unwrap(), b"held");
-    let rank3 = job.cached_files(&format!("ckpt.{n}/rank_3.dat"));
+    let rank3 = cached(&format!("ckpt.{n}/rank_3.dat"), "b");
     assert_eq!(rank3.len(), 1);
     let bytes = std::fs::read(&rank3[0]).unwrap();
     assert_eq!(bytes.len(), 4096);
@@ -165,14 +198,15 @@ fn float_sums_stay_bitwise_when_the_algorithm_changes_by_size() {
         }
         preloaded.push(outs.pop().unwrap().0);
     }
-    // no float reduction carried the agreement: between checkpoints they deferred it
+    // no float reduction carried the agreement: on this one node they agreed on the board or,
+    // between checkpoints, deferred it
     for r in &preloaded {
         assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
         let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
-        let counts: Vec<u64> = line.split(' ').filter_map(|w| w.parse().ok()).collect();
-        let [_, _, carried, separate, deferred] = counts[counts.len() - 5..] else { panic!("{line}") };
+        let [_, _, carried, board, separate, deferred] = via_counts(line);
         assert_eq!(carried, 30, "only the long SUMs on duplicates of the world: {line}");
-        assert!(separate + deferred == 104 || separate + deferred == 105, "{line}");
+        assert!(separate <= 1, "{line}");
+        assert!(board + separate + deferred == 104 || board + separate + deferred == 105, "{line}");
         assert!(deferred * 3 >= 104 && deferred < 104, "{line}");
     }
 }

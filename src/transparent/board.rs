@@ -1,0 +1,155 @@
+//! The node board: the sync-point agreement of a run whose ranks all share one node, carried
+//! by shared memory around the application's own world collective instead of a collective
+//! of SCR's ([`super::sync`]).
+//!
+//! A world allreduce that cannot carry the agreement as extra elements (a floating-point sum,
+//! whose bits must stay a plain run's) otherwise costs a separate small allreduce when its
+//! agreement is not deferred (in quiet stretches, 1 in 8); on one node, where every collective
+//! is a round of context switches, that was most of SCR's collectives in OpenFOAM's run. The
+//! deferral is the same with the board: the agreements it leaves run here instead. With the board, each rank posts its flags
+//! in its slot of a file mapped by every rank of the node *before* it enters the application's
+//! collective, and reads every rank's slot *after* the collective returns. No rank can leave
+//! an allreduce (of at least one element) before every rank entered it, so every rank's post
+//! is there, and every rank reads the same flags: the agreement costs a few memory accesses.
+//!
+//! Each rank has two slots, used by agreement number parity: a rank writes agreement `e + 2`
+//! only after it left the collective of `e + 1`, which no rank leaves before every rank entered
+//! it, which each rank does after reading agreement `e`. A slot holds the agreement's number
+//! (written last, with release order) and the flags; each rank's slots fill one cache line.
+//! Only for runs on one node (the runtime says, [`crate::runtime::node_spans_world`]) and
+//! applications that did not ask for `MPI_THREAD_MULTIPLE` (whose threads could enter world
+//! collectives in different orders on different ranks); the file is made by rank 0 in the
+//! pending area at start, and used only if every rank mapped it.
+
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::sys::SharedWords;
+
+/// Words per rank: two slots of (agreement number, flags), padded to 64 bytes.
+const WORDS: usize = 8;
+
+/// How long a rank waits for a slot that must already be there before it calls the run
+/// broken (a rank that did not take the board path: a bug).
+const STUCK: Duration = Duration::from_secs(10);
+
+/// The name of the board's file in the pending area.
+pub const FILE: &str = "board";
+
+/// This rank's view of the board.
+pub struct Board {
+    words: SharedWords,
+    ranks: usize,
+    me: usize,
+    /// Agreements posted by this rank (the same count on every rank).
+    posted: AtomicU64,
+}
+
+impl Board {
+    /// Make the board's file for `ranks` ranks (rank 0, before the others map it): zeroed.
+    pub fn create(path: &Path, ranks: usize) -> std::io::Result<()> {
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        f.set_len((ranks * WORDS * 8) as u64)
+    }
+
+    /// Map the board's file as rank `me` of `ranks`.
+    pub fn map(path: &Path, ranks: usize, me: usize) -> std::io::Result<Board> {
+        use std::os::fd::AsFd;
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
+        if f.metadata()?.len() < (ranks * WORDS * 8) as u64 {
+            return Err(std::io::Error::other(format!("{} is shorter than {ranks} slots", path.display())));
+        }
+        let words = SharedWords::map(f.as_fd(), ranks * WORDS)?;
+        Ok(Board { words, ranks, me, posted: AtomicU64::new(0) })
+    }
+
+    /// Before the application's collective: post this rank's flags (bit i: flag i) for the
+    /// next agreement; its number, for [`Board::collect`].
+    pub fn post(&self, flags: u64) -> u64 {
+        let e = self.posted.fetch_add(1, Ordering::Relaxed) + 1;
+        let at = self.slot(self.me, e);
+        self.words.word(at + 1).store(flags, Ordering::Relaxed);
+        self.words.word(at).store(e, Ordering::Release);
+        fence(Ordering::SeqCst);
+        e
+    }
+
+    /// After the application's collective returned: every rank's flags of agreement `e`,
+    /// or-ed (the same on every rank). `Err`: a slot is not there (some rank did not post:
+    /// the run cannot go on safely).
+    pub fn collect(&self, e: u64) -> Result<u64, usize> {
+        self.collect_within(e, STUCK)
+    }
+
+    /// [`Board::collect`], giving up on a slot after `stuck`.
+    fn collect_within(&self, e: u64, stuck: Duration) -> Result<u64, usize> {
+        fence(Ordering::SeqCst);
+        let mut all = 0;
+        for r in 0..self.ranks {
+            let at = self.slot(r, e);
+            let number = self.words.word(at);
+            let mut since: Option<Instant> = None;
+            while number.load(Ordering::Acquire) != e {
+                let t = *since.get_or_insert_with(Instant::now);
+                if t.elapsed() > stuck {
+                    return Err(r);
+                }
+                std::thread::yield_now();
+            }
+            all |= self.words.word(at + 1).load(Ordering::Relaxed);
+        }
+        Ok(all)
+    }
+
+    /// The first word of rank `r`'s slot for agreement `e`.
+    fn slot(&self, r: usize, e: u64) -> usize {
+        r * WORDS + (e % 2) as usize * 2
+    }
+
+    /// Agreements this rank posted (tests).
+    #[cfg(test)]
+    fn posted(&self) -> u64 {
+        self.posted.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_rank_reads_every_rank_s_flags_of_each_agreement() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(FILE);
+        Board::create(&p, 4).unwrap();
+        let boards: Vec<Board> = (0..4).map(|r| Board::map(&p, 4, r).unwrap()).collect();
+        for round in 0..5u64 {
+            let posted: Vec<u64> = boards
+                .iter()
+                .enumerate()
+                .map(|(r, b)| b.post(u64::from((round + r as u64).is_multiple_of(3)) << r))
+                .collect();
+            let want = (0..4).filter(|r| (round + r).is_multiple_of(3)).fold(0, |a, r| a | 1 << r);
+            for (b, e) in boards.iter().zip(posted) {
+                assert_eq!(e, round + 1);
+                assert_eq!(b.collect(e), Ok(want), "round {round}");
+            }
+        }
+        assert_eq!(boards[0].posted(), 5);
+    }
+
+    #[test]
+    fn a_rank_that_did_not_post_is_named() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(FILE);
+        Board::create(&p, 2).unwrap();
+        let a = Board::map(&p, 2, 0).unwrap();
+        assert!(Board::map(&p, 3, 0).is_err(), "a board too small for the run is refused");
+        let e = a.post(1);
+        // (rank 1 never posts: the collect gives up, naming it)
+        let t = Instant::now();
+        assert_eq!(a.collect_within(e, Duration::from_millis(50)), Err(1));
+        assert!(t.elapsed() >= Duration::from_millis(50));
+    }
+}
