@@ -68,6 +68,8 @@ pub struct Adopt<'a> {
     /// Files (relative to the prefix) of the cached dataset of this name that the application
     /// removed or renamed away.
     pub removed: &'a [PathBuf],
+    /// How many of `files` replace another rank's file of the dataset (each a rewrite).
+    pub replaced: u64,
     /// No write or close failed on this rank.
     pub valid: bool,
     /// Only a new version of a cached dataset of this name may form (files a killed run
@@ -346,10 +348,11 @@ impl Runtime {
         // a version that rewrites a file of the earlier one (an application rewriting its
         // restart files in place, LAMMPS' toggle files) is a checkpoint of its own; one that
         // only adds or removes files (a `meta` written after the barrier) completes the same one
-        let rewrites = earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| {
-            r.files.iter().filter(|f| new.contains(f.rel.as_path())).count() as u64
-                + r.desc.shared.iter().filter(|s| a.shared.contains(&s.rel)).count() as u64
-        });
+        let rewrites = a.replaced
+            + earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| {
+                r.files.iter().filter(|f| new.contains(f.rel.as_path())).count() as u64
+                    + r.desc.shared.iter().filter(|s| a.shared.contains(&s.rel)).count() as u64
+            });
         // one reduction (the earlier version is agreed): whether any rank keeps a file of it,
         // whether any rewrites one
         let mut counts = false;

@@ -34,7 +34,13 @@ pub fn rename(od: i32, old: &CStr, nd: i32, new: &CStr, flags: u32, real: &mut d
         .map(Path::to_path_buf);
     let r = rename_in(s, t, (od, old), (nd, new), noreplace, from, to, real);
     if let (Ok(_), Some(to)) = (r, over_peer) {
-        table_now().taken_from_peer(&to);
+        let mut t = table_now();
+        t.taken_from_peer(&to);
+        if let Some(Held::Pending(id, _)) = t.held(&to) {
+            if let Some(p) = t.get_mut(id) {
+                p.takes_over = true;
+            }
+        }
     }
     r
 }

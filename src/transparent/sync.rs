@@ -341,6 +341,8 @@ struct Group {
     pattern: Option<usize>,
     /// (pending id, path relative to the prefix, bytes, failed)
     files: Vec<(u32, PathBuf, PathBuf, bool)>,
+    /// Files among them that replace another rank's file of the dataset.
+    replaced: u64,
     /// (shared file id, path relative to the prefix, failed)
     shared: Vec<(u32, PathBuf, bool)>,
     removed: Vec<PathBuf>,
@@ -514,6 +516,7 @@ fn group_local(s: &Session, comm: &Comm, t: &mut Table) -> (BTreeMap<String, Gro
         g.epoch = g.epoch.min(p.epoch);
         g.pattern = g.pattern.or(pattern);
         g.files.push((id, p.rel.clone(), p.cache.clone(), p.failed));
+        g.replaced += u64::from(p.takes_over);
     }
     for (id, route, e) in shared {
         // declared only when a pattern routes it (its dataset's name)
@@ -674,6 +677,7 @@ fn form(
             files: &files,
             shared: &shared,
             removed: &g.removed,
+            replaced: g.replaced,
             valid,
             version_only: versions_only,
         })

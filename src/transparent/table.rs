@@ -39,7 +39,8 @@ pub struct Pending {
     /// The bytes are a hard link of a committed file: they are copied before a write in place.
     pub shares_committed: bool,
     /// It replaces another rank's file ([`super::peers`]): once its open succeeded, that file
-    /// is hidden and its rank drops it at the next sync point ([`Table::opened_over_peer`]).
+    /// is hidden and its rank drops it at the next sync point ([`Table::opened_over_peer`]);
+    /// its dataset's new version rewrites a file (a checkpoint of its own).
     pub takes_over: bool,
     /// The dataset of the committed file this one replaced (it joins that dataset when no
     /// pattern routes its path).
@@ -207,10 +208,11 @@ impl Table {
     /// Pending file `id` was opened: if it replaces another rank's file, that one goes now
     /// ([`Table::taken_from_peer`]).
     pub fn opened_over_peer(&mut self, id: u32) {
-        let Some(p) = self.pending.get_mut(&id).filter(|p| p.takes_over) else { return };
-        p.takes_over = false;
+        let Some(p) = self.pending.get(&id).filter(|p| p.takes_over) else { return };
         let rel = p.rel.clone();
-        self.taken_from_peer(&rel);
+        if self.peers.get(&rel).is_some() {
+            self.taken_from_peer(&rel);
+        }
     }
 
     /// This rank removed or took over another rank's file `rel`: hidden now, and its rank

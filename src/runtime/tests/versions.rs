@@ -15,6 +15,18 @@ fn cluster(n: usize) -> Cluster {
 /// Write `files` (relative to the prefix) into a staging area of this rank and adopt them as
 /// dataset `name`.
 fn adopt(rt: &mut Runtime, name: &str, files: &[(&str, Vec<u8>)], removed: &[&str], valid: bool) -> Adopted {
+    adopt_replacing(rt, name, files, removed, valid, 0)
+}
+
+/// [`adopt`], `replaced` of the files replacing another rank's file.
+fn adopt_replacing(
+    rt: &mut Runtime,
+    name: &str,
+    files: &[(&str, Vec<u8>)],
+    removed: &[&str],
+    valid: bool,
+    replaced: u64,
+) -> Adopted {
     let staging = rt.layout.cntl_dir.join(format!("staging.{}", rt.dataset_id + 1));
     let mut list = Vec::new();
     for (rel, bytes) in files {
@@ -24,7 +36,8 @@ fn adopt(rt: &mut Runtime, name: &str, files: &[(&str, Vec<u8>)], removed: &[&st
         list.push((PathBuf::from(rel), at));
     }
     let removed: Vec<PathBuf> = removed.iter().map(PathBuf::from).collect();
-    let a = Adopt { name, flags: CKPT, files: &list, shared: &[], removed: &removed, valid, version_only: false };
+    let a =
+        Adopt { name, flags: CKPT, files: &list, shared: &[], removed: &removed, replaced, valid, version_only: false };
     rt.adopt_output(&a).expect("adopt")
 }
 
@@ -53,6 +66,27 @@ fn the_same_name_written_twice_is_a_new_version_with_a_new_checkpoint_number() {
         assert_eq!(second, Some((2, Some(2))), "a rewrite is a checkpoint of its own");
         assert_eq!(names, vec!["restart".to_string()], "the earlier version left the cache");
         assert_eq!(bytes.as_deref(), Some(&b"two"[..]));
+    }
+}
+
+#[test]
+fn a_file_taken_over_from_another_rank_is_a_rewrite_with_a_new_checkpoint_number() {
+    // rank 1 truncates rank 0's restart.0 (transparent mode: it becomes rank 1's, rank 0
+    // drops it): no rank rewrites a file of its own, but the checkpoint changed
+    let c = cluster(2);
+    let out = c.run(|rt| {
+        let r = rt.rank();
+        adopt(rt, "restart", &[(&format!("restart.{r}"), b"one".to_vec())], &[], true);
+        let b = if r == 0 {
+            adopt(rt, "restart", &[], &["restart.0"], true)
+        } else {
+            adopt_replacing(rt, "restart", &[("restart.0", b"new".to_vec())], &[], true, 1)
+        };
+        (b, rt.filemap.by_name("restart").map(|d| d.desc.ckpt))
+    });
+    for (b, ckpt) in out {
+        assert_eq!(b, Adopted::Complete { checkpoint: true });
+        assert_eq!(ckpt, Some(Some(2)), "a file replaced by another rank is a rewrite");
     }
 }
 
@@ -128,6 +162,7 @@ fn a_version_only_adoption_without_an_earlier_version_forms_nothing() {
             files: &files,
             shared: &[],
             removed: &[],
+            replaced: 0,
             valid: true,
             version_only: true,
         };
@@ -170,6 +205,7 @@ fn a_file_name_that_is_not_utf8_makes_the_version_invalid_and_names_no_other_fil
             files: &list,
             shared: &[],
             removed: &[],
+            replaced: 0,
             valid: true,
             version_only: false,
         };
