@@ -96,7 +96,7 @@ impl PeerFiles {
         self.files
             .range::<Path, _>(start)
             .skip_while(move |(p, _)| *p == dir)
-            .take_while(move |(p, _)| super::table::under(p, dir))
+            .take_while(move |(p, _)| super::prefix::under(p, dir))
             .map(|(p, f)| (p.as_path(), f))
     }
 

@@ -107,6 +107,16 @@ pub fn reserved(rel: &Path) -> bool {
     staging || crate::paths::in_scr_dir(rel)
 }
 
+/// Whether normalised relative path `p` is strictly below `dir` (`""`: the prefix itself).
+pub(super) fn under(p: &Path, dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (p, d) = (p.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
+    if d.is_empty() {
+        return !p.is_empty();
+    }
+    p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/'
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

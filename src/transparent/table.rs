@@ -20,6 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use super::prefix::under;
+
 use serde::{Deserialize, Serialize};
 
 /// A file written since its dataset last completed.
@@ -147,16 +149,6 @@ pub(super) struct Completing {
 
 fn strictly_below(p: &Path, dir: &Path) -> bool {
     p != dir && p.starts_with(dir)
-}
-
-/// Whether normalised relative path `p` is strictly below `dir` (`""`: the prefix itself).
-pub(super) fn under(p: &Path, dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let (p, d) = (p.as_os_str().as_bytes(), dir.as_os_str().as_bytes());
-    if d.is_empty() {
-        return !p.is_empty();
-    }
-    p.len() > d.len() && p.starts_with(d) && p[d.len()] == b'/'
 }
 
 impl Table {
