@@ -110,13 +110,43 @@ pub fn remote_ino(rel: &Path) -> u64 {
     crate::identity::fnv1a(rel.as_os_str().as_encoded_bytes()) | 1
 }
 
+/// The stand-ins this process made: path -> the dataset of the file it stands for.
+static STANDING: std::sync::Mutex<BTreeMap<PathBuf, u64>> = std::sync::Mutex::new(BTreeMap::new());
+
 /// Where another node's file `rel` is stat-ed while its dataset is only in cache: its
 /// stand-in in `<pending area>/peers.<rank>/`, made (or refreshed) to match `p` (permission
-/// bits as a flush's copy keeps them: setuid, setgid and sticky left out). Stand-ins stay
-/// until the next run's start clears the pending area.
+/// bits as a flush's copy keeps them: setuid, setgid and sticky left out). A stand-in goes
+/// when the file it stands for does ([`prune`]); the next run's start clears what a killed
+/// run left.
 pub fn stand_in(pending_root: &Path, rank: u32, rel: &Path, p: &Peer) -> std::io::Result<PathBuf> {
+    let path = make_stand_in(pending_root, rank, rel, p)?;
+    STANDING.lock().unwrap_or_else(|e| e.into_inner()).insert(path.clone(), p.dataset);
+    Ok(path)
+}
+
+/// The directory of rank `rank`'s stand-ins in the pending area `pending_root`.
+fn stand_ins(pending_root: &Path, rank: u32) -> PathBuf {
+    pending_root.join(format!("peers.{rank}"))
+}
+
+/// Remove rank `rank`'s stand-ins of files `files` no longer holds in the same dataset (after
+/// the table's other-rank files changed).
+pub fn prune(files: &PeerFiles, pending_root: &Path, rank: u32) {
+    let dir = stand_ins(pending_root, rank);
+    let mut standing = STANDING.lock().unwrap_or_else(|e| e.into_inner());
+    standing.retain(|path, dataset| {
+        let rel = path.strip_prefix(&dir).ok();
+        let kept = rel.and_then(|rel| files.get(rel).map(|p| p.dataset)) == Some(*dataset);
+        if !kept {
+            let _ = std::fs::remove_file(path);
+        }
+        kept
+    });
+}
+
+fn make_stand_in(pending_root: &Path, rank: u32, rel: &Path, p: &Peer) -> std::io::Result<PathBuf> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let path = pending_root.join(format!("peers.{rank}")).join(rel);
+    let path = stand_ins(pending_root, rank).join(rel);
     let mode = p.mode & 0o777;
     if let Ok(m) = std::fs::symlink_metadata(&path) {
         if m.len() == p.size && m.mode() & 0o7777 == mode && (m.mtime(), m.mtime_nsec() as u32) == p.mtime {
@@ -219,6 +249,24 @@ mod tests {
         f.set(vec![file("c/a", 1, 8)]);
         assert_eq!(f.get(Path::new("c/a")).map(|p| p.dataset), Some(8));
         assert!(f.get(Path::new("c/b")).is_none());
+    }
+
+    #[test]
+    fn a_stand_in_goes_when_its_file_does() {
+        let d = tempfile::tempdir().unwrap();
+        let mut f = PeerFiles::default();
+        f.set(vec![file("c/a", 1, 7), file("c/b", 1, 7)]);
+        let (a, b) = (f.get(Path::new("c/a")).unwrap().clone(), f.get(Path::new("c/b")).unwrap().clone());
+        let sa = stand_in(d.path(), 0, Path::new("c/a"), &a).unwrap();
+        let sb = stand_in(d.path(), 0, Path::new("c/b"), &b).unwrap();
+        // c/a left (its dataset evicted), c/b is in a new version (dataset 8)
+        f.set(vec![file("c/b", 1, 8)]);
+        prune(&f, d.path(), 0);
+        assert!(!sa.exists() && !sb.exists(), "both stood for files that are gone");
+        let b = f.get(Path::new("c/b")).unwrap().clone();
+        let sb = stand_in(d.path(), 0, Path::new("c/b"), &b).unwrap();
+        prune(&f, d.path(), 0);
+        assert!(sb.exists(), "its file is still there");
     }
 
     #[test]

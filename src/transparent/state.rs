@@ -248,7 +248,12 @@ pub(super) fn without_table<T>(
 pub(super) fn refresh_committed(t: &mut Table) {
     let files = crate::runtime::cached_files().unwrap_or_default();
     t.set_committed(files.into_iter().map(|f| (f.rel, Committed { cache: f.path, dataset: f.dataset, name: f.name })));
-    t.set_peers(crate::runtime::peer_files().unwrap_or_default());
+    if t.set_peers(crate::runtime::peer_files().unwrap_or_default()) {
+        // stand-ins of files that went (their dataset left the cache, a new version)
+        if let Some((s, root)) = session().and_then(|s| Some((s, s.pending.parent()?))) {
+            super::peers::prune(t.peers(), root, s.rank);
+        }
+    }
 }
 
 /// This process's session as a child of a rank (loaded on first use; never for the library's

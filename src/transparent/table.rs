@@ -215,11 +215,18 @@ impl Table {
         self.generation += 1;
     }
 
-    /// Other ranks' files now, from the runtime.
-    pub fn set_peers(&mut self, list: Vec<crate::runtime::PeerFile>) {
-        if self.peers.set(list) {
+    /// Other ranks' files now, from the runtime. Whether they changed.
+    pub fn set_peers(&mut self, list: Vec<crate::runtime::PeerFile>) -> bool {
+        let changed = self.peers.set(list);
+        if changed {
             self.generation += 1;
         }
+        changed
+    }
+
+    /// Other ranks' files (for pruning their stand-ins, [`super::peers::prune`]).
+    pub fn peers(&self) -> &super::peers::PeerFiles {
+        &self.peers
     }
 
     /// Changes whenever the table does.
