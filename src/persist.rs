@@ -98,6 +98,17 @@ pub(crate) fn decode<T: DeserializeOwned>(kind: &str, bytes: &[u8], path: &Path)
 
 /// Atomically replace `path` with `value` (temp file, fsync, rename, fsync directory).
 pub fn write_atomic<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<(), MetaError> {
+    replace(path, kind, value, true)
+}
+
+/// [`write_atomic`] without the fsyncs, for a file that only matters while the process that
+/// writes it runs (a rank's view for the processes it starts): readers still see the old
+/// content or the new, never a part, but a crash of the node may leave the old one.
+pub(crate) fn write_atomic_unsynced<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<(), MetaError> {
+    replace(path, kind, value, false)
+}
+
+fn replace<T: Serialize>(path: &Path, kind: &str, value: &T, durable: bool) -> Result<(), MetaError> {
     let bytes = encode(kind, value);
     let dir = path.parent().unwrap_or(Path::new("."));
     // Unique per process and call: threads of one process (the background flush and the
@@ -111,7 +122,9 @@ pub fn write_atomic<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<
     let write = || -> io::Result<()> {
         let mut f = crate::paths::create_temp(&tmp, 0o600)?;
         f.write_all(&bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         Ok(())
     };
     if let Err(e) = write() {
@@ -122,8 +135,10 @@ pub fn write_atomic<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<
         let _ = fs::remove_file(&tmp);
         MetaError::Io { op: "rename into place", path: path.to_path_buf(), source: e }
     })?;
-    if let Ok(d) = File::open(dir) {
-        let _ = d.sync_all();
+    if durable {
+        if let Ok(d) = File::open(dir) {
+            let _ = d.sync_all();
+        }
     }
     Ok(())
 }
@@ -196,16 +211,35 @@ pub fn lock_path(path: &Path) -> PathBuf {
 }
 
 /// Read-modify-write `path` under its lock: `f` sees the current content (default if the
-/// file does not exist) and returns a result; the new content is written atomically.
+/// file does not exist) and returns a result; the new content is written atomically, unless
+/// `f` left an existing file's content as it was (no write, no fsync: a shared prefix is
+/// spared a metadata operation per call that changes nothing).
 pub fn update<T, R>(path: &Path, kind: &str, f: impl FnOnce(&mut T) -> R) -> Result<R, MetaError>
 where
     T: Serialize + DeserializeOwned + Default,
 {
     let _lock = Lock::acquire(path)?;
-    let mut value = read::<T>(path, kind)?.unwrap_or_default();
+    let (mut value, was) = current::<T>(path, kind)?;
     let r = f(&mut value);
-    write_atomic(path, kind, &value)?;
+    if was.is_none_or(|b| b != serde_json::to_vec(&value).unwrap_or_default()) {
+        write_atomic(path, kind, &value)?;
+    }
     Ok(r)
+}
+
+/// The content of `path` (default if missing) and, if the file exists, its value serialised
+/// (to tell whether an update changed it).
+fn current<T: Serialize + DeserializeOwned + Default>(
+    path: &Path,
+    kind: &str,
+) -> Result<(T, Option<Vec<u8>>), MetaError> {
+    Ok(match read::<T>(path, kind)? {
+        Some(v) => {
+            let bytes = serde_json::to_vec(&v).ok();
+            (v, bytes)
+        }
+        None => (T::default(), None),
+    })
 }
 
 /// Like [`update`], but `f` may refuse: on `Err` nothing is written (a missing file stays
@@ -219,10 +253,12 @@ where
     T: Serialize + DeserializeOwned + Default,
 {
     let _lock = Lock::acquire(path)?;
-    let mut value = read::<T>(path, kind)?.unwrap_or_default();
+    let (mut value, was) = current::<T>(path, kind)?;
     match f(&mut value) {
         Ok(r) => {
-            write_atomic(path, kind, &value)?;
+            if was.is_none_or(|b| b != serde_json::to_vec(&value).unwrap_or_default()) {
+                write_atomic(path, kind, &value)?;
+            }
             Ok(Ok(r))
         }
         Err(e) => Ok(Err(e)),
@@ -233,6 +269,35 @@ where
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn an_update_that_changes_nothing_writes_nothing() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.scr");
+        let ino = || fs::metadata(&p).unwrap().ino();
+        // a missing file is written even when the default is kept
+        update(&p, "T", |_: &mut BTreeMap<String, u32>| ()).unwrap();
+        let first = ino();
+        update(&p, "T", |m: &mut BTreeMap<String, u32>| {
+            m.insert("a".into(), 1);
+        })
+        .unwrap();
+        let second = ino();
+        assert_ne!(first, second, "a change is written (a new file renamed into place)");
+        update(&p, "T", |m: &mut BTreeMap<String, u32>| {
+            m.insert("a".into(), 1);
+        })
+        .unwrap();
+        assert_eq!(ino(), second, "no change, no write");
+        let r = try_update(&p, "T", |m: &mut BTreeMap<String, u32>| -> Result<(), ()> {
+            m.entry("a".into()).or_insert(9);
+            Ok(())
+        });
+        assert_eq!(r.unwrap(), Ok(()));
+        assert_eq!(ino(), second);
+        assert_eq!(read::<BTreeMap<String, u32>>(&p, "T").unwrap().unwrap()["a"], 1);
+    }
 
     #[test]
     fn round_trip_and_missing() {

@@ -75,7 +75,8 @@ pub(super) fn publish(s: &Session, t: &Table) {
         journal: s.journal.clone(),
         files,
     };
-    if let Err(e) = crate::persist::write_atomic(view, KIND, &v) {
+    // (the view only matters while this rank runs: no fsync)
+    if let Err(e) = crate::persist::write_atomic_unsynced(view, KIND, &v) {
         crate::scr_warn!("transparent mode: child processes will not see the cached files: {e}");
     }
 }
