@@ -14,9 +14,11 @@
 //!
 //! The rank's own files (pending or committed, or removed by it) hide another rank's file of
 //! the same name. Removing another rank's file hides it at once, and its rank removes it from
-//! its checkpoint at the next sync point (and from the prefix); opening it for writing makes
-//! it this rank's (its bytes copied first unless truncated), its rank dropping it likewise.
-//! Renaming another rank's file is not followed (it acts on the prefix, as without SCR).
+//! its checkpoint at the next sync point (and from the prefix); opening it for writing, or
+//! renaming a file over it, makes it this rank's (its bytes copied first unless truncated),
+//! its rank dropping it likewise, and the new version is a checkpoint of its own. Renaming
+//! another rank's file away is not followed (it acts on the prefix, as without SCR). Stand-ins
+//! go when their file does ([`prune`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
