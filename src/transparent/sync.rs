@@ -15,8 +15,9 @@
 //! bitwise that of a plain run; a large or user-defined reduction) defers the agreement to a
 //! later sync point and runs it only when [`DEFER_LIMIT`] of them passed in a row
 //! ([`point_deferrable`]): on the node board around the collective when every rank is on one
-//! node ([`super::board`], [`point_on_board`], [`on_board`]), separately otherwise. Changes (directory renames and removals) are then exchanged and
-//! applied by every rank to its own files. At a sync point
+//! node ([`super::board`], [`point_on_board`], [`on_board`]), separately otherwise. Changes
+//! (directory renames and removals) are then exchanged and applied by every rank to its own
+//! files. At a sync point
 //! where some rank has closed files or removed a cached file since the last attempt (a
 //! file's last close, a removal or a rename: closed and removed files waiting for a file held
 //! open flag nothing until it closes) or shares namespace changes, the ranks group their pending
