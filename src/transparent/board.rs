@@ -19,7 +19,8 @@
 //! Only for runs on one node (the runtime says, [`crate::runtime::node_spans_world`]) and
 //! applications that did not ask for `MPI_THREAD_MULTIPLE` (whose threads could enter world
 //! collectives in different orders on different ranks); the file is made by rank 0 in the
-//! pending area at start, and used only if every rank mapped it.
+//! pending area at start with a stamp of the run, and used only if every rank mapped it and
+//! found that stamp.
 
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
@@ -47,20 +48,28 @@ pub struct Board {
 }
 
 impl Board {
-    /// Make the board's file for `ranks` ranks (rank 0, before the others map it): zeroed.
-    pub fn create(path: &Path, ranks: usize) -> std::io::Result<()> {
-        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
-        f.set_len((ranks * WORDS * 8) as u64)
+    /// Make the board's file for `ranks` ranks (rank 0, before the others map it): zeroed,
+    /// but for `stamp` (this run's, non-zero) in its first word.
+    pub fn create(path: &Path, ranks: usize, stamp: u64) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        f.set_len(((ranks + 1) * WORDS * 8) as u64)?;
+        f.write_all(&stamp.to_ne_bytes())
     }
 
-    /// Map the board's file as rank `me` of `ranks`.
-    pub fn map(path: &Path, ranks: usize, me: usize) -> std::io::Result<Board> {
+    /// Map the board's file as rank `me` of `ranks`; refused unless it carries this run's
+    /// `stamp` (a rank that sees another file at the same path, in a mount namespace of its
+    /// own, must not post where the others cannot read).
+    pub fn map(path: &Path, ranks: usize, me: usize, stamp: u64) -> std::io::Result<Board> {
         use std::os::fd::AsFd;
         let f = std::fs::OpenOptions::new().read(true).write(true).open(path)?;
-        if f.metadata()?.len() < (ranks * WORDS * 8) as u64 {
+        if f.metadata()?.len() < ((ranks + 1) * WORDS * 8) as u64 {
             return Err(std::io::Error::other(format!("{} is shorter than {ranks} slots", path.display())));
         }
-        let words = SharedWords::map(f.as_fd(), ranks * WORDS)?;
+        let words = SharedWords::map(f.as_fd(), (ranks + 1) * WORDS)?;
+        if words.word(0).load(Ordering::Acquire) != stamp {
+            return Err(std::io::Error::other(format!("{} is not this run's board", path.display())));
+        }
         Ok(Board { words, ranks, me, posted: AtomicU64::new(0) })
     }
 
@@ -104,7 +113,8 @@ impl Board {
 
     /// The first word of rank `r`'s slot for agreement `e`.
     fn slot(&self, r: usize, e: u64) -> usize {
-        r * WORDS + (e % 2) as usize * 2
+        // (the first WORDS hold the run's stamp)
+        (r + 1) * WORDS + (e % 2) as usize * 2
     }
 
     /// Agreements this rank posted (tests).
@@ -122,8 +132,9 @@ mod tests {
     fn every_rank_reads_every_rank_s_flags_of_each_agreement() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join(FILE);
-        Board::create(&p, 4).unwrap();
-        let boards: Vec<Board> = (0..4).map(|r| Board::map(&p, 4, r).unwrap()).collect();
+        Board::create(&p, 4, 77).unwrap();
+        assert!(Board::map(&p, 4, 0, 78).is_err(), "another run's board is refused");
+        let boards: Vec<Board> = (0..4).map(|r| Board::map(&p, 4, r, 77).unwrap()).collect();
         for round in 0..5u64 {
             let posted: Vec<u64> = boards
                 .iter()
@@ -143,9 +154,9 @@ mod tests {
     fn a_rank_that_did_not_post_is_named() {
         let d = tempfile::tempdir().unwrap();
         let p = d.path().join(FILE);
-        Board::create(&p, 2).unwrap();
-        let a = Board::map(&p, 2, 0).unwrap();
-        assert!(Board::map(&p, 3, 0).is_err(), "a board too small for the run is refused");
+        Board::create(&p, 2, 5).unwrap();
+        let a = Board::map(&p, 2, 0, 5).unwrap();
+        assert!(Board::map(&p, 3, 0, 5).is_err(), "a board too small for the run is refused");
         let e = a.post(1);
         // (rank 1 never posts: the collect gives up, naming it)
         let t = Instant::now();

@@ -168,11 +168,15 @@ pub(super) fn setup_board(pending_root: &std::path::Path) {
     let Some(st) = g.as_ref() else { return };
     let (n, me) = (st.comm.size() as usize, st.comm.rank() as usize);
     let path = pending_root.join(super::board::FILE);
-    let made = me != 0 || Board::create(&path, n).is_ok();
+    // rank 0's stamp of this run (the time and its process id), which every rank must find
+    let stamp =
+        if me == 0 { (crate::identity::now_usecs() as u64) << 20 ^ u64::from(std::process::id()) | 1 } else { 0 };
+    let stamp = st.comm.max_u64s(&[stamp])[0];
+    let made = me != 0 || Board::create(&path, n, stamp).is_ok();
     if !st.comm.all_true(made) {
         return;
     }
-    let mapped = Board::map(&path, n, me);
+    let mapped = Board::map(&path, n, me, stamp);
     if st.comm.all_true(mapped.is_ok()) {
         if let Ok(b) = mapped {
             state::set_board(b);
