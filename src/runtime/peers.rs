@@ -78,7 +78,7 @@ pub(super) fn list_of(rec: &crate::state::filemap::DatasetRecord, ranks: usize) 
 }
 
 /// A rank's files of one dataset (`None`: too many to list).
-type Part = Option<Vec<Listed>>;
+pub(super) type Part = Option<Vec<Listed>>;
 
 /// What this rank knows of the others' files.
 #[derive(Debug, Default)]

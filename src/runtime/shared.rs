@@ -61,7 +61,7 @@ pub(super) struct Routed {
     private: Vec<u64>,
     /// Transparent mode: its files described for the other ranks ([`super::peers`]; `None`:
     /// too many, or API mode).
-    listed: Option<Vec<super::peers::Listed>>,
+    listed: super::peers::Part,
     shared: Vec<PathBuf>,
     failed: Option<String>,
     bytes: u64,
@@ -74,7 +74,7 @@ enum Agreed {
     Failed(String),
     /// The names, checked, the dataset's (bytes, files) on all ranks, and every rank's
     /// description of its files (transparent mode).
-    Names(std::result::Result<Vec<SharedFile>, RuntimeError>, (u64, u64), Vec<Option<Vec<super::peers::Listed>>>),
+    Names(std::result::Result<Vec<SharedFile>, RuntimeError>, (u64, u64), Vec<super::peers::Part>),
 }
 
 /// How the completion exchange of a dataset ended ([`Runtime::complete_shared`]).
@@ -85,7 +85,7 @@ pub(super) enum Checked {
     Misused,
     /// The shared files, and the dataset's bytes and files on all ranks (shared files not
     /// counted), and every rank's description of its files (transparent mode).
-    Done { shared: Vec<SharedFile>, bytes: u64, files: u64, listed: Vec<Option<Vec<super::peers::Listed>>> },
+    Done { shared: Vec<SharedFile>, bytes: u64, files: u64, listed: Vec<super::peers::Part> },
 }
 
 fn hash(rel: &Path) -> u64 {
@@ -195,14 +195,15 @@ impl Runtime {
             bytes,
             files,
         };
-        let all: Vec<Routed> = self.world.allgather(&routed)?;
+        let mut all: Vec<Routed> = self.world.allgather(&routed)?;
         if all.iter().any(|r| r.failed.is_some()) {
             let what = format!("dataset {id} ({})", rec.desc.name);
             let errs: Vec<Option<String>> = all.into_iter().map(|r| r.failed).collect();
             return Ok(Agreed::Failed(crate::transfer::failure_summary(&what, errs)));
         }
         let totals = (all.iter().map(|r| r.bytes).sum(), all.iter().map(|r| r.files).sum());
-        let listed: Vec<_> = if transparent { all.iter().map(|r| r.listed.clone()).collect() } else { Vec::new() };
+        // (moved out: the names' check below does not read them)
+        let listed: Vec<_> = if transparent { all.iter_mut().map(|r| r.listed.take()).collect() } else { Vec::new() };
         let colliding = match plan_shared(&all, &BTreeMap::new(), bypass, self.mode) {
             Err(Clash::Hashes(h)) => h,
             Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(RuntimeError::Names(msg)), totals, listed)),

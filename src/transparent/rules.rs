@@ -119,13 +119,15 @@ pub fn open(
     }
     let held = t.held(rel);
     if !writing(flags) {
-        return match (held, t.seen(rel)) {
-            (Some(h), _) => Open::Read(h.cache().to_path_buf()),
-            (None, Some(Seen::Peer(p))) if flags & libc::O_DIRECTORY == 0 => match &p.local {
+        if let Some(h) = held {
+            return Open::Read(h.cache().to_path_buf());
+        }
+        return match t.seen(rel) {
+            Some(Seen::Peer(p)) if flags & libc::O_DIRECTORY == 0 => match &p.local {
                 Some(bytes) => Open::Read(bytes.clone()),
                 None => Open::Elsewhere(p.clone()),
             },
-            (None, _) => Open::Pass,
+            _ => Open::Pass,
         };
     }
     if flags & libc::O_DIRECTORY != 0 || (held.is_none() && !routed()) {
