@@ -249,3 +249,43 @@ fn a_second_thread_is_not_blocked_by_a_synchronous_flush() {
     let index = job.index().to_string();
     assert!(index.contains("ckpt.1"), "{index}");
 }
+
+/// Quantum ESPRESSO's shape: a rank removes a file of a checkpoint while another rank still
+/// writes one of its files, across 200 barriers. The removal waits for that file, and so
+/// does the completion it asks for: it is attempted once, not at every barrier (plus the
+/// look for a file held open too long every 25 sync points). The new version then holds
+/// what a plain file system would: the removed file gone, the late file there, after a
+/// relaunch too.
+#[test]
+fn a_removal_waiting_for_an_open_file_is_attempted_once() {
+    let exe = vec![app("remove_while_open.c", &[]).display().to_string()];
+    let plain = Job::new();
+    let d = plain.root.join("plain");
+    std::fs::create_dir_all(&d).unwrap();
+    let d = d.display().to_string();
+    for mode in ["write", "list"] {
+        let r = plain.run_exe(4, &exe, &[mode.into(), d.clone()]);
+        assert_eq!(r.code, Some(0), "{}", r.dump());
+    }
+    let want = plain.run_exe(4, &exe, &["list".into(), d]);
+    assert!(want.has("KEPT held.dat rank_0.dat rank_2.dat rank_3.dat"), "{}", want.dump());
+    let mut job = Job::new();
+    job.preload().set("SCR_PRELOAD_PATTERNS", "ckpt.*/**").set("SCR_FLUSH", "0").set("SCR_DEBUG", "1");
+    let p = job.prefix.display().to_string();
+    let r = job.run_exe(4, &exe, &["write".into(), p.clone()]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let tried: u64 = r
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_suffix(" sync points attempted completion"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{}", r.dump()));
+    // the first version, the removal, the close, MPI_Finalize's point and 8 looks for a file
+    // held open (every 25 of the 200 barriers): not one per barrier
+    assert!(tried <= 16, "{tried} completion attempts over 200 barriers: {}", r.dump());
+    assert!(job.cached_files("ckpt.1/rank_1.dat").is_empty(), "{:?}", job.cached_files("ckpt.1/"));
+    assert_eq!(job.cached_files("ckpt.1/held.dat").len(), 1, "{:?}", job.cached_files("ckpt.1/"));
+    let got = job.run_exe(4, &exe, &["list".into(), p]);
+    assert!(got.has("KEPT held.dat rank_0.dat rank_2.dat rank_3.dat"), "{}", got.dump());
+}
