@@ -38,6 +38,16 @@ fn thread_multiple_applications_keep_the_separate_agreement() {
     exact(true, None);
 }
 
+/// How many sync points attempted completion (`SCR_DEBUG=1`'s line at the end of the run).
+fn attempts(r: &crate::common::Run) -> u64 {
+    r.stderr
+        .lines()
+        .find_map(|l| l.strip_suffix(" sync points attempted completion"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{}", r.dump()))
+}
+
 /// The counts of `SCR_DEBUG=1`'s sync-point line: total, barriers that were the agreement,
 /// allreduces that carried it, agreements on the node board, separate ones, deferred ones.
 fn via_counts(line: &str) -> [u64; 6] {
@@ -130,13 +140,7 @@ fn exact(threads: bool, nodes: Option<&[&str]>) {
     // checkpoint: completion was attempted only after something closed or was removed (about
     // 3 per checkpoint) and, for the held-file report, every 25th sync point with a file open,
     // not at every one of them (1151 attempts)
-    let tried: u64 = r
-        .stderr
-        .lines()
-        .find_map(|l| l.strip_suffix(" sync points attempted completion"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{}", r.dump()));
+    let tried = attempts(&r);
     assert!(tried <= 6 * n as u64, "{tried} attempts for {n} checkpoints: {}", r.dump());
     // the bytes are SCR's: the last checkpoint in cache, rank 0's held file in it
     // (on two nodes: rank 0's on node a, rank 3's on node b)
@@ -274,13 +278,7 @@ fn a_removal_waiting_for_an_open_file_is_attempted_once() {
     let p = job.prefix.display().to_string();
     let r = job.run_exe(4, &exe, &["write".into(), p.clone()]);
     assert_eq!(r.code, Some(0), "{}", r.dump());
-    let tried: u64 = r
-        .stderr
-        .lines()
-        .find_map(|l| l.strip_suffix(" sync points attempted completion"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{}", r.dump()));
+    let tried = attempts(&r);
     // the first version, the removal, the close, MPI_Finalize's point and 8 looks for a file
     // held open (every 25 of the 200 barriers): not one per barrier
     assert!(tried <= 16, "{tried} completion attempts over 200 barriers: {}", r.dump());
