@@ -5,7 +5,8 @@
 //!
 //! Durability: the worker writes [`Crcs`] next to the dataset once all its files are done;
 //! the runtime copies the values into the filemap at its next collective call
-//! ([`Runtime::retire_checksums`], called from progress) and, after a crash, at `SCR_Init`
+//! ([`Runtime::retire_checksums`], called from progress; they reach the filemap's file with
+//! its next save, no write of their own) and, after a crash, at `SCR_Init`
 //! ([`Runtime::adopt_checksum_files`]). A file whose CRC32 is not known by then is checked by
 //! size only. Deleting a dataset (eviction, `SCR_Delete`, a failed completion) cancels its
 //! checksum first: the worker stops between two reads and never writes for a deleted dataset.
@@ -193,25 +194,20 @@ impl Runtime {
         self.bg.checksums.submit(job);
     }
 
-    /// Copy finished background checksums into the filemap (local, no MPI).
+    /// Copy finished background checksums into the filemap in memory (local, no MPI). They
+    /// reach its file with the next save (the next dataset's start, `SCR_Finalize`): until
+    /// then the worker's [`Crcs`] file holds them, which `SCR_Init` adopts after a crash.
     pub(super) fn retire_checksums(&mut self) {
-        let mut changed = false;
         for (id, r) in self.bg.checksums.take_done() {
             match (r, self.filemap.datasets.get_mut(&id)) {
                 (Ok(crcs), Some(rec)) => {
                     let n = crcs.apply(rec);
                     scr_debug!(2, "dataset {id}: CRC32 of {n} file(s) recorded in the background");
-                    changed |= n > 0;
                 }
                 (Err(e), Some(_)) => {
                     scr_error!("dataset {id}: background CRC32: {e}; its files are checked by size only")
                 }
                 (_, None) => {}
-            }
-        }
-        if changed {
-            if let Err(e) = self.save_filemap() {
-                scr_error!("{e}");
             }
         }
     }

@@ -149,7 +149,9 @@ impl Runtime {
     }
 
     /// Record dataset `id` incomplete in the filemap (with the marks of its victims) and make
-    /// its cache directory (local). `kind`: (checkpoint, output).
+    /// its cache directory (local). `kind`: (checkpoint, output). Transparent mode keeps the
+    /// record in memory: it is saved with the dataset's files, in one write, and the directory
+    /// made after it ([`Runtime::persist_start`]).
     fn record_start(
         &mut self,
         id: u64,
@@ -182,13 +184,25 @@ impl Runtime {
             complete: false,
             red: None,
         };
-        let dir = rec.dir.clone();
         self.filemap.datasets.insert(id, rec);
+        if self.adoption.active() {
+            return Ok(());
+        }
+        self.persist_start(id)
+    }
+
+    /// Save the filemap with dataset `id`'s record (and the marks of its victims), then make
+    /// its cache directory (local): a directory in cache always has a record on disk.
+    pub(super) fn persist_start(&mut self, id: u64) -> Result<()> {
         let saved = self.save_filemap();
         if !self.filemap.deleting.is_empty() {
             crate::log::crash_point("marked");
         }
-        saved.and_then(|_| Ok(crate::paths::create_dirs(&dir)?))
+        saved?;
+        if let Some(dir) = self.filemap.datasets.get(&id).map(|r| r.dir.clone()) {
+            crate::paths::create_dirs(&dir)?;
+        }
+        Ok(())
     }
 
     /// Open the output phase of dataset `id` once every rank recorded it (`local`: this
@@ -367,6 +381,14 @@ impl Runtime {
         Ok((id, shown))
     }
 
+    /// Make the directory of `target`, a file routed in the open dataset (`bypass`: in the
+    /// prefix, with the application's permissions; else in cache, SCR's).
+    pub(super) fn make_parent_of(&self, target: &Path) -> Result<()> {
+        let Phase::Output { id, .. } = self.phase else { return Ok(()) };
+        let bypass = self.filemap.datasets.get(&id).is_some_and(|r| r.reddesc.bypass);
+        make_parent(target, bypass)
+    }
+
     /// Route file `rel` (below the prefix) of open dataset `id` for this rank: its target,
     /// and whether it was newly recorded. `shown` names it in messages.
     fn route_in_dataset(&mut self, call: &'static str, id: u64, rel: PathBuf, shown: &Path) -> Result<(PathBuf, bool)> {
@@ -383,12 +405,9 @@ impl Runtime {
                 format!("{} is longer than SCR_MAX_FILENAME ({})", target.display(), crate::MAX_FILENAME),
             ));
         }
-        if let Some(parent) = target.parent() {
-            if rec.reddesc.bypass {
-                std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))?;
-            } else {
-                crate::paths::create_dirs(parent)?;
-            }
+        // (transparent mode makes it when it places the file, after saving the record)
+        if !self.adoption.active() {
+            make_parent(&target, rec.reddesc.bypass)?;
         }
         crate::scr_debug!(2, "route {name} -> {} (dataset {id})", target.display());
         let recorded = rec.file(&rel).is_none();
@@ -896,4 +915,15 @@ fn not_reserved(call: &'static str, rel: &Path, shown: &Path) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// Make the directory of `target` (`bypass`: a file in the prefix, made with the application's
+/// permissions; else one in cache).
+fn make_parent(target: &Path, bypass: bool) -> Result<()> {
+    let Some(parent) = target.parent() else { return Ok(()) };
+    if bypass {
+        std::fs::create_dir_all(parent).map_err(|e| Error::io("create directory", parent, e))
+    } else {
+        Ok(crate::paths::create_dirs(parent)?)
+    }
 }

@@ -316,26 +316,9 @@ impl Runtime {
     }
 
     pub(super) fn adopt_output(&mut self, a: &Adopt) -> Result<Adopted> {
-        let earlier = self.filemap.by_name(a.name).filter(|r| r.complete && !r.reddesc.bypass).map(|r| r.desc.id);
-        // one reduction: the largest id and the largest complement (the smallest id; none: 0)
-        let mine = earlier.map_or(0, |id| id + 1);
-        let all = self.world.max_u64s(&[mine, u64::MAX - mine]);
-        let earlier = if all[0] == u64::MAX - all[1] {
-            earlier
-        } else {
-            if self.rank0() {
-                crate::scr_warn!(
-                    "dataset {}: not every rank holds its earlier version in cache; the new files form a dataset of their own",
-                    a.name
-                );
-            }
-            None
-        };
-        if a.version_only && earlier.is_none() {
-            return Ok(Adopted::Invalid);
-        }
+        let held = self.filemap.by_name(a.name).filter(|r| r.complete && !r.reddesc.bypass).map(|r| r.desc.id);
         let new: std::collections::HashSet<&Path> = a.files.iter().map(|(rel, _)| rel.as_path()).collect();
-        let carried: Vec<FileMeta> = earlier
+        let carried: Vec<FileMeta> = held
             .and_then(|id| self.filemap.datasets.get(&id))
             .map(|r| {
                 r.files
@@ -349,20 +332,38 @@ impl Runtime {
         // restart files in place, LAMMPS' toggle files) is a checkpoint of its own; one that
         // only adds or removes files (a `meta` written after the barrier) completes the same one
         let rewrites = a.replaced
-            + earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| {
+            + held.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| {
                 r.files.iter().filter(|f| new.contains(f.rel.as_path())).count() as u64
                     + r.desc.shared.iter().filter(|s| a.shared.contains(&s.rel)).count() as u64
             });
-        // one reduction (the earlier version is agreed): whether any rank keeps a file of it,
-        // whether any rewrites one
+        // one reduction: the largest id and the largest complement (the smallest id; none: 0)
+        // of the earlier version each rank holds, and, which counts only when every rank holds
+        // the same one (then each computed them against it), whether any rank keeps a file of
+        // it and whether any rewrites one
+        let mine = held.map_or(0, |id| id + 1);
+        let keeps = (a.files.len() + carried.len() + a.shared.len()) as u64;
+        let all = self.world.max_u64s(&[mine, u64::MAX - mine, keeps, rewrites]);
+        let (earlier, carried) = if all[0] == u64::MAX - all[1] {
+            (held, carried)
+        } else {
+            if self.rank0() {
+                crate::scr_warn!(
+                    "dataset {}: not every rank holds its earlier version in cache; the new files form a dataset of their own",
+                    a.name
+                );
+            }
+            (None, Vec::new())
+        };
+        if a.version_only && earlier.is_none() {
+            return Ok(Adopted::Invalid);
+        }
         let mut counts = false;
         if let Some(id) = earlier {
-            let all = self.world.max_u64s(&[(a.files.len() + carried.len() + a.shared.len()) as u64, rewrites]);
-            if all[0] == 0 {
+            if all[2] == 0 {
                 self.forget_removed(id);
                 return Ok(Adopted::Removed);
             }
-            counts = all[1] > 0;
+            counts = all[3] > 0;
         }
         let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
         let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
@@ -390,30 +391,28 @@ impl Runtime {
         let mut problems: Vec<String> = self.adoption.take_start_failed().into_iter().collect();
         let moves = files.iter().map(|(rel, at)| (rel, at, false));
         let links = carried.iter().map(|f| (&f.rel, &f.path, true));
-        // every file recorded first, with one write of the filemap, then placed
+        // every file recorded first, with the dataset's record in one write of the filemap
+        // (its directory made after it), then placed
         let mut placements = Vec::new();
-        let mut recorded = false;
         for (rel, current, link) in moves.chain(links) {
             match self.route_rel(rel) {
-                Ok((target, new)) => {
-                    recorded |= new;
-                    placements.push((current, target, link));
-                }
+                Ok((target, _)) => placements.push((current, target, link)),
                 Err(e) => problems.push(e.to_string()),
             }
         }
-        if recorded {
-            if let Err(e) = self.save_filemap() {
-                problems.push(e.to_string());
-                placements.clear();
-            }
+        if let Err(e) = self.persist_start(id) {
+            problems.push(e.to_string());
+            placements.clear();
         }
         for (current, target, link) in placements {
-            let placed = if link {
-                link_file(current, &target)
-            } else {
-                crate::paths::move_file(current, &target).map_err(|e| Error::io("move into the dataset", current, e))
-            };
+            let placed = self.make_parent_of(&target).and_then(|_| {
+                if link {
+                    link_file(current, &target)
+                } else {
+                    crate::paths::move_file(current, &target)
+                        .map_err(|e| Error::io("move into the dataset", current, e))
+                }
+            });
             if let Err(e) = placed {
                 problems.push(e.to_string());
             }
