@@ -109,6 +109,8 @@ pub(super) struct Part {
     pub pattern: Option<usize>,
     /// Files at paths this rank had not written under this name before, in this run.
     pub fresh: u64,
+    /// This rank's files of it at this sync point (those not fresh were written again).
+    pub files: u64,
     /// One of its files, for messages.
     pub sample: String,
     /// The directories of this rank's files.
@@ -119,8 +121,9 @@ pub(super) struct Part {
 struct Watch {
     /// Per name: this rank's paths written under it (dropped once the name is reported).
     paths: HashMap<String, HashSet<String>>,
-    /// Per name: sync points at which it completed, and at which it gained files.
-    completions: HashMap<String, (u32, u32)>,
+    /// Per name: sync points at which it completed, at which it gained files, and whether
+    /// one wrote again a file it held.
+    completions: HashMap<String, (u32, u32, bool)>,
     reported_names: HashSet<String>,
     reported_patterns: HashSet<usize>,
 }
@@ -152,7 +155,11 @@ pub(super) fn seen<'a>(name: &str, paths: impl Iterator<Item = &'a str>) {
     seen.extend(paths.map(str::to_string));
 }
 
-/// A name grows without bound once this many sync points after its first added files.
+/// A name grows without bound once this many sync points after its first added files and
+/// none wrote again a file the name held: each step's files kept beside the last's (LAMMPS'
+/// `restart.*` under one name). An application that rewrites its restart files in place
+/// (Quantum ESPRESSO's `out/`) may add files for a while (a wave function file per k-point at
+/// the end of the run) and is not reported.
 const GROWTH: u32 = 3;
 
 /// Check the agreed parts of a sync point (the same on every rank); rank 0 reports.
@@ -161,16 +168,18 @@ pub(super) fn check(patterns: &PatternSet, parts: &[Vec<Part>], rank0: bool) {
     let w = g.get_or_insert_with(Watch::default);
     // per pattern: name -> ranks with files, and a sample
     let mut by_pattern: BTreeMap<usize, BTreeMap<&str, (BTreeSet<usize>, &str)>> = BTreeMap::new();
-    let mut by_name: BTreeMap<&str, (u64, &str, Option<usize>)> = BTreeMap::new();
+    // per name: fresh files, all files, a sample, the pattern
+    let mut by_name: BTreeMap<&str, (u64, u64, &str, Option<usize>)> = BTreeMap::new();
     for (rank, list) in parts.iter().enumerate() {
         for p in list {
             if let Some(pat) = p.pattern {
                 let e = by_pattern.entry(pat).or_default().entry(&p.name).or_insert((BTreeSet::new(), &p.sample));
                 e.0.insert(rank);
             }
-            let e = by_name.entry(&p.name).or_insert((0, &p.sample, p.pattern));
+            let e = by_name.entry(&p.name).or_insert((0, 0, &p.sample, p.pattern));
             e.0 += p.fresh;
-            e.2 = e.2.or(p.pattern);
+            e.1 += p.files;
+            e.3 = e.3.or(p.pattern);
         }
     }
     for (pat, names) in by_pattern {
@@ -193,13 +202,14 @@ pub(super) fn check(patterns: &PatternSet, parts: &[Vec<Part>], rank0: bool) {
             if names.len() > 3 { ", ..." } else { "" }
         );
     }
-    for (name, (fresh, sample, pat)) in by_name {
-        let c = w.completions.entry(name.to_string()).or_insert((0, 0));
+    for (name, (fresh, files, sample, pat)) in by_name {
+        let c = w.completions.entry(name.to_string()).or_insert((0, 0, false));
         c.0 += 1;
         if c.0 > 1 && fresh > 0 {
             c.1 += 1;
         }
-        if c.1 < GROWTH || !w.reported_names.insert(name.to_string()) {
+        c.2 |= c.0 > 1 && files > fresh;
+        if c.1 < GROWTH || c.2 || !w.reported_names.insert(name.to_string()) {
             continue;
         }
         w.paths.remove(name);
@@ -218,6 +228,45 @@ pub(super) fn check(patterns: &PatternSet, parts: &[Vec<Part>], rank0: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One rank's part of `name` with `files` files, `fresh` of them new.
+    fn part(name: &str, files: u64, fresh: u64) -> Part {
+        Part {
+            name: name.into(),
+            flags: 0,
+            epoch: 0,
+            pattern: None,
+            fresh,
+            files,
+            sample: String::new(),
+            dirs: Vec::new(),
+        }
+    }
+
+    fn reported(name: &str) -> bool {
+        WATCH.lock().unwrap().as_ref().is_some_and(|w| w.reported_names.contains(name))
+    }
+
+    #[test]
+    fn a_name_growing_without_bound_is_reported_and_one_rewriting_in_place_is_not() {
+        let patterns = PatternSet::compile(&[]).unwrap();
+        // each step's files beside the last's, nothing written again
+        for _ in 0..4 {
+            assert!(!reported("grow.test"), "reported before its third growth");
+            check(&patterns, &[vec![part("grow.test", 2, 2)], vec![part("grow.test", 1, 1)]], true);
+        }
+        assert!(reported("grow.test"));
+        // Quantum ESPRESSO's out/: a few files rewritten every step, then a file per k-point
+        // added at every sync point of its last save
+        check(&patterns, &[vec![part("qe.test", 1, 1)], vec![]], true);
+        for _ in 0..5 {
+            check(&patterns, &[vec![part("qe.test", 5, 0)], vec![]], true);
+        }
+        for _ in 0..20 {
+            check(&patterns, &[vec![part("qe.test", 1, 1)], vec![]], true);
+        }
+        assert!(!reported("qe.test"));
+    }
 
     #[test]
     fn a_rank_part_is_a_capture_whose_values_no_two_ranks_share() {

@@ -576,6 +576,7 @@ fn offer_of(
                 epoch: g.epoch,
                 pattern: g.pattern,
                 fresh: super::naming::fresh(n, paths.iter().map(String::as_str)),
+                files: paths.len() as u64,
                 sample: paths.first().cloned().unwrap_or_default(),
             };
             my_paths.insert(n.clone(), paths);
