@@ -8,6 +8,11 @@
 #     allreduces per step, mostly one double SUM
 #   Quantum ESPRESSO: pw.x molecular dynamics of 2 silicon atoms (quantum-espresso-data's
 #     pseudopotential), NSTEP steps (default 10), restart files each step (pattern 'out/**')
+# NP=<ranks> (default 4; on this 2-core machine 4 ranks are oversubscribed, and Open MPI's
+# yielding ranks make single runs spread by +-15%: NP=2 measures without oversubscription);
+# QE_ECUT=<Ry> (default 12) and QE_KPOINTS="<n n n>" (default "2 2 2"): the defaults make an MD
+# step of ~14 ms with 2 ranks and QE writes its restart files several times per step; 30 and
+# "4 4 4" make steps of ~150 ms and larger files.
 # Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
 # directories; plain and preloaded runs alternate RUNS times (default 5); printed: the median,
 # min and max wall time of each side and the median, min and max of the per-pair ratio.
@@ -21,6 +26,12 @@ cd "$(dirname "$0")/.."
 . scripts/mpienv.sh
 runs=${1:-5}
 nstep=${2:-10}
+np=${NP:-4}
+ecut=${QE_ECUT:-12}
+kpoints=${QE_KPOINTS:-2 2 2}
+split="$np 1 1" # the cavity's blocks per direction
+[ "$np" = 4 ] && split="2 2 1"
+
 lib=$PWD/target/release/libscr_preload.so
 if [ -f "$lib" ] && [ -z "$(find src preload/src Cargo.toml Cargo.lock preload/Cargo.toml -newer "$lib" -print -quit)" ]; then
   echo "reusing $lib"
@@ -41,7 +52,7 @@ foam_every=${FOAM_EVERY:-100}
 sed -i -e 's/^deltaT .*/deltaT          0.001;/' -e "s/^endTime .*/endTime         $(awk -v n="$foam_steps" 'BEGIN { print n / 1000 }');/" \
   -e "s/^writeInterval .*/writeInterval   $foam_every;/" "$work/foam/system/controlDict"
 printf '%s\n' 'FoamFile { version 2.0; format ascii; class dictionary; object decomposeParDict; }' \
-  'numberOfSubdomains 4;' 'method simple;' 'coeffs { n (2 2 1); }' >"$work/foam/system/decomposeParDict"
+  "numberOfSubdomains $np;" 'method simple;' "coeffs { n ($split); }" >"$work/foam/system/decomposeParDict"
 (cd "$work/foam" && blockMesh >/dev/null && decomposePar >/dev/null)
 cat >"$work/qe/md.in" <<EOF
 &control
@@ -53,7 +64,7 @@ cat >"$work/qe/md.in" <<EOF
   dt = 20
 /
 &system
-  ibrav = 2, celldm(1) = 10.2, nat = 2, ntyp = 1, ecutwfc = 12.0
+  ibrav = 2, celldm(1) = 10.2, nat = 2, ntyp = 1, ecutwfc = $ecut
 /
 &electrons
   conv_thr = 1.0d-8
@@ -66,7 +77,7 @@ ATOMIC_POSITIONS alat
  Si 0.00 0.00 0.00
  Si 0.27 0.25 0.25
 K_POINTS automatic
- 2 2 2 0 0 0
+ $kpoints 0 0 0
 EOF
 
 before=${SCR_BENCH_BEFORE:-}
@@ -88,7 +99,7 @@ one() {
   [ "$pre" != 0 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
   local t0 t1
   t0=$(date +%s.%N)
-  (cd "$run" && mpirun -np 4 "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
+  (cd "$run" && mpirun -np "$np" "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
     { echo "$app (preload $pre) failed:" >&2; tail -20 "$work/out.$app.$pre" >&2; exit 1; }
   t1=$(date +%s.%N)
   echo "$t0 $t1" | awk '{ printf "%.3f", $2 - $1 }'
@@ -126,7 +137,7 @@ triples() { # triples <app> <name>: plain, then SCR_BENCH_BEFORE's library and t
                  name, mp, mb, rb[1], rb[n], ma, ra[1], ra[n], md, d[1], d[n], n }'
 }
 
-echo "real applications, 4 ranks, /dev/shm; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "real applications, $np ranks, /dev/shm; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 if [ -n "$before" ]; then
   echo "  (before: $before; this: $lib; ratios: median (min-max) of the per-round ratios)"
 else
@@ -142,6 +153,6 @@ same() { # same <app> <grep pattern>: the last runs with and without the preload
 }
 same foam 'Solving for|Courant Number'
 
-pairs qe "pw.x Si MD, 4 ranks, $nstep steps"
+pairs qe "pw.x Si MD, ecut $ecut, k $kpoints, $nstep steps"
 same qe 'total energy|scf accuracy|Ekin|temperature' 
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); target: ratio <= 1.02"
