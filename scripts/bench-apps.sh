@@ -13,6 +13,8 @@
 # QE_ECUT=<Ry> (default 12) and QE_KPOINTS="<n n n>" (default "2 2 2"): the defaults make an MD
 # step of ~14 ms with 2 ranks and QE writes its restart files several times per step; 30 and
 # "4 4 4" make steps of ~150 ms and larger files.
+# PATTERNS=<SCR_PRELOAD_PATTERNS> replaces both applications' pattern (one that matches no file,
+# such as 'none/**', measures the sync points and the hooks without checkpoints).
 # Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
 # directories; plain and preloaded runs alternate RUNS times (default 5); printed: the median,
 # min and max wall time of each side and the median, min and max of the per-pair ratio.
@@ -95,6 +97,7 @@ one() {
   cp -a "$work/$app" "$run"
   local cmd pattern
   if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='processor*/[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
+  pattern=${PATTERNS:-$pattern}
   local env=()
   [ "$pre" != 0 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
   local t0 t1
