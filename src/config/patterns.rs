@@ -612,6 +612,8 @@ pub fn from_config(entries: &[&Entry], env: Option<(&str, &str)>) -> Result<Vec<
 /// `TYPE=<kind>` after its glob, separated by blanks (`processor*/[0-9]*/** NAME=time.{2}`).
 fn list_specs(key: &str, origin: &str, list: &str, attributes: bool) -> Result<Vec<PatternSpec>, ConfigError> {
     let mut specs = Vec::new();
+    // ("environment (SCR_PRELOAD_PATTERNS)" names the key already)
+    let origin = origin.strip_suffix(&format!(" ({key})")).unwrap_or(origin);
     for p in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let at = format!("{origin} ({key} entry {p})");
         let err = |msg: String| ConfigError { at: at.clone(), msg };
@@ -788,6 +790,9 @@ mod tests {
             let e = from_config(&[], Some(("environment", list))).unwrap_err();
             assert!(e.at.contains(&format!("SCR_PRELOAD_PATTERNS entry {list}")) && e.to_string().contains(why), "{e}");
         }
+        // an origin naming the key already (as the settings give it) names it once
+        let e = from_config(&[], Some(("environment (SCR_PRELOAD_PATTERNS)", "a.* NAEM=x"))).unwrap_err();
+        assert_eq!(e.at, "environment (SCR_PRELOAD_PATTERNS entry a.* NAEM=x)");
         let e = shared_from_config(Some(("env", "a.* NAME=x"))).unwrap_err();
         assert!(e.msg.contains("globs only"), "{e}");
     }
