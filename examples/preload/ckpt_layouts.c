@@ -9,11 +9,13 @@
  * every rank writes processor<rank>/restart.<newest>/done, next to its newest state.
  *
  *   ckpt_layouts --dir DIR --shape foam|flat|rotate [--steps N] [--every K] [--crash-at STEP]
- *                [--note] [--late]
+ *                [--note] [--late] [--purge P]
  *
  * --note: rank 0 also writes processor0/<time>/notes.txt (a file no checkpoint pattern
  * takes) at every checkpoint. --late: after the barrier that ends a checkpoint, rank 0
  * writes processor0/<time>/time (as OpenFOAM writes uniform/time last), checked at restart.
+ * --purge P (foam): once a time directory is written, each rank removes its directory of the
+ * checkpoint P checkpoints older, files first (OpenFOAM's purgeWrite P), before the barrier.
  * Prints (rank 0): RESTARTED <s> verified | NO_RESTART, CHECKPOINT <s>, DONE. A rank whose
  * newest time directory lacks its files prints "MISSING <path>" and the run fails, as
  * OpenFOAM's "cannot find file". Ranks that chose different steps print RESTART_MISMATCH. */
@@ -28,7 +30,7 @@
 
 static const char *dir = ".";
 static const char *shape = "foam";
-static int rank, nranks, note = 0, late = 0, every = 2;
+static int rank, nranks, note = 0, late = 0, every = 2, purge = 0;
 static const long size = 4096;
 
 static unsigned char byte_at(int step, int r, int k, long i) {
@@ -164,6 +166,16 @@ static void checkpoint(int step) {
     file_path(path, sizeof path, step, k);
     write_file(path, step, k);
   }
+  int old = step - purge * every;
+  if (purge > 0 && old > 0 && !strcmp(shape, "foam")) {
+    for (int k = 0; k < nfiles(); k++) {
+      file_path(path, sizeof path, old, k);
+      if (unlink(path) != 0 && errno != ENOENT) die("unlink", path);
+    }
+    time_name(t, sizeof t, old);
+    snprintf(path, sizeof path, "%s/processor%d/%s", dir, rank, t);
+    if (rmdir(path) != 0 && errno != ENOENT) die("rmdir", path);
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   if (late && rank == 0) {
     snprintf(path, sizeof path, "%s/processor0/%s/time", dir, t);
@@ -188,6 +200,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--note")) note = 1;
     else if (!strcmp(argv[i], "--late")) late = 1;
+    else if (!strcmp(argv[i], "--purge")) purge = atoi(argv[++i]);
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

@@ -341,8 +341,9 @@ impl Runtime {
         // the same one (then each computed them against it), whether any rank keeps a file of
         // it and whether any rewrites one
         let mine = held.map_or(0, |id| id + 1);
-        let keeps = (a.files.len() + carried.len() + a.shared.len()) as u64;
-        let all = self.world.max_u64s(&[mine, u64::MAX - mine, keeps, rewrites]);
+        let adds = (a.files.len() + a.shared.len()) as u64;
+        let keeps = adds + carried.len() as u64;
+        let all = self.world.max_u64s(&[mine, u64::MAX - mine, keeps, rewrites, adds]);
         let (earlier, carried) = if all[0] == u64::MAX - all[1] {
             (held, carried)
         } else {
@@ -354,7 +355,10 @@ impl Runtime {
             }
             (None, Vec::new())
         };
-        if a.version_only && earlier.is_none() {
+        // nothing to form: only removals of files whose version is in no rank's cache any
+        // more (a dataset formed earlier at this sync point evicted it: OpenFOAM's purgeWrite
+        // removes a time directory as it writes the next one)
+        if (a.version_only || all[4] == 0) && earlier.is_none() {
             return Ok(Adopted::Invalid);
         }
         let mut counts = false;
@@ -366,6 +370,9 @@ impl Runtime {
             counts = all[3] > 0;
         }
         let flags = a.flags | earlier.and_then(|id| self.filemap.datasets.get(&id)).map_or(0, |r| flags_of(&r.desc));
+        // (files held from a dataset that left the cache meanwhile, no pattern naming them
+        // now: they were a checkpoint's)
+        let flags = if flags == 0 { FLAG_CHECKPOINT } else { flags };
         let newest = self.filemap.datasets.values().rev().find(|r| r.complete && r.desc.checkpoint).map(|r| r.desc.id);
         self.adoption.begin(earlier.into_iter().chain(newest).collect(), earlier, counts);
         let r = self.adopt_phase(a, flags, &carried);

@@ -272,3 +272,20 @@ fn directories_made_for_a_checkpoint_leave_with_it() {
     let r = run(&job, &["--shape", "foam", "--steps", "8"]);
     assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
 }
+
+#[test]
+fn time_directories_the_application_purges_go_quietly() {
+    // OpenFOAM's purgeWrite 2: each write of a time directory removes the one two writes
+    // older, whose dataset the new one's completion evicts at the same sync point
+    let job = setup("processor*/[0-9]*/**");
+    let r = run(&job, &["--shape", "foam", "--steps", "12", "--purge", "2"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    assert!(!r.stderr.contains("SCR ERROR") && !r.stderr.contains("SCR_FLAG"), "{}", r.dump());
+    // the newest time directory restarts; the purged ones are gone as on a plain file system
+    let r = run(&job, &["--shape", "foam", "--steps", "14", "--purge", "2"]);
+    assert!(r.has("RESTARTED 12 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
+    for gone in ["0.2", "0.4", "0.6", "0.8"] {
+        assert!(!job.prefix.join("processor0").join(gone).exists(), "processor0/{gone}\n{}", r.dump());
+    }
+}
