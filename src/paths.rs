@@ -6,6 +6,7 @@
 //! climb out of the prefix. A prefix reached through a symbolic link matches both its
 //! spelled and its canonical form.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
@@ -189,6 +190,64 @@ impl Prefix {
     pub(crate) fn below(&self, rel: &Path) -> Result<PathBuf, PathError> {
         below(&self.path, rel)
     }
+
+    /// The absolute path of `rel`, to be written by a temporary name renamed into place, its
+    /// directories ready: see [`dirs_for_write`].
+    pub(crate) fn for_write(&self, rel: &Path, ready: &mut BTreeSet<PathBuf>) -> Result<PathBuf, PathError> {
+        dirs_for_write(&self.path, rel, ready)
+    }
+}
+
+/// The path `base/rel` for a write by a temporary name renamed into place, once no directory
+/// above it below `base` is a symbolic link ([`below`]'s check) and the missing ones are made
+/// (by the umask, as `create_dir_all`). The final name is not looked at: the temporary is
+/// created with `O_NOFOLLOW` and the rename replaces a link there instead of following it.
+/// `ready` holds the directories found or made before in the same transfer, not looked at
+/// again: a flush of a rank's files in one directory costs one `lstat` of it, where checking
+/// each file's path and then making its directory cost four metadata operations on the
+/// prefix's file system. As with [`below`], a link swapped in after the check is not caught.
+pub(crate) fn dirs_for_write(base: &Path, rel: &Path, ready: &mut BTreeSet<PathBuf>) -> Result<PathBuf, PathError> {
+    let path = base.join(rel);
+    let Some(parent) = rel.parent().filter(|p| !p.as_os_str().is_empty()) else { return Ok(path) };
+    let mut dir = base.to_path_buf();
+    for c in parent.components() {
+        dir.push(c);
+        if ready.contains(&dir) {
+            continue;
+        }
+        let io = |op, source| PathError::Io { op, path: dir.clone(), source };
+        let found = match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match fs::create_dir(&dir) {
+                Ok(()) => None,
+                // made meanwhile by another rank: looked at as if found
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    Some(fs::symlink_metadata(&dir).map_err(|e| io("stat", e))?)
+                }
+                Err(e) => return Err(io("create directory", e)),
+            },
+            Err(e) => return Err(io("stat", e)),
+            Ok(m) => Some(m),
+        };
+        match found {
+            Some(m) if m.file_type().is_symlink() => {
+                return Err(PathError::Link {
+                    why: format!(
+                        "{} is a symbolic link below {}; SCR does not follow it",
+                        dir.display(),
+                        base.display()
+                    ),
+                    path,
+                })
+            }
+            Some(m) if !m.is_dir() => {
+                return Err(io("create directory", io::Error::from_raw_os_error(libc::ENOTDIR)));
+            }
+            _ => {
+                ready.insert(dir.clone());
+            }
+        }
+    }
+    Ok(path)
 }
 
 /// The first of `base/<c1>`, `base/<c1>/<c2>`, ... (one per component of `rel`, the last
@@ -538,6 +597,35 @@ mod tests {
         assert_eq!(prefix.relative(&link.join("f")), Some(PathBuf::from("f")));
         let prefix = Prefix::new(&real);
         assert_eq!(prefix.relative(&link.join("f")), Some(PathBuf::from("f")));
+    }
+
+    #[test]
+    fn a_write_makes_its_directories_once_and_refuses_a_link_among_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prefix, outside) = (dir.path().join("prefix"), dir.path().join("outside"));
+        fs::create_dir_all(&prefix).unwrap();
+        fs::create_dir_all(&outside).unwrap();
+        let mut ready = BTreeSet::new();
+        // missing directories are made, and remembered with the ones found
+        let p = dirs_for_write(&prefix, Path::new("ckpt.1/sub/r0"), &mut ready).unwrap();
+        assert_eq!(p, prefix.join("ckpt.1/sub/r0"));
+        assert!(prefix.join("ckpt.1/sub").is_dir());
+        assert_eq!(ready, BTreeSet::from([prefix.join("ckpt.1"), prefix.join("ckpt.1/sub")]));
+        // a file directly in the prefix needs no directory
+        assert_eq!(dirs_for_write(&prefix, Path::new("r0"), &mut ready).unwrap(), prefix.join("r0"));
+        // a directory replaced by a link to another place is refused, named as `below` names it
+        std::os::unix::fs::symlink(&outside, prefix.join("ckpt.2")).unwrap();
+        let e = dirs_for_write(&prefix, Path::new("ckpt.2/r0"), &mut BTreeSet::new()).unwrap_err().to_string();
+        let want = format!("{} is a symbolic link below {}", prefix.join("ckpt.2").display(), prefix.display());
+        assert!(e.contains(&want), "{e}");
+        assert!(fs::read_dir(&outside).unwrap().next().is_none(), "nothing made through the link");
+        // a file where a directory belongs
+        fs::write(prefix.join("ckpt.3"), b"x").unwrap();
+        let e = dirs_for_write(&prefix, Path::new("ckpt.3/r0"), &mut BTreeSet::new()).unwrap_err().to_string();
+        assert!(e.contains("create directory") && e.contains("ckpt.3"), "{e}");
+        // the final name is not looked at: a link there is replaced by the rename
+        std::os::unix::fs::symlink(outside.join("f"), prefix.join("ckpt.1/r9")).unwrap();
+        assert_eq!(dirs_for_write(&prefix, Path::new("ckpt.1/r9"), &mut ready).unwrap(), prefix.join("ckpt.1/r9"));
     }
 
     #[test]

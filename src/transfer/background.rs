@@ -232,7 +232,8 @@ fn run(job: &Job) -> Outcome {
     }
     if job.rank != 0 || files.as_ref().is_err_and(|e| e.msg.is_empty()) {
         let mut pace = Pace::new(job.bytes_per_sec);
-        files = copy_files(&job.layout, &job.rec, job.buf, job.crc_on_flush, &mut pace).map_err(Reported::of);
+        files = copy_files(&job.layout, &job.rec, job.buf, job.crc_on_flush, Default::default(), &mut pace)
+            .map_err(Reported::of);
     }
     let dir = flush_dir(job);
     let part = Part { token: job.token.clone(), rank: job.rank, files: files.clone() };

@@ -65,20 +65,20 @@ pub(crate) fn copy_verified(
     buf_size: usize,
     private: bool,
 ) -> Result<Copied> {
-    copy_verified_paced(src, dst, expect_size, expect_crc, buf_size, private, &mut Pace::unlimited())
+    make_parent(dst, private)?;
+    copy_verified_paced(src, dst, expect_size, expect_crc, buf_size, &mut Pace::unlimited())
 }
 
-/// [`copy_verified`] at most as fast as `pace` allows.
+/// [`copy_verified`] at most as fast as `pace` allows, into a directory the caller made
+/// (the flush: [`crate::paths::Prefix::for_write`]).
 pub(crate) fn copy_verified_paced(
     src: &Path,
     dst: &Path,
     expect_size: Option<u64>,
     expect_crc: Option<u32>,
     buf_size: usize,
-    private: bool,
     pace: &mut Pace,
 ) -> Result<Copied> {
-    make_parent(dst, private)?;
     let tmp = part_name(dst);
     let result = copy_to(src, &tmp, buf_size, pace).and_then(|c| {
         if let Some(s) = expect_size {
@@ -226,7 +226,7 @@ mod tests {
         fs::write(&src, vec![1u8; 64 * 1024]).unwrap();
         let t = Instant::now();
         let mut pace = Pace::new(256 * 1024);
-        copy_verified_paced(&src, &d.path().join("d"), Some(64 * 1024), None, 4096, false, &mut pace).unwrap();
+        copy_verified_paced(&src, &d.path().join("d"), Some(64 * 1024), None, 4096, &mut pace).unwrap();
         // 64 KiB at 256 KiB/s cannot finish in less than a quarter second (a lower bound
         // only: the copy may always be slower).
         assert!(t.elapsed() >= Duration::from_millis(240), "{:?}", t.elapsed());

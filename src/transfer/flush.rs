@@ -11,7 +11,7 @@
 //! A run killed before step 3 leaves an incomplete index entry, which fetch never uses.
 //! Also here: the `SCR_PREFIX_SIZE` sliding window and deleting a dataset from the prefix.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -33,13 +33,28 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     let t0 = Instant::now();
 
     supersede_overlapping(ctx.world, ctx.layout, Some(rec))?;
-    let mark = (rank == 0).then(|| mark_flushing(ctx.layout, rec).err().map(|e| e.to_string())).flatten();
-    if let Some(e) = ctx.world.bcast(0, &mark)? {
+    // rank 0 records the flush, and checks and makes the prefix's directories of its files
+    // for every rank (the ranks' files usually share them): one look at each in all, where
+    // every rank looking would cost the prefix's metadata servers a few operations per rank
+    let mark: (Option<String>, Vec<PathBuf>) = if rank == 0 {
+        let err = mark_flushing(ctx.layout, rec).err().map(|e| e.to_string());
+        let mut ready = BTreeSet::new();
+        for f in rec.files.iter().filter(|f| f.path != ctx.layout.prefix.path.join(&f.rel)) {
+            // (a refusal here is this rank's own copy's to report, below)
+            let _ = ctx.layout.prefix.for_write(&f.rel, &mut ready);
+        }
+        (err, ready.into_iter().collect())
+    } else {
+        (None, Vec::new())
+    };
+    let (mark, checked) = ctx.world.bcast(0, &mark)?;
+    if let Some(e) = mark {
         return Err(Error::Collective(format!("{what}: cannot record it in the index: {e}")));
     }
 
     let local = ctx.in_waves(ctx.settings.flush_width, || {
-        copy_files(ctx.layout, rec, ctx.settings.file_buf_size, ctx.settings.crc_on_flush, &mut Pace::new(0))
+        let ready = checked.into_iter().collect();
+        copy_files(ctx.layout, rec, ctx.settings.file_buf_size, ctx.settings.crc_on_flush, ready, &mut Pace::new(0))
     });
     let local_err = local.as_ref().err().map(|e| e.to_string());
     if !ctx.world.all_true(local_err.is_none()) {
@@ -175,12 +190,14 @@ pub(crate) fn unmark_flushing(layout: &Layout, id: u64) {
 /// This rank's part of a flush: copy (or, for bypass datasets, check) each file. A cached file
 /// that is a hard link of an earlier one of the dataset (the same inode: the application
 /// linked it) becomes a hard link of that one's copy in the prefix, recorded as such. No MPI:
-/// the background flush runs it in its own thread.
+/// the background flush runs it in its own thread. `ready`: the prefix's directories
+/// already checked and made for this flush ([`crate::paths::dirs_for_write`]).
 pub(super) fn copy_files(
     layout: &Layout,
     rec: &DatasetRecord,
     buf: usize,
     crc_on_flush: bool,
+    mut ready: BTreeSet<PathBuf>,
     pace: &mut Pace,
 ) -> Result<Vec<PrefixFile>> {
     let mut out: Vec<PrefixFile> = Vec::with_capacity(rec.files.len());
@@ -188,8 +205,9 @@ pub(super) fn copy_files(
     // and the CRC32 of the bytes copied
     let mut copied: std::collections::HashMap<super::copy::FileId, (usize, PathBuf, u32)> = Default::default();
     for f in &rec.files {
-        let dst = layout.prefix.below(&f.rel)?;
-        if f.path == dst {
+        if f.path == layout.prefix.path.join(&f.rel) {
+            // a bypass dataset's file, written in place: read, so its whole path is checked
+            let dst = layout.prefix.below(&f.rel)?;
             let size = std::fs::metadata(&dst).map_err(|e| Error::io("stat", &dst, e))?.len();
             if size != f.size {
                 return Err(Error::Integrity {
@@ -200,6 +218,7 @@ pub(super) fn copy_files(
             out.push(PrefixFile { rel: f.rel.clone(), size, crc: f.crc, link: None });
             continue;
         }
+        let dst = layout.prefix.for_write(&f.rel, &mut ready)?;
         let id = identity(&f.path);
         if let Some((first, first_dst, crc)) = id.and_then(|id| copied.get(&id)).cloned() {
             let of = &out[first];
@@ -210,7 +229,7 @@ pub(super) fn copy_files(
                 continue;
             }
         }
-        let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, false, pace)?;
+        let c = copy_verified_paced(&f.path, &dst, Some(f.size), f.crc, buf, pace)?;
         scr_debug!(2, "flushed {} -> {} ({} bytes, crc32 {:#010x})", f.path.display(), dst.display(), c.size, c.crc);
         let crc = if crc_on_flush { Some(c.crc) } else { f.crc };
         if let Some(id) = id {
