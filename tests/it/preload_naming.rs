@@ -289,3 +289,14 @@ fn time_directories_the_application_purges_go_quietly() {
         assert!(!job.prefix.join("processor0").join(gone).exists(), "processor0/{gone}\n{}", r.dump());
     }
 }
+
+#[test]
+fn a_relaunch_with_scr_cache_purge_starts_over() {
+    // a job script starting from the beginning: SCR's copies go too (README, "Starting over")
+    let mut job = setup("processor*/[0-9]*/**");
+    let r = run(&job, &["--shape", "foam", "--steps", "4"]);
+    assert!(r.has("DONE"), "{}", r.dump());
+    job.set("SCR_CACHE_PURGE", "1");
+    let r = run(&job, &["--shape", "foam", "--steps", "2"]);
+    assert!(r.has("NO_RESTART") && r.has("DONE"), "{}", r.dump());
+}
