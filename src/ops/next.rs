@@ -53,7 +53,7 @@ pub struct Choice {
     /// Where the bytes are: cache dataset directories, or the prefix.
     pub(crate) dirs: Vec<PathBuf>,
     /// The application's directories of its files, relative to the prefix (from cache: those
-    /// of the ranks here), at most 8.
+    /// of the ranks here; a file directly in the prefix by its name), at most 8.
     pub(crate) paths: Vec<String>,
 }
 
@@ -154,7 +154,8 @@ fn cached(
         let mut dirs: BTreeSet<String> = BTreeSet::new();
         for f in files.clone() {
             if dirs.len() < 8 {
-                dirs.insert(f.rel.parent().map_or(String::new(), |p| p.to_string_lossy().into_owned()));
+                let dir = f.rel.parent().filter(|p| !p.as_os_str().is_empty());
+                dirs.insert(dir.unwrap_or(&f.rel).to_string_lossy().into_owned());
             }
         }
         return Some(Choice {
@@ -167,7 +168,7 @@ fn cached(
             files: files.clone().count() as u64,
             bytes: files.map(|f| f.size).sum(),
             dirs: parts.iter().map(|(_, rec)| rec.dir.clone()).collect::<BTreeSet<_>>().into_iter().collect(),
-            paths: dirs.into_iter().map(|d| if d.is_empty() { ".".into() } else { d }).collect(),
+            paths: dirs.into_iter().collect(),
         });
     }
     None

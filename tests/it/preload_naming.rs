@@ -176,6 +176,13 @@ fn a_job_script_sees_what_the_next_run_restarts_from() {
     assert!(out.contains("checkpoint: processor*/1.0\n") && out.contains("from: prefix\n"), "{out}");
     let r = run(&job, &["--shape", "foam", "--steps", "12"]);
     assert!(r.has("RESTARTED 10 verified") && r.has("DONE"), "{}", r.dump());
+    // files directly in the prefix (LAMMPS' restart.<step>.<rank>) are named, not "."
+    let job = setup("restart.*.*");
+    let r = run(&job, &["--shape", "flat", "--steps", "4", "--crash-at", "3"]);
+    assert!(r.has("CHECKPOINT 2"), "{}", r.dump());
+    let (code, out) = next_restart(&job, false);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("paths: restart.2.0 restart.2.1 restart.2.2 restart.2.3 "), "{out}");
 }
 
 #[test]
