@@ -39,7 +39,8 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
     let mark: (Option<String>, Vec<PathBuf>) = if rank == 0 {
         let err = mark_flushing(ctx.layout, rec).err().map(|e| e.to_string());
         let mut ready = BTreeSet::new();
-        for f in rec.files.iter().filter(|f| f.path != ctx.layout.prefix.path.join(&f.rel)) {
+        let ours = rec.files.iter().filter(|_| err.is_none());
+        for f in ours.filter(|f| f.path != ctx.layout.prefix.path.join(&f.rel)) {
             // (a refusal here is this rank's own copy's to report, below)
             let _ = ctx.layout.prefix.for_write(&f.rel, &mut ready);
         }
