@@ -56,6 +56,9 @@ pub fn start(base: BaseFn) -> Result<(), StartError> {
         scr_warn!("transparent mode: other ranks' cached files are not visible to this rank: {e}");
     }
     state::refresh_committed(&mut state::table());
+    if let Ok(files) = crate::runtime::cached_files() {
+        super::naming::seed(files.into_iter().map(|f| (f.name, f.rel.to_string_lossy().into_owned())));
+    }
     if setup.rank == 0 {
         scr_debug!(
             1,
