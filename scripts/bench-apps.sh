@@ -8,7 +8,7 @@
 #     allreduces per step, mostly one double SUM
 #   Quantum ESPRESSO: pw.x molecular dynamics of 2 silicon atoms (quantum-espresso-data's
 #     pseudopotential), NSTEP steps (default 10), restart files each step (pattern 'out/**')
-# NP=<ranks> (default 4; on this 2-core machine 4 ranks are oversubscribed, and Open MPI's
+# NP=<ranks> (default 4; on a 2-core machine 4 ranks are oversubscribed, and Open MPI's
 # yielding ranks make single runs spread by +-15%: NP=2 measures without oversubscription);
 # QE_ECUT=<Ry> (default 12) and QE_KPOINTS="<n n n>" (default "2 2 2"): the defaults make an MD
 # step of ~14 ms with 2 ranks and QE writes its restart files several times per step; 30 and
