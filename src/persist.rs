@@ -221,10 +221,17 @@ where
     let _lock = Lock::acquire(path)?;
     let (mut value, was) = current::<T>(path, kind)?;
     let r = f(&mut value);
-    if was.is_none_or(|b| b != serde_json::to_vec(&value).unwrap_or_default()) {
-        write_atomic(path, kind, &value)?;
-    }
+    write_if_changed(path, kind, &value, was)?;
     Ok(r)
+}
+
+/// Write `value` to `path` atomically unless the file exists and `was` (its value
+/// serialised, [`current`]) equals it.
+fn write_if_changed<T: Serialize>(path: &Path, kind: &str, value: &T, was: Option<Vec<u8>>) -> Result<(), MetaError> {
+    if was.is_none_or(|b| b != serde_json::to_vec(value).unwrap_or_default()) {
+        write_atomic(path, kind, value)?;
+    }
+    Ok(())
 }
 
 /// The content of `path` (default if missing) and, if the file exists, its value serialised
@@ -256,9 +263,7 @@ where
     let (mut value, was) = current::<T>(path, kind)?;
     match f(&mut value) {
         Ok(r) => {
-            if was.is_none_or(|b| b != serde_json::to_vec(&value).unwrap_or_default()) {
-                write_atomic(path, kind, &value)?;
-            }
+            write_if_changed(path, kind, &value, was)?;
             Ok(Ok(r))
         }
         Err(e) => Ok(Err(e)),

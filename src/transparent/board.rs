@@ -6,11 +6,12 @@
 //! whose bits must stay a plain run's) otherwise costs a separate small allreduce when its
 //! agreement is not deferred (in quiet stretches, 1 in 8); on one node, where every collective
 //! is a round of context switches, that was most of SCR's collectives in OpenFOAM's run. The
-//! deferral is the same with the board: the agreements it leaves run here instead. With the board, each rank posts its flags
-//! in its slot of a file mapped by every rank of the node *before* it enters the application's
-//! collective, and reads every rank's slot *after* the collective returns. No rank can leave
-//! an allreduce (of at least one element) before every rank entered it, so every rank's post
-//! is there, and every rank reads the same flags: the agreement costs a few memory accesses.
+//! deferral is the same with the board: the agreements it leaves run here instead. Each rank
+//! posts its flags in its slot of a file mapped by every rank of the node *before* it enters
+//! the application's collective, and reads every rank's slot *after* the collective returns.
+//! No rank can leave an allreduce (of at least one element) before every rank entered it, so
+//! every rank's post is there, and every rank reads the same flags: the agreement costs a few
+//! memory accesses.
 //!
 //! Each rank has two slots, used by agreement number parity: a rank writes agreement `e + 2`
 //! only after it left the collective of `e + 1`, which no rank leaves before every rank entered
