@@ -8,7 +8,7 @@
  * between closing one checkpoint's file and opening the next one's. After a last barrier
  * every rank writes processor<rank>/restart.<newest>/done, next to its newest state.
  *
- *   ckpt_layouts --dir DIR --shape foam|flat|rotate [--steps N] [--every K] [--crash-at STEP]
+ *   ckpt_layouts --dir DIR --shape foam|flat|rotate|qe [--steps N] [--every K] [--crash-at STEP]
  *                [--note] [--late] [--purge P]
  *
  * --note: rank 0 also writes processor0/<time>/notes.txt (a file no checkpoint pattern
@@ -18,7 +18,10 @@
  * checkpoint P checkpoints older, files first (OpenFOAM's purgeWrite P), before the barrier.
  * Prints (rank 0): RESTARTED <s> verified | NO_RESTART, CHECKPOINT <s>, DONE. A rank whose
  * newest time directory lacks its files prints "MISSING <path>" and the run fails, as
- * OpenFOAM's "cannot find file". Ranks that chose different steps print RESTART_MISMATCH. */
+ * OpenFOAM's "cannot find file". Ranks that chose different steps print RESTART_MISMATCH.
+ * Shape qe (Quantum ESPRESSO's out/): each rank rewrites out/r<rank>.dat in place at every
+ * checkpoint (the step in its first bytes), and after the last one adds out/wfc<k>.<rank>,
+ * k = 1..6, one per barrier (QE's last save writes a wave function file per k-point). */
 #include <dirent.h>
 #include <errno.h>
 #include <mpi.h>
@@ -42,6 +45,11 @@ static void time_name(char *out, size_t n, int step) { snprintf(out, n, "%d.%d",
 
 static int rotate(void) { return !strcmp(shape, "rotate"); }
 
+static int qe(void) { return !strcmp(shape, "qe"); }
+
+/* the step is in the file's first bytes, rewritten in place */
+static int stepped(void) { return rotate() || qe(); }
+
 /* rotate: the directory of the checkpoint at `step` (0, 1, 2, 0, ...) */
 static void rotate_dir(char *out, size_t n, int step) {
   snprintf(out, n, "%s/processor%d/restart.%d", dir, rank, (step / every) % 3);
@@ -54,7 +62,9 @@ static void file_path(char *out, size_t n, int step, int k) {
     char d[4000];
     rotate_dir(d, sizeof d, step);
     snprintf(out, n, "%s/state", d);
-  } else if (!strcmp(shape, "foam"))
+  } else if (qe())
+    snprintf(out, n, "%s/out/r%d.dat", dir, rank);
+  else if (!strcmp(shape, "foam"))
     snprintf(out, n, "%s/processor%d/%s/%s", dir, rank, t, k ? "U" : "p");
   else
     snprintf(out, n, "%s/restart.%d.%d", dir, step, rank);
@@ -70,7 +80,7 @@ static void die(const char *what, const char *path) {
 static void write_file(const char *path, int step, int k) {
   FILE *f = fopen(path, "w");
   if (!f) die("open", path);
-  if (rotate() && fwrite(&step, sizeof step, 1, f) != 1) die("write", path);
+  if (stepped() && fwrite(&step, sizeof step, 1, f) != 1) die("write", path);
   for (long i = 0; i < size; i++) {
     fputc(byte_at(step, rank, k, i), f);
     if (rotate() && i == size / 2) {
@@ -91,7 +101,7 @@ static int check_file(const char *path, int step, int k) {
     return 0;
   }
   int ok = 1, got = -1;
-  if (rotate() && (fread(&got, sizeof got, 1, f) != 1 || got != step)) ok = 0;
+  if (stepped() && (fread(&got, sizeof got, 1, f) != 1 || got != step)) ok = 0;
   for (long i = 0; i < size; i++)
     if (fgetc(f) != byte_at(step, rank, k, i)) ok = 0;
   if (fgetc(f) != EOF) ok = 0;
@@ -113,6 +123,14 @@ static int newest_step(void) {
       if (f) fclose(f);
     }
     return best;
+  }
+  if (qe()) {
+    int s = 0;
+    file_path(d, sizeof d, 0, 0);
+    FILE *f = fopen(d, "r");
+    if (f && fread(&s, sizeof s, 1, f) != 1) s = 0;
+    if (f) fclose(f);
+    return s;
   }
   if (!strcmp(shape, "foam"))
     snprintf(d, sizeof d, "%s/processor%d", dir, rank);
@@ -214,6 +232,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/processor%d", dir, rank);
     if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
   }
+  if (qe()) {
+    snprintf(path, sizeof path, "%s/out", dir);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) die("mkdir", path);
+  }
 
   int start = newest_step(), lo = 0, hi = 0;
   MPI_Allreduce(&start, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
@@ -275,6 +297,16 @@ int main(int argc, char **argv) {
     if (!f) die("open", path);
     fprintf(f, "step %d\n", last);
     if (fclose(f) != 0) die("close", path);
+  }
+  if (qe() && last > start) {
+    for (int k = 1; k <= 6; k++) {
+      snprintf(path, sizeof path, "%s/out/wfc%d.%d", dir, k, rank);
+      FILE *f = fopen(path, "w");
+      if (!f) die("open", path);
+      fprintf(f, "wave function %d of step %d\n", k, last);
+      if (fclose(f) != 0) die("close", path);
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
   }
   if (rank == 0) printf("DONE\n");
   fflush(stdout);

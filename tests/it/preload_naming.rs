@@ -307,3 +307,18 @@ fn a_relaunch_with_scr_cache_purge_starts_over() {
     let r = run(&job, &["--shape", "foam", "--steps", "2"]);
     assert!(r.has("NO_RESTART") && r.has("DONE"), "{}", r.dump());
 }
+
+#[test]
+fn a_dataset_rewritten_in_place_that_adds_files_at_its_end_is_not_reported_as_growing() {
+    // Quantum ESPRESSO's out/: each checkpoint rewrites the same file, the last save adds a
+    // wave function file per k-point, one per barrier
+    let job = setup("out/**");
+    let r = run(&job, &["--shape", "qe", "--steps", "6"]);
+    assert!(r.has("CHECKPOINT 6") && r.has("DONE"), "{}", r.dump());
+    assert!(!r.stderr.contains(" grows: "), "{}", r.dump());
+    // restarted: its first writes (the step's file, then the wave functions again) are of
+    // the files in cache, rewritten, not added
+    let r = run(&job, &["--shape", "qe", "--steps", "8"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+    assert!(!r.stderr.contains(" grows: "), "{}", r.dump());
+}
