@@ -103,10 +103,12 @@ fn path(s: &Session) -> PathBuf {
     s.prefix.join(Path::new(crate::paths::SCR_DIR)).join(FILE)
 }
 
-/// Rank 0, after datasets completed: record (name, shells, directories of its files) of every
-/// rank, forget the datasets whose files the application removed (their directories are the
-/// application's business, as on a plain file system), then remove the shells of datasets
-/// that are gone.
+/// Rank 0, after a completion: record (name, shells, directories of its files) of every
+/// dataset formed, forget the datasets whose files the application removed (their directories
+/// are the application's business, as on a plain file system), then remove the shells of
+/// datasets that are gone; one locked read and at most one write of the record. A completion
+/// that formed nothing and saw no removal changed nothing a sweep looks at (datasets leave the
+/// cache only when one forms, or at start): the record is not even read.
 pub(super) fn record(
     s: &Session,
     t: &Table,
@@ -114,6 +116,9 @@ pub(super) fn record(
     removed_by_app: &[String],
     busy: &[PathBuf],
 ) {
+    if done.is_empty() && removed_by_app.is_empty() {
+        return;
+    }
     let r = crate::persist::update(&path(s), KIND, |r: &mut Record| {
         for n in removed_by_app {
             r.names.remove(n);
@@ -129,65 +134,69 @@ pub(super) fn record(
                 }
             }
         }
+        remove_gone(s, t, busy, r);
     });
     if let Err(e) = r {
         crate::scr_warn!("transparent mode: recording the directories made for checkpoints: {e}");
     }
-    sweep(s, t, busy);
 }
 
-/// Rank 0: remove the shells of datasets that no longer exist, and forget them. Never one
-/// with a file SCR holds below it: rank 0's (`t`), or any rank's as agreed at the sync point
-/// (`busy`: the directories of every rank's pending and open files), since other ranks run
-/// on while rank 0 sweeps and a directory another rank writes into must not vanish.
+/// Rank 0 at start: remove the shells of datasets that no longer exist (a lost cache), and
+/// forget them. A prefix without a record stays without one.
 pub(super) fn sweep(s: &Session, t: &Table, busy: &[PathBuf]) {
     let p = path(s);
-    let names: Vec<String> = match crate::persist::read::<Record>(&p, KIND) {
-        Ok(Some(r)) => r.names.into_keys().collect(),
+    match crate::persist::read::<Record>(&p, KIND) {
+        Ok(Some(_)) => {}
         Ok(None) => return,
         Err(e) => {
             crate::scr_warn!("transparent mode: {e}; empty directories of gone checkpoints are left in the prefix");
             return;
         }
-    };
+    }
+    if let Err(e) = crate::persist::update(&p, KIND, |r: &mut Record| remove_gone(s, t, busy, r)) {
+        crate::scr_warn!("transparent mode: removing empty directories of gone checkpoints: {e}");
+    }
+}
+
+/// Remove the shells of the datasets in `r` that no longer exist, and forget them. Never one
+/// with a file SCR holds below it: rank 0's (`t`), or any rank's as agreed at the sync point
+/// (`busy`: the directories of every rank's pending and open files), since other ranks run
+/// on while rank 0 sweeps and a directory another rank writes into must not vanish.
+fn remove_gone(s: &Session, t: &Table, busy: &[PathBuf], r: &mut Record) {
     // a dataset in the prefix has its files in its directories there: nothing to remove, now
     // or later; a dataset only in cache keeps its record until it is gone
+    let names: Vec<String> = r.names.keys().cloned().collect();
     let places = crate::runtime::dataset_places(&names);
     if places.iter().all(|(cached, in_prefix)| *cached && !in_prefix) {
         return;
     }
     let place = |n: &str| names.iter().position(|x| x == n).map_or((true, true), |i| places[i]);
-    let r = crate::persist::update(&p, KIND, |r: &mut Record| {
-        let mut gone = Vec::new();
-        r.names.retain(|n, e| match place(n) {
-            (_, true) => false,
-            (true, false) => true,
-            (false, false) => {
-                gone.append(&mut e.shells);
-                false
-            }
-        });
-        let needed: Vec<&RelPath> = r.names.values().flat_map(|e| e.dirs.iter()).collect();
-        // deepest first, so a parent made for the same checkpoint is empty when its turn comes
-        gone.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
-        gone.dedup();
-        for d in gone {
-            if needed.iter().any(|n| n.starts_with(&d)) || t.any_below(&d) || busy.iter().any(|b| b.starts_with(&d)) {
-                continue;
-            }
-            // never through a symbolic link below the prefix (someone who can write there could
-            // point `ckpt.5` at another directory)
-            match crate::paths::below(s.prefix.path(), &d) {
-                // not empty (a file the application put there): it stays, as on a plain file system
-                Ok(p) => {
-                    let _ = std::fs::remove_dir(p);
-                }
-                Err(e) => crate::scr_warn!("transparent mode: not removing a directory of a gone checkpoint: {e}"),
-            }
+    let mut gone = Vec::new();
+    r.names.retain(|n, e| match place(n) {
+        (_, true) => false,
+        (true, false) => true,
+        (false, false) => {
+            gone.append(&mut e.shells);
+            false
         }
     });
-    if let Err(e) = r {
-        crate::scr_warn!("transparent mode: removing empty directories of gone checkpoints: {e}");
+    let needed: Vec<&RelPath> = r.names.values().flat_map(|e| e.dirs.iter()).collect();
+    // deepest first, so a parent made for the same checkpoint is empty when its turn comes
+    gone.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    gone.dedup();
+    for d in gone {
+        if needed.iter().any(|n| n.starts_with(&d)) || t.any_below(&d) || busy.iter().any(|b| b.starts_with(&d)) {
+            continue;
+        }
+        // never through a symbolic link below the prefix (someone who can write there could
+        // point `ckpt.5` at another directory)
+        match crate::paths::below(s.prefix.path(), &d) {
+            // not empty (a file the application put there): it stays, as on a plain file system
+            Ok(p) => {
+                let _ = std::fs::remove_dir(p);
+            }
+            Err(e) => crate::scr_warn!("transparent mode: not removing a directory of a gone checkpoint: {e}"),
+        }
     }
 }
 
