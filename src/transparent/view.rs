@@ -5,7 +5,7 @@
 //!
 //! The rank publishes its view: `<pending area>/view.<rank>`, a checked metadata file
 //! ([`crate::persist`]) listing the cached files it holds (path below the prefix, bytes), written
-//! at start and after each sync point that changed the file table, and names it in the
+//! at start and after each sync point that changed what it lists, and names it in the
 //! environment its children inherit ([`ENV`]). A child process with the preload loaded (the
 //! front end reads the variable at load time) serves reads, metadata calls, listings and
 //! `realpath` of those files from the view, as the rank does; it changes no cached file. When
@@ -51,6 +51,10 @@ pub(super) fn paths(pending_root: &Path, rank: u32) -> (PathBuf, PathBuf) {
 /// The table generation last published (so an unchanged table is not written again).
 static PUBLISHED: AtomicU64 = AtomicU64::new(u64::MAX);
 
+/// The files of the view last written: a table that changed only in files the view does not
+/// list (pending ones, the most frequent change) is not written again either.
+static WRITTEN: std::sync::Mutex<Option<Vec<(PathBuf, PathBuf)>>> = std::sync::Mutex::new(None);
+
 /// The rank: publish its view if the table changed since the last time.
 pub(super) fn publish(s: &Session, t: &Table) {
     let Some(view) = &s.view else { return };
@@ -67,7 +71,11 @@ pub(super) fn publish(s: &Session, t: &Table) {
     let peers = t
         .peers_below(Path::new(""))
         .filter_map(|(rel, p)| p.local.as_ref().map(|bytes| (rel.to_path_buf(), bytes.clone())));
-    let files = own.chain(peers).collect();
+    let files: Vec<(PathBuf, PathBuf)> = own.chain(peers).collect();
+    let mut written = WRITTEN.lock().unwrap_or_else(|e| e.into_inner());
+    if written.as_ref() == Some(&files) {
+        return;
+    }
     let v = ViewFile {
         rank: s.rank,
         prefix: s.prefix.path().to_path_buf(),
@@ -76,8 +84,12 @@ pub(super) fn publish(s: &Session, t: &Table) {
         files,
     };
     // (the view only matters while this rank runs: no fsync)
-    if let Err(e) = crate::persist::write_atomic_unsynced(view, KIND, &v) {
-        crate::scr_warn!("transparent mode: child processes will not see the cached files: {e}");
+    match crate::persist::write_atomic_unsynced(view, KIND, &v) {
+        Ok(()) => *written = Some(v.files),
+        Err(e) => {
+            *written = None;
+            crate::scr_warn!("transparent mode: child processes will not see the cached files: {e}");
+        }
     }
 }
 
