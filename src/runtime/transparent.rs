@@ -411,8 +411,12 @@ impl Runtime {
             problems.push(e.to_string());
             placements.clear();
         }
+        let mut made = std::collections::HashSet::new();
         for (current, target, link) in placements {
-            let placed = self.make_parent_of(&target).and_then(|_| {
+            // (each directory once: most files of a dataset share a few)
+            let parent = target.parent().map(Path::to_path_buf);
+            let fresh = parent.is_some_and(|p| made.insert(p));
+            let placed = if fresh { self.make_parent_of(&target) } else { Ok(()) }.and_then(|_| {
                 if link {
                     link_file(current, &target)
                 } else {
@@ -457,8 +461,13 @@ fn flags_of(d: &crate::state::dataset::DatasetDesc) -> i32 {
     (if d.checkpoint { FLAG_CHECKPOINT } else { 0 }) | (if d.output { crate::FLAG_OUTPUT } else { 0 })
 }
 
-/// Hard-link a file of an earlier version into the new one (same store: same file system).
+/// Hard-link a file of an earlier version into the new one (same store: same file system),
+/// replacing what a killed attempt may have left under its name.
 fn link_file(from: &Path, to: &Path) -> Result<()> {
-    let _ = std::fs::remove_file(to);
-    std::fs::hard_link(from, to).map_err(|e| Error::io("link into the new version of the dataset", from, e))
+    let link = || std::fs::hard_link(from, to);
+    let r = match link() {
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::remove_file(to).and_then(|_| link()),
+        r => r,
+    };
+    r.map_err(|e| Error::io("link into the new version of the dataset", from, e))
 }

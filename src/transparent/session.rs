@@ -60,7 +60,13 @@ impl Session {
     pub fn make_pending(&self, rel: &std::path::Path) -> std::io::Result<PathBuf> {
         let cache = self.pending.join(rel);
         if let Some(parent) = cache.parent() {
-            std::fs::create_dir_all(parent)?;
+            // one `mkdir` when the directory exists (an entry there that is not a directory
+            // fails the open that follows, with ENOTDIR as in the prefix)
+            match std::fs::create_dir(parent) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(parent)?,
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
         }
         Ok(cache)
     }
