@@ -489,7 +489,10 @@ impl Runtime {
                 }
             }
             (None, _) => {
-                self.flushes.datasets.remove(&id);
+                // (already forgotten: nothing to write)
+                if self.flushes.datasets.remove(&id).is_none() {
+                    return;
+                }
             }
         }
         if self.node.rank() == 0 {

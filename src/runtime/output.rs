@@ -613,6 +613,16 @@ impl Runtime {
         }
         // more victims than the reduction carries: `evict_for_complete` broadcasts them
         let victims = (all[1] as usize <= CARRIED_VICTIMS).then(|| all[2..2 + all[1] as usize].to_vec());
+        // a new version of a transparent dataset replaces the earlier one, which leaves the
+        // cache next: the flush file forgets it in the same write, if only the cache has it
+        // (where a flush stands decides whether the new version goes to the prefix too)
+        if let Some(earlier) = self
+            .adoption
+            .earlier()
+            .filter(|&v| self.flushes.location(v) == Some(Location::Cache) && !self.bg.in_flight(v))
+        {
+            self.flushes.datasets.remove(&earlier);
+        }
         self.set_location(id, Some(Location::Cache));
         self.policy.last = super::policy::OutputStats { bytes: total, files, scheme: scheme.name() };
         self.report_complete(c, total, files, scheme);

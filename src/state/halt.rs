@@ -44,6 +44,11 @@ impl Halt {
     /// A checkpoint was taken: decrement `scr_halt --checkpoints`' count, if one is set. The
     /// file (in the prefix, written with fsync) is rewritten only then, not at every checkpoint.
     pub(crate) fn count_checkpoint(path: &Path) -> Result<(), MetaError> {
+        // no count set (the usual case): not even the lock is taken; a count `scr_halt` sets
+        // meanwhile counts from the next checkpoint
+        if Halt::load(path)?.checkpoints_left.is_none() {
+            return Ok(());
+        }
         // the closure's Err(()): no count is set, and the file is left as it is
         let _rewritten = persist::try_update(path, KIND, |h: &mut Halt| match h.checkpoints_left.as_mut() {
             Some(n) => {
