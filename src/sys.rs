@@ -157,12 +157,16 @@ pub(crate) fn parse_local_time(text: &str, format: &std::ffi::CStr) -> Option<i6
     }
 }
 
-/// Raise the calling thread's nice value to `nice` (`setpriority` on its thread id); a
-/// failure is ignored (the thread only runs at its old priority).
+/// Make the calling thread background work: the `SCHED_BATCH` policy (waking it never
+/// preempts a running thread; it gets the CPU at the scheduler's next tick instead) and nice
+/// value `nice` (`setpriority` on its thread id). Neither needs privileges; a failure is
+/// ignored (the thread only runs as it did).
 pub(crate) fn lower_thread_priority(nice: libc::c_int) {
-    // SAFETY: gettid has no preconditions; setpriority on our own thread id only changes
-    // this thread's nice value.
+    // SAFETY: pid 0 and our own thread id name this thread only; the parameter is a valid
+    // `sched_param` for a non-real-time policy (priority 0).
     unsafe {
+        let param = libc::sched_param { sched_priority: 0 };
+        libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
         libc::setpriority(libc::PRIO_PROCESS, tid, nice);
     }
@@ -240,6 +244,24 @@ impl Drop for SharedWords {
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
+
+    #[test]
+    fn a_background_thread_runs_batch_at_nice_10_and_the_caller_is_unchanged() {
+        // SAFETY (all three): queries of the calling thread's own scheduling, no side effects.
+        let policy = || unsafe { libc::sched_getscheduler(0) };
+        let nice = || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::syscall(libc::SYS_gettid) as libc::id_t) };
+        let (p0, n0) = (policy(), nice());
+        let (p, n) = std::thread::spawn(move || {
+            lower_thread_priority(10);
+            (policy(), nice())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(p, libc::SCHED_BATCH);
+        // (an absolute value: a caller already nicer than 10 cannot go back without privileges)
+        assert_eq!(n, n0.max(10));
+        assert_eq!((policy(), nice()), (p0, n0));
+    }
 
     #[test]
     fn errno_is_kept() {

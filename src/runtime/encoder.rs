@@ -13,8 +13,9 @@
 //! `OMPI_MPI_THREAD_LEVEL=3`; the preload asks for it when `SCR_ENCODE_ASYNC=1` is in the
 //! environment), and otherwise the encoding runs inside `SCR_Complete_output` as before, which
 //! `SCR_Init` says once. The thread has its own duplicates of the set communicators, runs at
-//! nice +10 and waits for its messages by testing and sleeping, not in a spinning blocking
-//! call, so the application's compute keeps the cores (see `BENCHMARKS.md` for what it costs).
+//! nice +10 under `SCHED_BATCH` and waits for its messages by testing and sleeping, not in a
+//! spinning blocking call, so the application's compute keeps the cores (see `BENCHMARKS.md`
+//! for what it costs).
 //!
 //! **Protection.** A dataset counts as protected by its scheme only when the encoding finished
 //! on every member of its set: the members publish their redundancy files under their names

@@ -1,7 +1,8 @@
 //! A background thread of the runtime: runs queued jobs one at a time, in the order they were
-//! queued, at a lower CPU priority than the application (nice +10), with the preload's hooks
-//! passing its file I/O (and MPI) straight through. The checksum, deletion and encoding
-//! workers are built on it; each keeps the status of its own jobs.
+//! queued, at a lower CPU priority than the application (nice +10, `SCHED_BATCH`: queuing a
+//! job never preempts the application), with the preload's hooks passing its file I/O (and
+//! MPI) straight through. The checksum, deletion and encoding workers are built on it; each
+//! keeps the status of its own jobs.
 //!
 //! A job that panics is caught and reported through `on_panic`, so the thread keeps serving
 //! the queue and a waiter is never left waiting for a job that died.

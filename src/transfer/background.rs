@@ -194,9 +194,9 @@ impl Shared {
     }
 }
 
-/// Background work yields to the application's threads (Linux: per-thread nice value).
-/// Lower the calling thread's CPU priority (nice +10): background work of the library yields
-/// to the application.
+/// Background work yields to the application's threads: the calling thread runs at nice +10
+/// under `SCHED_BATCH` (queuing work for it never preempts the application, whose rank may be
+/// in the middle of a checkpoint the other ranks wait for).
 pub(crate) fn lower_priority() {
     crate::sys::lower_thread_priority(10);
 }
