@@ -56,8 +56,11 @@ pub fn start(base: BaseFn) -> Result<(), StartError> {
         scr_warn!("transparent mode: other ranks' cached files are not visible to this rank: {e}");
     }
     state::refresh_committed(&mut state::table());
-    if let Ok(files) = crate::runtime::cached_files() {
-        super::naming::seed(files.into_iter().map(|f| (f.name, f.rel.to_string_lossy().into_owned())));
+    // this rank's files of the checkpoints in cache count as written under their names: a
+    // restarted run that writes them again rewrites in place (Quantum ESPRESSO's
+    // `restart_mode='restart'`), it does not grow
+    for f in crate::runtime::cached_files().unwrap_or_default() {
+        super::naming::seen(&f.name, std::iter::once(f.rel.to_string_lossy().as_ref()));
     }
     if setup.rank == 0 {
         scr_debug!(

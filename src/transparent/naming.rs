@@ -144,18 +144,8 @@ pub(super) fn fresh<'a>(name: &str, paths: impl Iterator<Item = &'a str>) -> u64
     paths.filter(|p| !seen.contains(*p)).count() as u64
 }
 
-/// This rank's files of the checkpoints in cache when the run starts, as (dataset name,
-/// path): they count as written under their names, so a restarted run that writes them again
-/// rewrites in place (Quantum ESPRESSO's `restart_mode='restart'`), it does not grow.
-pub(super) fn seed(files: impl Iterator<Item = (String, String)>) {
-    let mut g = WATCH.lock().unwrap_or_else(|e| e.into_inner());
-    let w = g.get_or_insert_with(Watch::default);
-    for (name, path) in files {
-        w.paths.entry(name).or_default().insert(path);
-    }
-}
-
-/// Dataset `name` completed with this rank's `paths`: they count as written under it.
+/// Dataset `name` completed with this rank's `paths` (or held them in cache when the run
+/// started): they count as written under it.
 pub(super) fn seen<'a>(name: &str, paths: impl Iterator<Item = &'a str>) {
     let mut g = WATCH.lock().unwrap_or_else(|e| e.into_inner());
     let w = g.get_or_insert_with(Watch::default);
@@ -260,7 +250,7 @@ mod tests {
 
     #[test]
     fn files_cached_at_the_start_are_not_fresh() {
-        seed([("seed.test".to_string(), "out/a".to_string())].into_iter());
+        seen("seed.test", ["out/a"].into_iter());
         assert_eq!(fresh("seed.test", ["out/a", "out/b"].into_iter()), 1);
         assert_eq!(fresh("other.test", ["out/a"].into_iter()), 1);
     }
