@@ -19,7 +19,7 @@ use super::copy::{copy_verified_paced, identity, try_link, Pace};
 use super::Ctx;
 use crate::error::{Error, Result};
 use crate::identity;
-use crate::state::filemap::DatasetRecord;
+use crate::state::filemap::{DatasetRecord, FileMeta};
 use crate::state::index::{Index, IndexEntry};
 use crate::state::layout::Layout;
 use crate::state::summary::{PrefixFile, Rank2File, Summary};
@@ -40,7 +40,7 @@ pub fn flush(ctx: &Ctx, rec: &mut DatasetRecord) -> Result<()> {
         let err = mark_flushing(ctx.layout, rec).err().map(|e| e.to_string());
         let mut ready = BTreeSet::new();
         let ours = rec.files.iter().filter(|_| err.is_none());
-        for f in ours.filter(|f| f.path != ctx.layout.prefix.path.join(&f.rel)) {
+        for f in ours.filter(|f| !in_place(ctx.layout, f)) {
             // (a refusal here is this rank's own copy's to report, below)
             let _ = ctx.layout.prefix.for_write(&f.rel, &mut ready);
         }
@@ -188,6 +188,11 @@ pub(crate) fn unmark_flushing(layout: &Layout, id: u64) {
     });
 }
 
+/// Whether `f` is a bypass dataset's file, written in place in the prefix (nothing to copy).
+fn in_place(layout: &Layout, f: &FileMeta) -> bool {
+    f.path == layout.prefix.path.join(&f.rel)
+}
+
 /// This rank's part of a flush: copy (or, for bypass datasets, check) each file. A cached file
 /// that is a hard link of an earlier one of the dataset (the same inode: the application
 /// linked it) becomes a hard link of that one's copy in the prefix, recorded as such. No MPI:
@@ -206,8 +211,8 @@ pub(super) fn copy_files(
     // and the CRC32 of the bytes copied
     let mut copied: std::collections::HashMap<super::copy::FileId, (usize, PathBuf, u32)> = Default::default();
     for f in &rec.files {
-        if f.path == layout.prefix.path.join(&f.rel) {
-            // a bypass dataset's file, written in place: read, so its whole path is checked
+        if in_place(layout, f) {
+            // read, so its whole path is checked
             let dst = layout.prefix.below(&f.rel)?;
             let size = std::fs::metadata(&dst).map_err(|e| Error::io("stat", &dst, e))?.len();
             if size != f.size {
