@@ -204,6 +204,11 @@ fn slot_bounds(size: i32) -> (usize, usize) {
     (256.min(max), max)
 }
 
+/// The error of a broadcast in which the root sent no decision ([`Comm::decide_at`]).
+fn no_decision(root: i32) -> CommError {
+    CommError { op: "broadcast", why: format!("rank {root} sent no decision") }
+}
+
 /// Which kind of communicator a [`Comm`] is.
 enum Imp {
     Mpi(SimpleCommunicator),
@@ -703,6 +708,98 @@ impl Comm {
         self.agreed("gather", local)
     }
 
+    /// One outcome from every rank's value, decided by `root` and known to every rank: the
+    /// values are gathered to `root`, which calls `decide` with them (`Err` if one does not
+    /// decode), and its outcome is broadcast. It answers what an allgather followed by the same
+    /// decision on every rank answers, but only `root` receives O(P) bytes: every other rank
+    /// sends its value and receives the outcome. Two collectives, each O(log P) deep: a gather
+    /// of a fixed slot per rank (as [`Comm::allgather_bytes`]'s, the same slot) and a
+    /// broadcast; when some value did not fit its slot, the broadcast asks for the rest (a
+    /// gatherv) and a second one brings the outcome, and the slot grows for the next call.
+    /// `decide` runs on `root` only.
+    pub fn decide_at<T, V>(&self, root: i32, value: &T, decide: impl FnOnce(CResult<Vec<T>>) -> V) -> CResult<V>
+    where
+        T: Serialize + DeserializeOwned,
+        V: Serialize + DeserializeOwned,
+    {
+        /// What the root broadcasts.
+        #[derive(Serialize, serde::Deserialize)]
+        enum Step<V> {
+            Decided(V),
+            /// Each rank's bytes beyond its slot, by rank: send them.
+            More(Vec<i32>),
+        }
+        let decode_all = |parts: Vec<Vec<u8>>| -> CResult<Vec<T>> {
+            parts.iter().enumerate().map(|(r, p)| decode("gather", r as i32, p)).collect()
+        };
+        let data = encode(value);
+        let inner = match &self.imp {
+            Imp::Mpi(c) => c,
+            Imp::Local(_) => {
+                let outcome = self.gather_bytes(root, &data).map(|parts| decide(decode_all(parts)));
+                return self.bcast(root, &outcome)?.ok_or_else(|| no_decision(root));
+            }
+        };
+        let proc = inner.process_at_rank(root);
+        let (slot, is_root) = (self.slot.get(), self.rank == root);
+        let room = slot - 4;
+        let n = data.len().min(room);
+        let mut mine = vec![0u8; slot];
+        mine[..4].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        mine[4..4 + n].copy_from_slice(&data[..n]);
+        count(Kind::Gather, slot);
+        let mut gathered = is_root.then(|| vec![0u8; slot * self.size as usize]);
+        match gathered.as_mut() {
+            Some(all) => proc.gather_into_root(&mine[..], &mut all[..]),
+            None => proc.gather_into(&mine[..]),
+        }
+        // the root: every rank's bytes in its slot, and how many did not fit
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        let mut over: Vec<i32> = Vec::new();
+        if let Some(all) = &gathered {
+            for c in all.chunks(slot) {
+                let len = u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize;
+                parts.push(c[4..4 + len.min(room)].to_vec());
+                over.push(len.saturating_sub(room) as i32);
+            }
+        }
+        let mut decide = Some(decide);
+        let mut step = if !is_root {
+            None
+        } else if over.iter().any(|o| *o > 0) {
+            Some(Step::More(over))
+        } else {
+            let decide = decide.take().expect("decided once");
+            Some(Step::Decided(decide(decode_all(std::mem::take(&mut parts)))))
+        };
+        loop {
+            match self.bcast(root, &step)?.ok_or_else(|| no_decision(root))? {
+                Step::Decided(v) => return Ok(v),
+                Step::More(over) => {
+                    let need = over.iter().map(|o| *o as usize + room).max().unwrap_or(0) + 4;
+                    self.slot.set(need.next_power_of_two().clamp(slot, slot_bounds(self.size).1));
+                    count(Kind::Gatherv, data.len() - n);
+                    step = None;
+                    if !is_root {
+                        proc.gather_varcount_into(&data[n..]);
+                        continue;
+                    }
+                    let displs = displacements(&over);
+                    let mut buf = vec![0u8; over.iter().sum::<i32>() as usize];
+                    {
+                        let mut part = PartitionMut::new(&mut buf[..], &over[..], &displs[..]);
+                        proc.gather_varcount_into_root(&data[n..], &mut part);
+                    }
+                    for (p, rest) in parts.iter_mut().zip(split_parts(&buf, &over, &displs)) {
+                        p.extend_from_slice(&rest);
+                    }
+                    let decide = decide.take().expect("decided once");
+                    step = Some(Step::Decided(decide(decode_all(std::mem::take(&mut parts)))));
+                }
+            }
+        }
+    }
+
     /// Every rank's byte string, on every rank: one allgather of a fixed slot per rank (its
     /// length and first bytes), and an allgatherv of the rest only when some rank's data
     /// did not fit (every rank knows: the lengths came with the slots). The slot then grows
@@ -897,6 +994,40 @@ mod tests {
                 assert_eq!(o.2 .2, gathered);
                 assert_eq!(o.3, r as i32 * 10);
                 assert!(o.4.is_empty(), "the root's empty bytes reach every rank");
+            }
+        }
+    }
+
+    #[test]
+    fn a_decision_at_the_root_reaches_every_rank_and_the_root_alone_sees_the_values() {
+        for n in [1usize, 4] {
+            let out = local::run(n, |c| {
+                let r = c.rank();
+                let mut seen = None;
+                let sum = c.decide_at(n as i32 - 1, &(r as u64 * 10), |all| {
+                    let all = all.expect("every value decodes");
+                    seen = Some(all.clone());
+                    all.iter().sum::<u64>()
+                });
+                // a value the root cannot decode is its decision's input too, on every rank alike
+                let broken = if r == 0 {
+                    let parts = c.gather_bytes(0, b"{broken");
+                    let outcome = parts.map(|p| {
+                        let all: CResult<Vec<u64>> =
+                            p.iter().enumerate().map(|(r, b)| decode("gather", r as i32, b)).collect();
+                        all.map_err(|e| e.to_string())
+                    });
+                    c.bcast(0, &outcome).unwrap().unwrap()
+                } else {
+                    c.decide_at(0, &7u64, |all| all.map_err(|e| e.to_string())).unwrap()
+                };
+                (sum.unwrap(), seen, broken)
+            });
+            for (r, (sum, seen, broken)) in out.into_iter().enumerate() {
+                assert_eq!(sum, (0..n as u64).map(|i| i * 10).sum::<u64>());
+                assert_eq!(seen.is_some(), r == n - 1, "only the root decides");
+                let e = broken.unwrap_err();
+                assert!(e.contains("data from rank 0 does not decode"), "{e}");
             }
         }
     }

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 
 use super::worker::Worker;
 use super::Runtime;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::paths::remove_tree_if_exists;
 use crate::state::filemap::Filemap;
 use crate::{scr_debug, scr_error, scr_warn};
@@ -182,8 +182,13 @@ impl Runtime {
                 }
             }
         }
-        let all: Vec<Vec<u64>> = self.world.allgather(&marked.into_iter().collect::<Vec<u64>>())?;
-        let ids: BTreeSet<u64> = all.into_iter().flatten().collect();
+        // their union, made by rank 0 (it alone receives every rank's marks)
+        let ids: BTreeSet<u64> = self
+            .world
+            .decide_at(0, &marked.into_iter().collect::<Vec<u64>>(), |all| {
+                all.map(|all| all.into_iter().flatten().collect::<BTreeSet<u64>>()).map_err(|e| e.to_string())
+            })?
+            .map_err(|why| Error::Other(format!("the marks of unfinished deletions: {why}")))?;
         if ids.is_empty() {
             return Ok(());
         }

@@ -77,6 +77,50 @@ enum Agreed {
     Names(std::result::Result<Vec<SharedFile>, RuntimeError>, (u64, u64), Vec<super::peers::Part>),
 }
 
+/// What the deciding rank holds after the first round of [`Runtime::agree_names`]: every
+/// rank's [`Routed`] (listings taken out), the totals, the listings.
+type Decided = (Vec<Routed>, (u64, u64), Vec<super::peers::Part>);
+
+/// Rank 0's verdict on every rank's [`Routed`], broadcast ([`Runtime::agree_names`]).
+#[derive(Serialize, Deserialize)]
+enum Verdict {
+    /// Some rank failed: the summary.
+    Failed(String),
+    /// Several ranks routed names with these hashes for themselves: their names are needed.
+    Hashes(Vec<u64>),
+    /// As [`Agreed::Names`].
+    Names(std::result::Result<Vec<SharedFile>, NameError>, (u64, u64), Vec<super::peers::Part>),
+}
+
+impl Verdict {
+    /// The verdict of [`plan_shared`]'s answer, with the dataset's totals and listings.
+    fn of(plan: Result<Vec<SharedFile>, Clash>, totals: (u64, u64), listed: &[super::peers::Part]) -> Verdict {
+        match plan {
+            Err(Clash::Hashes(h)) => Verdict::Hashes(h),
+            Err(Clash::Named(msg)) => Verdict::Names(Err(NameError::Misused(msg)), totals, listed.to_vec()),
+            Ok(list) => Verdict::Names(Ok(list), totals, listed.to_vec()),
+        }
+    }
+}
+
+/// Why the names of an output phase cannot stand, as rank 0 broadcasts it.
+#[derive(Serialize, Deserialize)]
+enum NameError {
+    /// A misused file, described.
+    Misused(String),
+    /// Names with equal hashes that could not be compared.
+    Uncompared,
+}
+
+impl From<NameError> for RuntimeError {
+    fn from(e: NameError) -> RuntimeError {
+        match e {
+            NameError::Misused(msg) => RuntimeError::Names(msg),
+            NameError::Uncompared => RuntimeError::Uncompared,
+        }
+    }
+}
+
 /// How the completion exchange of a dataset ended ([`Runtime::complete_shared`]).
 pub(super) enum Checked {
     /// Some rank failed (or the exchange did): the summary, not yet said.
@@ -180,13 +224,19 @@ impl Runtime {
         }
     }
 
-    /// Every rank's outcome, sizes and routed names, on every rank (one allgather), checked
-    /// alike by every rank: a failure summary, or the shared files as every rank declared
-    /// them (`Err` names a misused file) with the dataset's bytes and files.
+    /// Every rank's outcome, sizes and routed names, checked by rank 0 (one gather and one
+    /// broadcast of its verdict, [`Comm::decide_at`]): a failure summary, or the shared files as
+    /// every rank declared them (`Err` names a misused file) with the dataset's bytes and
+    /// files. Only rank 0 receives every rank's names (in transparent mode every rank receives
+    /// everything, one allgather, since every rank keeps every rank's listing, and decides
+    /// alike). A second round asks for the names behind hashes several ranks routed, when
+    /// there are any.
+    ///
+    /// [`Comm::decide_at`]: crate::comm::Comm::decide_at
     fn agree_names(&self, id: u64, failed: Option<String>, bytes: u64, files: u64) -> Result<Agreed> {
         let rec = &self.filemap.datasets[&id];
-        let bypass = rec.reddesc.bypass;
-        let transparent = self.mode == Mode::Transparent;
+        let (bypass, mode) = (rec.reddesc.bypass, self.mode);
+        let transparent = mode == Mode::Transparent;
         let routed = Routed {
             private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
             listed: if transparent { super::peers::list_of(rec, self.world.size() as usize) } else { None },
@@ -195,36 +245,65 @@ impl Runtime {
             bytes,
             files,
         };
-        let mut all: Vec<Routed> = self.world.allgather(&routed)?;
-        if all.iter().any(|r| r.failed.is_some()) {
-            let what = format!("dataset {id} ({})", rec.desc.name);
-            let errs: Vec<Option<String>> = all.into_iter().map(|r| r.failed).collect();
-            return Ok(Agreed::Failed(crate::transfer::failure_summary(&what, errs)));
-        }
-        let totals = (all.iter().map(|r| r.bytes).sum(), all.iter().map(|r| r.files).sum());
-        // (moved out: the names' check below does not read them)
-        let listed: Vec<_> = if transparent { all.iter_mut().map(|r| r.listed.take()).collect() } else { Vec::new() };
-        let colliding = match plan_shared(&all, &BTreeMap::new(), bypass, self.mode) {
-            Err(Clash::Hashes(h)) => h,
-            Err(Clash::Named(msg)) => return Ok(Agreed::Names(Err(RuntimeError::Names(msg)), totals, listed)),
-            Ok(list) => return Ok(Agreed::Names(Ok(list), totals, listed)),
+        // what the deciding rank gathered, kept for the second round
+        let mut kept: Option<Decided> = None;
+        let mut first = |all: std::result::Result<Vec<Routed>, crate::comm::CommError>| {
+            let mut all = match all {
+                Ok(all) => all,
+                Err(e) => return Verdict::Failed(format!("dataset {id}: {e}")),
+            };
+            if all.iter().any(|r| r.failed.is_some()) {
+                let what = format!("dataset {id} ({})", rec.desc.name);
+                return Verdict::Failed(crate::transfer::failure_summary(
+                    &what,
+                    all.into_iter().map(|r| r.failed).collect(),
+                ));
+            }
+            let totals = (all.iter().map(|r| r.bytes).sum(), all.iter().map(|r| r.files).sum());
+            // (moved out: the names' check below does not read them)
+            let listed: Vec<_> =
+                if transparent { all.iter_mut().map(|r| r.listed.take()).collect() } else { Vec::new() };
+            let v = Verdict::of(plan_shared(&all, &BTreeMap::new(), bypass, mode), totals, &listed);
+            kept = Some((all, totals, listed));
+            v
         };
-        // some name hash was routed by several ranks: learn the names
+        // transparent mode: every rank needs every rank's listing anyway, so every rank gets
+        // everything and decides alike; otherwise rank 0 decides
+        let verdict =
+            if transparent { first(self.world.allgather(&routed)) } else { self.world.decide_at(0, &routed, first)? };
+        let colliding = match verdict {
+            Verdict::Failed(summary) => return Ok(Agreed::Failed(summary)),
+            Verdict::Names(r, totals, listed) => return Ok(Agreed::Names(r.map_err(NameError::into), totals, listed)),
+            Verdict::Hashes(h) => h,
+        };
+        // some name hash was routed by several ranks: rank 0 learns the names
         let mine: Vec<(u64, PathBuf)> =
             rec.files.iter().map(|f| (hash(&f.rel), f.rel.clone())).filter(|(h, _)| colliding.contains(h)).collect();
-        let names = self.world.allgather(&mine)?;
-        let mut by_rank: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
-        for (r, list) in names.into_iter().enumerate() {
-            for (h, rel) in list {
-                by_rank.insert((r as u32, h), rel);
+        let mut second = |names: std::result::Result<Vec<Vec<(u64, PathBuf)>>, crate::comm::CommError>| {
+            let (all, totals, listed) = kept.take().expect("the deciding rank kept the first round");
+            let names = match names {
+                Ok(names) => names,
+                Err(e) => return Verdict::Failed(format!("dataset {id}: {e}")),
+            };
+            let mut by_rank: BTreeMap<(u32, u64), PathBuf> = BTreeMap::new();
+            for (r, list) in names.into_iter().enumerate() {
+                for (h, rel) in list {
+                    by_rank.insert((r as u32, h), rel);
+                }
             }
-        }
-        let done = match plan_shared(&all, &by_rank, bypass, self.mode) {
-            Ok(list) => Ok(list),
-            Err(Clash::Named(msg)) => Err(RuntimeError::Names(msg)),
-            Err(Clash::Hashes(_)) => Err(RuntimeError::Uncompared),
+            match Verdict::of(plan_shared(&all, &by_rank, bypass, mode), totals, &listed) {
+                // equal hashes left after the names were compared: not comparable here
+                Verdict::Hashes(_) => Verdict::Names(Err(NameError::Uncompared), totals, listed),
+                v => v,
+            }
         };
-        Ok(Agreed::Names(done, totals, listed))
+        let verdict =
+            if transparent { second(self.world.allgather(&mine)) } else { self.world.decide_at(0, &mine, second)? };
+        match verdict {
+            Verdict::Failed(summary) => Ok(Agreed::Failed(summary)),
+            Verdict::Names(r, totals, listed) => Ok(Agreed::Names(r.map_err(NameError::into), totals, listed)),
+            Verdict::Hashes(_) => unreachable!("the second round decides"),
+        }
     }
 
     /// Complete the shared files of valid dataset `id` (collective): rank 0 checks each one
