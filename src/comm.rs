@@ -376,17 +376,10 @@ impl Comm {
         }
     }
 
-    /// Split into groups of processes that gave equal strings (for example host names);
-    /// returns the group communicator, the number of groups and this process's group index
-    /// (groups numbered in sorted string order, so the result is the same on every run).
-    pub fn split_by_string(&self, s: &str) -> CResult<(Comm, usize, usize)> {
-        let (ids, groups) = self.group_ids(s)?;
-        let id = ids[self.rank as usize];
-        Ok((self.split(id as i32, self.rank), groups, id))
-    }
-
-    /// Number processes by equal strings: every process's group index (in sorted string
-    /// order) and the number of groups, on every process.
+    /// Number processes by equal strings (for example host names): every process's group index
+    /// and the number of groups, on every process. Groups are numbered in sorted string order,
+    /// so the numbers are the same on every run; [`Comm::split`] by its index makes a group's
+    /// communicator.
     pub fn group_ids(&self, s: &str) -> CResult<(Vec<usize>, usize)> {
         let all: Vec<String> = self.allgather(&s.to_string())?;
         let mut uniq: Vec<&String> = all.iter().collect();
@@ -1038,7 +1031,9 @@ mod tests {
             // colors: even and odd ranks; keys reverse the order
             let sub = c.split(c.rank() % 2, -c.rank());
             let members: Vec<i32> = sub.allgather(&c.rank()).unwrap();
-            let (node, groups, id) = c.split_by_string(if c.rank() < 3 { "b" } else { "a" }).unwrap();
+            let (ids, groups) = c.group_ids(if c.rank() < 3 { "b" } else { "a" }).unwrap();
+            let id = ids[c.rank() as usize];
+            let node = c.split(id as i32, c.rank());
             let dup = c.dup();
             // a message on the duplicate is not seen on the original
             if c.rank() == 0 {

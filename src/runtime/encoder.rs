@@ -253,19 +253,31 @@ impl Runtime {
     /// rank's rename, and the file is complete (its checked header is written last).
     pub(super) fn adopt_encodings(&mut self) {
         let mut changed = self.adopt_redundancy_files(|ext| ext == "xor" || ext == "rs" || ext == "partner", &[]);
-        // the sets (dataset, set) that some member published
-        let mine: Vec<(u64, usize)> = self
-            .filemap
-            .datasets
-            .values()
-            .filter_map(|r| r.red.as_ref().filter(|_| r.complete).map(|red| (r.desc.id, red.set_id)))
-            .collect();
-        match self.world.allgather(&mine) {
-            Ok(all) => {
-                let published: Vec<(u64, usize)> = all.into_iter().flatten().collect();
-                changed |= self.adopt_redundancy_files(|ext| ext == "part", &published);
+        // Only a run that ended between an encoding's agreement and its renames leaves a
+        // redundancy file under its temporary name: the ranks learn what the others published
+        // (an allgather) only when some rank holds one (one small allreduce otherwise).
+        let unpublished = self.filemap.datasets.values().any(|r| {
+            r.complete
+                && r.red.is_none()
+                && !r.reddesc.bypass
+                && std::fs::read_dir(r.dir.join(crate::paths::SCR_DIR))
+                    .is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "part")))
+        });
+        if self.world.any_true(unpublished) {
+            // the sets (dataset, set) that some member published
+            let mine: Vec<(u64, usize)> = self
+                .filemap
+                .datasets
+                .values()
+                .filter_map(|r| r.red.as_ref().filter(|_| r.complete).map(|red| (r.desc.id, red.set_id)))
+                .collect();
+            match self.world.allgather(&mine) {
+                Ok(all) => {
+                    let published: Vec<(u64, usize)> = all.into_iter().flatten().collect();
+                    changed |= self.adopt_redundancy_files(|ext| ext == "part", &published);
+                }
+                Err(e) => scr_error!("{e}; redundancy files left under their temporary names are not adopted"),
             }
-            Err(e) => scr_error!("{e}; redundancy files left under their temporary names are not adopted"),
         }
         if changed {
             if let Err(e) = self.save_filemap() {

@@ -66,13 +66,16 @@ impl Runtime {
         log::set_identity(world.rank(), &host);
         let (settings, descs) = agree_settings(&world, config)?;
         let (layout, job) = identify(&world, &settings, who, node_root.as_deref())?;
-        let (node, nnodes, node_id) = world.split_by_string(&host)?;
+        // every rank's node (numbered by host name), kept for the sets of failure group NODE
+        let (nodes, nnodes) = world.group_ids(&host)?;
+        let node_id = nodes[world.rank() as usize];
+        let node = world.split(node_id as i32, world.rank());
         if world.rank() == 0 {
             report_job(&settings, &layout, &job, nnodes);
         }
         let mut rt =
             Runtime::new(mode, Parts { world, node, node_id: node_id as u32, host, settings, descs, layout }, t0);
-        rt.open_run()?;
+        rt.open_run((&nodes, nnodes))?;
         if rt.rank0() {
             scr_debug!(1, "{} done in {:.3} s on {}", rt.call_name("SCR_Init"), t0.elapsed().as_secs_f64(), rt.host);
         }
@@ -119,15 +122,16 @@ impl Runtime {
     }
 
     /// The run's stamp, the prefix's lock, the directories, the event log, the redundancy
-    /// sets and encoder, then what to restart from (collective).
-    fn open_run(&mut self) -> Result<()> {
+    /// sets (`nodes`: every rank's node number, and the number of nodes) and encoder, then
+    /// what to restart from (collective).
+    fn open_run(&mut self, nodes: (&[usize], usize)) -> Result<()> {
         self.run_stamp = self.world.bcast(0, &(identity::now_usecs() as u64))?;
         self.lock_prefix()?;
         self.make_directories()?;
         if self.rank0() {
             self.events = EventLog::for_run(&self.settings, &self.layout.scr_dir(), &self.layout.jobid, &self.host);
         }
-        self.form_sets()?;
+        self.form_sets(nodes)?;
         self.setup_encoder()?;
         self.restore()
     }
@@ -484,17 +488,21 @@ fn agree_settings(
     Ok((settings, descs))
 }
 
-/// The run's directories, named by rank 0's reading of the user and the job (collective:
-/// one broadcast), and the job.
+/// The run's directories, named by rank 0's reading of the prefix (its canonical form: one
+/// `readlink` per component on the parallel file system, made once for the job, not once per
+/// rank), of the user and of the job (collective: one broadcast), and the job.
 fn identify(
     world: &Comm,
     settings: &Settings,
     who: Identify,
     node_root: Option<&std::path::Path>,
 ) -> Result<(Layout, JobId)> {
-    let prefix = Prefix::new(&settings.prefix);
-    let mine = (world.rank() == 0).then(|| who(&prefix.path));
-    let (user, job): (String, JobId) = world.bcast(0, &mine)?.expect("rank 0 sends its identity");
+    let mine = (world.rank() == 0).then(|| {
+        let prefix = Prefix::new(&settings.prefix);
+        let (user, job) = who(&prefix.path);
+        (prefix, user, job)
+    });
+    let (prefix, user, job): (Prefix, String, JobId) = world.bcast(0, &mine)?.expect("rank 0 sends its identity");
     let mut layout = Layout::new(prefix, &settings.cntl_base, &user, &job.id);
     if let Some(root) = node_root {
         layout = layout.on_node(root);

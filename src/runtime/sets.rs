@@ -18,20 +18,26 @@ use crate::{scr_debug, scr_warn};
 
 impl Runtime {
     /// One set plan per redundancy descriptor (`None` for SINGLE and bypass descriptors).
-    /// Collective over the world communicator.
-    pub(super) fn form_sets(&mut self) -> Result<()> {
+    /// Collective over the world communicator. `nodes` (every rank's node number, and the
+    /// number of nodes) are the failure groups of group `NODE`, known already; another group
+    /// numbers its values among all ranks.
+    pub(super) fn form_sets(&mut self, nodes: (&[usize], usize)) -> Result<()> {
         let mut plans = Vec::new();
         for d in self.descs.reddescs.clone() {
             if d.scheme == Scheme::Single || d.bypass {
                 plans.push(None);
                 continue;
             }
-            let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
-            let value = self.agree(
-                &format!("{}: failure group {} of CKPT={}", self.call_name("SCR_Init"), d.group, d.index),
-                value,
-            )?;
-            let (groups, ngroups) = self.world.group_ids(&value)?;
+            let (groups, ngroups) = if d.group == "NODE" {
+                (nodes.0.to_vec(), nodes.1)
+            } else {
+                let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
+                let value = self.agree(
+                    &format!("{}: failure group {} of CKPT={}", self.call_name("SCR_Init"), d.group, d.index),
+                    value,
+                )?;
+                self.world.group_ids(&value)?
+            };
             let sets = form_sets(&groups, d.set_size);
             let me = self.world.rank() as usize;
             let (id, set) = sets.iter().enumerate().find(|(_, s)| s.contains(&me)).expect("every rank is in a set");
