@@ -376,18 +376,23 @@ impl Comm {
         }
     }
 
-    /// Number processes by equal strings (for example host names): every process's group index
-    /// and the number of groups, on every process. Groups are numbered in sorted string order,
-    /// so the numbers are the same on every run; [`Comm::split`] by its index makes a group's
-    /// communicator.
-    pub fn group_ids(&self, s: &str) -> CResult<(Vec<usize>, usize)> {
-        let all: Vec<String> = self.allgather(&s.to_string())?;
-        let mut uniq: Vec<&String> = all.iter().collect();
-        uniq.sort();
-        uniq.dedup();
-        // every string of `all` is in `uniq`: its position is found
-        let ids = all.iter().map(|v| uniq.binary_search(&v).unwrap_or(0)).collect();
-        Ok((ids, uniq.len()))
+    /// Number processes by equal strings (for example host names), at `root`: this process's
+    /// group index and the number of groups, and on `root` every process's index. Groups are
+    /// numbered in sorted string order, so the numbers are the same on every run;
+    /// [`Comm::split`] by its index makes a group's communicator. Only `root` receives O(P)
+    /// bytes (a gather of the strings); every other process receives its own numbers (a
+    /// scatter).
+    pub fn group_index(&self, root: i32, s: &str) -> CResult<(usize, usize, Option<Vec<usize>>)> {
+        let ids = self.gather_bytes(root, s.as_bytes()).map(|all| {
+            let mut uniq: Vec<&Vec<u8>> = all.iter().collect();
+            uniq.sort();
+            uniq.dedup();
+            // every string of `all` is in `uniq`: its position is found
+            let ids: Vec<usize> = all.iter().map(|v| uniq.binary_search(&v).unwrap_or(0)).collect();
+            (ids, uniq.len())
+        });
+        let (id, n) = self.scatter(root, ids.as_ref().map(|(ids, n)| ids.iter().map(|&i| (i, *n)).collect()))?;
+        Ok((id, n, ids.map(|(ids, _)| ids)))
     }
 
     /// Send bytes to `dest` (blocking; the receiver must know the length).
@@ -1031,8 +1036,8 @@ mod tests {
             // colors: even and odd ranks; keys reverse the order
             let sub = c.split(c.rank() % 2, -c.rank());
             let members: Vec<i32> = sub.allgather(&c.rank()).unwrap();
-            let (ids, groups) = c.group_ids(if c.rank() < 3 { "b" } else { "a" }).unwrap();
-            let id = ids[c.rank() as usize];
+            let (id, groups, all) = c.group_index(0, if c.rank() < 3 { "b" } else { "a" }).unwrap();
+            assert_eq!(all, (c.rank() == 0).then(|| vec![1, 1, 1, 0]), "the root alone sees every index");
             let node = c.split(id as i32, c.rank());
             let dup = c.dup();
             // a message on the duplicate is not seen on the original

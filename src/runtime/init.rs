@@ -66,16 +66,16 @@ impl Runtime {
         log::set_identity(world.rank(), &host);
         let (settings, descs) = agree_settings(&world, config)?;
         let (layout, job) = identify(&world, &settings, who, node_root.as_deref())?;
-        // every rank's node (numbered by host name), kept for the sets of failure group NODE
-        let (nodes, nnodes) = world.group_ids(&host)?;
-        let node_id = nodes[world.rank() as usize];
+        // the nodes numbered by host name at rank 0, which keeps every rank's number for the
+        // sets of failure group NODE
+        let (node_id, nnodes, nodes) = world.group_index(0, &host)?;
         let node = world.split(node_id as i32, world.rank());
         if world.rank() == 0 {
             report_job(&settings, &layout, &job, nnodes);
         }
         let mut rt =
             Runtime::new(mode, Parts { world, node, node_id: node_id as u32, host, settings, descs, layout }, t0);
-        rt.open_run((&nodes, nnodes))?;
+        rt.open_run((nodes.as_deref(), nnodes))?;
         if rt.rank0() {
             scr_debug!(1, "{} done in {:.3} s on {}", rt.call_name("SCR_Init"), t0.elapsed().as_secs_f64(), rt.host);
         }
@@ -122,9 +122,9 @@ impl Runtime {
     }
 
     /// The run's stamp, the prefix's lock, the directories, the event log, the redundancy
-    /// sets (`nodes`: every rank's node number, and the number of nodes) and encoder, then
-    /// what to restart from (collective).
-    fn open_run(&mut self, nodes: (&[usize], usize)) -> Result<()> {
+    /// sets (`nodes`: every rank's node number on rank 0, and the number of nodes) and
+    /// encoder, then what to restart from (collective).
+    fn open_run(&mut self, nodes: (Option<&[usize]>, usize)) -> Result<()> {
         self.run_stamp = self.world.bcast(0, &(identity::now_usecs() as u64))?;
         self.lock_prefix()?;
         self.make_directories()?;

@@ -18,10 +18,12 @@ use crate::{scr_debug, scr_warn};
 
 impl Runtime {
     /// One set plan per redundancy descriptor (`None` for SINGLE and bypass descriptors).
-    /// Collective over the world communicator. `nodes` (every rank's node number, and the
-    /// number of nodes) are the failure groups of group `NODE`, known already; another group
-    /// numbers its values among all ranks.
-    pub(super) fn form_sets(&mut self, nodes: (&[usize], usize)) -> Result<()> {
+    /// Collective over the world communicator. Rank 0 forms the sets from every rank's failure
+    /// group and sends each rank its own set (a scatter: no rank but rank 0 receives O(P)
+    /// bytes). `nodes` (every rank's node number on rank 0, and the number of nodes) are the
+    /// failure groups of group `NODE`, known already; another group's values are numbered at
+    /// rank 0 ([`crate::comm::Comm::group_index`]).
+    pub(super) fn form_sets(&mut self, nodes: (Option<&[usize]>, usize)) -> Result<()> {
         let mut plans = Vec::new();
         for d in self.descs.reddescs.clone() {
             if d.scheme == Scheme::Single || d.bypass {
@@ -29,18 +31,29 @@ impl Runtime {
                 continue;
             }
             let (groups, ngroups) = if d.group == "NODE" {
-                (nodes.0.to_vec(), nodes.1)
+                (nodes.0.map(<[usize]>::to_vec), nodes.1)
             } else {
                 let value = self.descs.group_value(&d.group, &self.host).map_err(|e| Error::Other(e.to_string()));
                 let value = self.agree(
                     &format!("{}: failure group {} of CKPT={}", self.call_name("SCR_Init"), d.group, d.index),
                     value,
                 )?;
-                self.world.group_ids(&value)?
+                let (_, ngroups, all) = self.world.group_index(0, &value)?;
+                (all, ngroups)
             };
-            let sets = form_sets(&groups, d.set_size);
+            let sets = groups.map(|g| form_sets(&g, d.set_size));
+            // each rank's (set number, members in set order)
+            let each = sets.as_ref().map(|sets| {
+                let mut each = vec![(0usize, Vec::new()); self.world.size() as usize];
+                for (id, set) in sets.iter().enumerate() {
+                    for &r in set {
+                        each[r] = (id, set.clone());
+                    }
+                }
+                each
+            });
+            let (id, set): (usize, Vec<usize>) = self.world.scatter(0, each)?;
             let me = self.world.rank() as usize;
-            let (id, set) = sets.iter().enumerate().find(|(_, s)| s.contains(&me)).expect("every rank is in a set");
             let index = set.iter().position(|&r| r == me).expect("member");
             let (scheme, failures) = match (set.len(), d.scheme) {
                 (1, _) => (Scheme::Single, 0),
@@ -48,8 +61,8 @@ impl Runtime {
                 (_, s) => (s, 1),
             };
             let comm = self.world.split(id as i32, index as i32);
-            if self.rank0() {
-                self.report_sets(&d, &sets, ngroups);
+            if let Some(sets) = &sets {
+                self.report_sets(&d, sets, ngroups);
             }
             plans.push(Some(SetPlan {
                 id,
