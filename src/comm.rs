@@ -12,9 +12,14 @@
 //! Small data costs one MPI collective: a broadcast sends a fixed block holding the length
 //! and the first bytes ([`BCAST_INLINE`]), an allgather a fixed slot per rank holding its
 //! length and first bytes ([`Comm::allgather_bytes`]); only what does not fit follows in a
-//! second collective, which every rank knows to make (the lengths came with the first). The library never initialises
-//! or finalises MPI on the application's behalf (except `SCR_HALT_EXIT`, which ends the
-//! process by design).
+//! second collective, which every rank knows to make (the lengths came with the first).
+//!
+//! An allgather brings every rank O(P) bytes. Where only one outcome matters, rank 0 decides
+//! it instead ([`Comm::decide_at`]: a gather of the same slots, then a broadcast of the
+//! outcome), and where each rank needs only its own part of a decision, rank 0 scatters the
+//! parts ([`Comm::group_index`]): then only rank 0 receives bytes that grow with the number of
+//! processes. The library never initialises or finalises MPI on the application's behalf
+//! (except `SCR_HALT_EXIT`, which ends the process by design).
 //!
 //! A [`Comm`] is either an MPI communicator or an in-process one ([`local`]: ranks as
 //! threads of one process, for unit tests of collective code without `mpirun`). Every
