@@ -24,6 +24,7 @@ mod flights;
 mod init;
 mod joblock;
 mod manage;
+mod names;
 mod output;
 mod peers;
 mod policy;
