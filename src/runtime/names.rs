@@ -59,12 +59,13 @@ enum Verdict {
 }
 
 impl Verdict {
-    /// The verdict of [`plan_shared`]'s answer, with the dataset's totals and listings.
-    fn of(plan: Result<Vec<SharedFile>, Clash>, totals: (u64, u64), listed: &[super::peers::Part]) -> Verdict {
+    /// The final verdict of [`plan_shared`]'s answer, with the dataset's totals and listings
+    /// (equal hashes still left: names that could not be compared).
+    fn of(plan: Result<Vec<SharedFile>, Clash>, totals: (u64, u64), listed: Vec<super::peers::Part>) -> Verdict {
         match plan {
-            Err(Clash::Hashes(h)) => Verdict::Hashes(h),
-            Err(Clash::Named(msg)) => Verdict::Names(Err(NameError::Misused(msg)), totals, listed.to_vec()),
-            Ok(list) => Verdict::Names(Ok(list), totals, listed.to_vec()),
+            Err(Clash::Hashes(_)) => Verdict::Names(Err(NameError::Uncompared), totals, listed),
+            Err(Clash::Named(msg)) => Verdict::Names(Err(NameError::Misused(msg)), totals, listed),
+            Ok(list) => Verdict::Names(Ok(list), totals, listed),
         }
     }
 }
@@ -113,7 +114,7 @@ impl Runtime {
             bytes,
             files,
         };
-        // what the deciding rank gathered, kept for the second round
+        // what the deciding rank gathered, kept when a second round follows
         let mut kept: Option<Decided> = None;
         let mut first = |all: std::result::Result<Vec<Routed>, crate::comm::CommError>| {
             let mut all = match all {
@@ -131,9 +132,13 @@ impl Runtime {
             // (moved out: the names' check below does not read them)
             let listed: Vec<_> =
                 if transparent { all.iter_mut().map(|r| r.listed.take()).collect() } else { Vec::new() };
-            let v = Verdict::of(plan_shared(&all, &BTreeMap::new(), bypass, mode), totals, &listed);
-            kept = Some((all, totals, listed));
-            v
+            match plan_shared(&all, &BTreeMap::new(), bypass, mode) {
+                Err(Clash::Hashes(h)) => {
+                    kept = Some((all, totals, listed));
+                    Verdict::Hashes(h)
+                }
+                plan => Verdict::of(plan, totals, listed),
+            }
         };
         // transparent mode: every rank needs every rank's listing anyway, so every rank gets
         // everything and decides alike; otherwise rank 0 decides
@@ -159,11 +164,7 @@ impl Runtime {
                     by_rank.insert((r as u32, h), rel);
                 }
             }
-            match Verdict::of(plan_shared(&all, &by_rank, bypass, mode), totals, &listed) {
-                // equal hashes left after the names were compared: not comparable here
-                Verdict::Hashes(_) => Verdict::Names(Err(NameError::Uncompared), totals, listed),
-                v => v,
-            }
+            Verdict::of(plan_shared(&all, &by_rank, bypass, mode), totals, listed)
         };
         let verdict =
             if transparent { second(self.world.allgather(&mine)) } else { self.world.decide_at(0, &mine, second)? };
