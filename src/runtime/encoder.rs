@@ -252,17 +252,12 @@ impl Runtime {
     /// agreeing that every one finished, so the run ended between that agreement and this
     /// rank's rename, and the file is complete (its checked header is written last).
     pub(super) fn adopt_encodings(&mut self) {
-        let mut changed = self.adopt_redundancy_files(|ext| ext == "xor" || ext == "rs" || ext == "partner", &[]);
+        let (mut changed, unpublished) =
+            self.adopt_redundancy_files(|ext| ext == "xor" || ext == "rs" || ext == "partner", &[]);
         // Only a run that ended between an encoding's agreement and its renames leaves a
-        // redundancy file under its temporary name: the ranks learn what the others published
-        // (an allgather) only when some rank holds one (one small allreduce otherwise).
-        let unpublished = self.filemap.datasets.values().any(|r| {
-            r.complete
-                && r.red.is_none()
-                && !r.reddesc.bypass
-                && std::fs::read_dir(r.dir.join(crate::paths::SCR_DIR))
-                    .is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "part")))
-        });
+        // redundancy file under its temporary name (the pass above saw them): the ranks learn
+        // what the others published (an allgather) only when some rank holds one (one small
+        // allreduce otherwise).
         if self.world.any_true(unpublished) {
             // the sets (dataset, set) that some member published
             let mine: Vec<(u64, usize)> = self
@@ -274,7 +269,7 @@ impl Runtime {
             match self.world.allgather(&mine) {
                 Ok(all) => {
                     let published: Vec<(u64, usize)> = all.into_iter().flatten().collect();
-                    changed |= self.adopt_redundancy_files(|ext| ext == "part", &published);
+                    changed |= self.adopt_redundancy_files(|ext| ext == "part", &published).0;
                 }
                 Err(e) => scr_error!("{e}; redundancy files left under their temporary names are not adopted"),
             }
@@ -288,13 +283,16 @@ impl Runtime {
 
     /// Adopt this rank's redundancy files whose extension `ext` accepts for complete datasets
     /// without recorded redundancy; a `.part` file only if its (dataset, set) is in
-    /// `published`, and it is renamed to its final name first. Whether any was adopted.
-    fn adopt_redundancy_files(&mut self, ext: impl Fn(&str) -> bool, published: &[(u64, usize)]) -> bool {
+    /// `published`, and it is renamed to its final name first. Returns whether any was
+    /// adopted, and whether a dataset left without redundancy holds a `.part` file.
+    fn adopt_redundancy_files(&mut self, ext: impl Fn(&str) -> bool, published: &[(u64, usize)]) -> (bool, bool) {
         let rank = self.world.rank();
-        let mut changed = false;
+        let (mut changed, mut unpublished) = (false, false);
         for rec in self.filemap.datasets.values_mut().filter(|r| r.complete && r.red.is_none() && !r.reddesc.bypass) {
             let Ok(entries) = std::fs::read_dir(rec.dir.join(crate::paths::SCR_DIR)) else { continue };
+            let mut part_here = false;
             for path in entries.flatten().map(|e| e.path()) {
+                part_here |= path.extension().is_some_and(|x| x == "part");
                 let wanted = path.extension().and_then(|x| x.to_str()).is_some_and(&ext);
                 let Some((h, _)) = wanted.then(|| redfile::read_header(&path).ok()).flatten() else { continue };
                 if h.desc.id != rec.desc.id || h.red.ranks.get(h.red.index) != Some(&rank) {
@@ -330,7 +328,8 @@ impl Runtime {
                 changed = true;
                 break;
             }
+            unpublished |= part_here && rec.red.is_none();
         }
-        changed
+        (changed, unpublished)
     }
 }
