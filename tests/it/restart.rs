@@ -17,6 +17,23 @@ fn fresh_run_then_restart_from_cache_without_the_prefix() {
     assert!(!job.prefix.join(".scr/index.scr").exists() || job.index()["datasets"].as_object().unwrap().is_empty());
 }
 
+/// SCR_PREFIX names the prefix through a symbolic link while the ranks route names under the
+/// real directory (they run there): rank 0 alone resolves the link, and every rank routes,
+/// flushes and restarts through what it sent.
+#[test]
+fn a_prefix_named_through_a_link_is_resolved_once_for_every_rank() {
+    let mut job = Job::new();
+    let link = job.root.join("prefix-link");
+    std::os::unix::fs::symlink(&job.prefix, &link).unwrap();
+    job.set("SCR_PREFIX", &link.display().to_string()).set("SCR_FLUSH", "1");
+    let r = job.run("test_api", &["--steps", "2", "--size", "300000"]);
+    assert!(r.has("DONE steps=1..2") && r.code == Some(0), "{}", r.dump());
+    assert_eq!(job.index()["datasets"]["2"]["complete"], true, "{}", job.index());
+    job.wipe_cache();
+    let r = job.run("test_api", &["--steps", "1", "--size", "300000"]);
+    assert!(r.has("RESTARTED ckpt.2 step=2"), "{}", r.dump());
+}
+
 #[test]
 fn restart_from_prefix_after_cache_is_lost() {
     let mut job = Job::new();
