@@ -2,7 +2,7 @@
  * applications use (issue 22), for transparent mode:
  *
  *   shapes --dir DIR --shape final|toggle|hold [--steps N] [--size BYTES] [--crash-at STEP]
- *          [--syncs K]
+ *          [--syncs K] [--read-rw] [--update]
  *
  * final   (OpenFOAM's last time directory): N steps of MPI_Allreduce, then every rank writes
  *         final/rank_<r>.dat and calls MPI_Finalize, no collective in between. At start,
@@ -16,6 +16,9 @@
  *         "latest"); K allreduces per step. At start, the checkpoint "latest" names is verified.
  *
  * Each data file: a 4-byte step, then BYTES bytes that depend on step, rank and offset.
+ * --read-rw: data files are opened for reading with O_RDWR, as Fortran's OPEN without ACTION=
+ * does (gfortran); --update: they are rewritten through O_RDWR without O_TRUNC (an update in
+ * place of every byte) instead of O_WRONLY | O_TRUNC.
  * --crash-at STEP: the last rank exits (status 9) at the start of STEP.
  * Prints (rank 0): RESTARTED ... verified | NO_RESTART, CHECKPOINT <s>, DONE. */
 #include <errno.h>
@@ -30,6 +33,7 @@
 static const char *dir = ".";
 static long size = 1 << 16;
 static int rank, nranks;
+static int read_rw = 0, update = 0;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -41,7 +45,7 @@ static unsigned char byte_at(int step, long i) {
 }
 
 static void write_data(const char *path, int step) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  int fd = open(path, update ? O_RDWR | O_CREAT : O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) die("open", path);
   unsigned char *buf = malloc(size + 4);
   memcpy(buf, &step, 4);
@@ -53,7 +57,7 @@ static void write_data(const char *path, int step) {
 
 /* The step a data file holds if every byte is right, 0 if it is missing, -1 if it is bad. */
 static int read_data(const char *path) {
-  int fd = open(path, O_RDONLY);
+  int fd = open(path, read_rw ? O_RDWR : O_RDONLY);
   if (fd < 0) return 0;
   unsigned char *buf = malloc(size + 5);
   long got = 0, n;
@@ -117,6 +121,8 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--size")) size = atol(argv[++i]);
     else if (!strcmp(argv[i], "--crash-at")) crash_at = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--syncs")) syncs = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--read-rw")) read_rw = 1;
+    else if (!strcmp(argv[i], "--update")) update = 1;
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

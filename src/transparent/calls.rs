@@ -111,9 +111,11 @@ fn create_pending(
     }
     let cache = s.make_pending(rel).map_err(|e| errno_of(&e))?;
     let _ = std::fs::remove_file(&cache);
+    let mut copied = None;
     match from {
         Some(src) => {
             std::fs::copy(src, &cache).map_err(|e| errno_of(&e))?;
+            copied = super::untouched::Copied::now(rel, src, &cache);
         }
         // an existing file truncated (`O_TRUNC` without `O_CREAT`): the open needs a file
         None if flags & libc::O_CREAT == 0 => {
@@ -122,6 +124,9 @@ fn create_pending(
         None => {}
     }
     let id = t.add(rel, cache.clone(), false);
+    if let Some(p) = t.get_mut(id) {
+        p.copied = copied;
+    }
     Ok((id, cache))
 }
 
@@ -246,6 +251,15 @@ pub fn closed(id: u32, ok: bool) {
         }
     } else if let Some(p) = t.get(id) {
         super::writes::closed(&s.pending, &p.cache, !p.failed);
+        // a copy for an update in place that changed nothing: the file it replaced stands
+        let unchanged = !p.failed
+            && !p.takes_over
+            && p.copied.as_ref().is_some_and(|c| super::untouched::unchanged(c, &p.rel, &p.cache));
+        if unchanged {
+            let cache = p.cache.clone();
+            t.unchanged(id);
+            let _ = std::fs::remove_file(cache);
+        }
     }
 }
 

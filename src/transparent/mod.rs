@@ -26,6 +26,7 @@
 //! | ground | `plain` | the answers the front end applies ([`Call`], [`Done`], [`Opening`]), plain file operations |
 //! | | [`prefix`] | which path arguments concern the prefix (fast, no allocation) |
 //! | | [`fds`] | which descriptors write pending files |
+//! | | `untouched` | whether a copy made for an update in place was closed unchanged |
 //! | | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
 //! | | [`writes`] | the write journal: which pending files a killed run was still writing |
 //! | | [`board`] | the node board: a sync point's agreement in shared memory when every rank is on one node |
@@ -54,6 +55,7 @@ pub(crate) mod shells;
 mod state;
 pub mod sync;
 pub(crate) mod table;
+mod untouched;
 pub mod view;
 mod writes;
 

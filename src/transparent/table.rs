@@ -47,6 +47,9 @@ pub struct Pending {
     /// The dataset of the committed file this one replaced (it joins that dataset when no
     /// pattern routes its path).
     pub dataset: Option<String>,
+    /// A copy of the file it replaced, made for an update in place: dropped at its last close
+    /// if nothing changed ([`super::untouched`]).
+    pub copied: Option<super::untouched::Copied>,
 }
 
 /// A file of a complete cached dataset.
@@ -273,6 +276,7 @@ impl Table {
             shares_committed,
             takes_over: false,
             dataset,
+            copied: None,
         };
         self.pending.insert(id, p);
         self.by_path.insert(rel.to_path_buf(), id);
@@ -348,6 +352,13 @@ impl Table {
         if let Some(c) = self.removed.remove(&rel) {
             self.committed.insert(rel, c);
         }
+    }
+
+    /// Pending file `id`, a copy made for an update in place, closed without a change: as
+    /// [`Table::abandon`], and its last close is no event (no completion is attempted for it).
+    pub fn unchanged(&mut self, id: u32) {
+        self.abandon(id);
+        self.settled = self.settled.saturating_sub(1);
     }
 
     /// Forget pending file `id` (it joined a dataset, or went to the prefix).

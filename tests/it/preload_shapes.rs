@@ -114,6 +114,33 @@ fn restart_files_rewritten_under_one_name_are_flushed_every_scr_flush_versions()
 }
 
 #[test]
+fn restart_files_opened_for_reading_and_writing_but_only_read_make_no_checkpoint() {
+    // Fortran's OPEN without ACTION= opens O_RDWR (gfortran): a restart that only reads its
+    // files that way forms no version of them (SCR_FLUSH=1 would flush it as a checkpoint);
+    // files updated in place through such a descriptor do
+    let job = transparent("toggle/**", "1");
+    let r = run(&job, &["--shape", "toggle", "--steps", "4", "--update"]);
+    assert!(r.has("NO_RESTART") && r.has("CHECKPOINT 4") && r.has("DONE"), "{}", r.dump());
+    let newest = |job: &Job| indexed(job, "toggle").into_iter().max();
+    let flushed = newest(&job);
+    assert!(flushed.is_some(), "{}\n{}", job.index(), r.dump());
+    for _ in 0..2 {
+        let r = run(&job, &["--shape", "toggle", "--steps", "4", "--read-rw"]);
+        assert!(r.has("RESTARTED 4 verified") && r.has("DONE"), "{}", r.dump());
+        assert_eq!(newest(&job), flushed, "{}\n{}", job.index(), r.dump());
+        assert!(job.cached_files("scr.pending/").iter().all(|f| !f.contains("toggle")), "{:?}", job.cached_files(""));
+    }
+    let r = run(&job, &["--shape", "toggle", "--steps", "5", "--read-rw", "--update"]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("CHECKPOINT 5"), "{}", r.dump());
+    assert_eq!(newest(&job), flushed.map(|c| c + 1), "{}\n{}", job.index(), r.dump());
+    // the updated bytes are what the prefix holds: a lost cache restarts at step 5
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "toggle", "--steps", "5", "--read-rw"]);
+    assert!(r.has("RESTARTED 5 verified") && r.has("DONE"), "{}", r.dump());
+    assert_no_api_names(&r);
+}
+
+#[test]
 fn restart_files_rewritten_under_one_name_flush_in_the_background_when_due() {
     // SCR_FLUSH_ASYNC=1: a due version goes to the prefix in the background, one not due
     // is not flushed at all (no synchronous flush because an earlier version was flushed)
