@@ -140,7 +140,7 @@ pub struct Table {
     pub(super) completing: Option<Completing>,
 }
 
-/// A completion the runtime works on without the table lock ([`without_table`]): the files
+/// A completion the runtime works on without the table lock ([`super::state::without_table`]): the files
 /// it takes (pending and shared ids, and the paths of those and of the removed files it
 /// records). Committed files may change under it too (a new version replaces them, the cache
 /// evicts them).
