@@ -13,6 +13,7 @@
 # QE_ECUT=<Ry> (default 12) and QE_KPOINTS="<n n n>" (default "2 2 2"): the defaults make an MD
 # step of ~14 ms with 2 ranks and QE writes its restart files several times per step; 30 and
 # "4 4 4" make steps of ~150 ms and larger files.
+# APPS="foam qe" (default) or one of them: the applications timed.
 # PATTERNS=<SCR_PRELOAD_PATTERNS> replaces both applications' pattern (one that matches no file,
 # such as 'none/**', measures the sync points and the hooks without checkpoints).
 # Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
@@ -31,6 +32,7 @@ nstep=${2:-10}
 np=${NP:-4}
 ecut=${QE_ECUT:-12}
 kpoints=${QE_KPOINTS:-2 2 2}
+apps=" ${APPS:-foam qe} "
 split="$np 1 1" # the cavity's blocks per direction
 [ "$np" = 4 ] && split="2 2 1"
 
@@ -146,16 +148,19 @@ if [ -n "$before" ]; then
 else
   printf "  %-34s %21s %21s   %s\n" "run (wall s: median (min-max))" "plain" "preloaded" "preloaded/plain"
 fi
-pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
 same() { # same <app> <grep pattern>: the last runs with and without the preload printed the same
   if diff <(grep -E "$2" "$work/out.$1.0") <(grep -E "$2" "$work/out.$1.1") >/dev/null; then
-    echo "  ($1: the same $(grep -cE "$2" "$work/out.$1.0") solver lines with and without the preload; $(find "$work/cache" -type f | wc -l) files in cache)"
+    echo "  ($1: the same $(grep -cE "$2" "$work/out.$1.0") solver lines with and without the preload; $(find "$work/cache" -type f | wc -l) files in cache, the last run's newest dataset id $(ls -d "$work"/cache/*/*/scr.dataset.* 2>/dev/null | sed 's/.*scr[.]dataset[.]//' | sort -n | tail -1))"
   else
     echo "  ($1: SOLVER OUTPUT DIFFERS with the preload)"
   fi
 }
-same foam 'Solving for|Courant Number'
-
-pairs qe "pw.x Si MD, ecut $ecut, k $kpoints, $nstep steps"
-same qe 'total energy|scf accuracy|Ekin|temperature' 
+if [[ $apps == *" foam "* ]]; then
+  pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
+  same foam 'Solving for|Courant Number'
+fi
+if [[ $apps == *" qe "* ]]; then
+  pairs qe "pw.x Si MD, ecut $ecut, k $kpoints, $nstep steps"
+  same qe 'total energy|scf accuracy|Ekin|temperature'
+fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); target: ratio <= 1.02"
