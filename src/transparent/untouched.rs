@@ -74,7 +74,7 @@ pub fn unchanged(c: &Copied, rel: &Path, cache: &Path) -> bool {
         return false;
     }
     let source_len = std::fs::metadata(&c.source).map(|m| m.len()).ok();
-    source_len == Some(c.stamp.len) && same_bytes(&c.source, cache).unwrap_or(false) && !mapped(cache)
+    source_len == Some(c.stamp.len) && same_bytes(&c.source, cache).unwrap_or(false) && !mapped(&c.stamp)
 }
 
 /// Whether `a` and `b` hold the same bytes.
@@ -106,12 +106,20 @@ fn fill(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(n)
 }
 
-/// Whether this process maps `path` (a mapping may still write to it). Unknown: yes.
-fn mapped(path: &Path) -> bool {
+/// Whether this process maps the file `s` describes (a mapping may still write to it), by
+/// device and inode, whatever path mapped it. Unknown: yes.
+fn mapped(s: &Stamp) -> bool {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return true };
-    let Some(p) = path.to_str() else { return true };
-    maps.lines()
-        .any(|l| l.ends_with(p) && l.len().checked_sub(p.len() + 1).and_then(|i| l.as_bytes().get(i)) == Some(&b' '))
+    // glibc's dev_t: major in bits 8-19 and 32-43, minor in bits 0-7 and 12-31
+    let major = ((s.dev >> 32) & 0xffff_f000) | ((s.dev >> 8) & 0xfff);
+    let minor = ((s.dev >> 12) & 0xffff_ff00) | (s.dev & 0xff);
+    // address perms offset major:minor inode [path], the device numbers in hex
+    maps.lines().any(|l| {
+        let mut f = l.split_whitespace().skip(3);
+        let dev = f.next().and_then(|d| d.split_once(':'));
+        let at = dev.and_then(|(a, b)| Some((u64::from_str_radix(a, 16).ok()?, u64::from_str_radix(b, 16).ok()?)));
+        at == Some((major, minor)) && f.next().and_then(|i| i.parse::<u64>().ok()) == Some(s.ino)
+    })
 }
 
 #[cfg(test)]
@@ -178,12 +186,16 @@ mod tests {
 
     #[test]
     fn a_mapped_copy_is_kept() {
-        let (_d, _src, copy, c) = setup(b"eight by");
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(&copy).unwrap();
+        let (d, _src, copy, c) = setup(b"eight by");
+        // mapped through another path (a symlinked directory): found by device and inode
+        std::os::unix::fs::symlink(d.path(), d.path().with_extension("link")).unwrap();
+        let other = d.path().with_extension("link").join("copy");
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(&other).unwrap();
         let m = crate::sys::SharedWords::map(std::os::fd::AsFd::as_fd(&f), 1).unwrap();
         drop(f);
         assert!(!unchanged(&c, Path::new("f"), &copy), "mapped after the close");
         drop(m);
         assert!(unchanged(&c, Path::new("f"), &copy));
+        std::fs::remove_file(d.path().with_extension("link")).unwrap();
     }
 }
