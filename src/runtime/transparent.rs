@@ -316,6 +316,9 @@ impl Runtime {
     }
 
     pub(super) fn adopt_output(&mut self, a: &Adopt) -> Result<Adopted> {
+        // CRC32s the worker finished ride with the files the new version carries (else its
+        // job would compute them again)
+        self.retire_checksums();
         let held = self.filemap.by_name(a.name).filter(|r| r.complete && !r.reddesc.bypass).map(|r| r.desc.id);
         let new: std::collections::HashSet<&Path> = a.files.iter().map(|(rel, _)| rel.as_path()).collect();
         let carried: Vec<FileMeta> = held
@@ -405,6 +408,17 @@ impl Runtime {
             match self.route_rel(rel) {
                 Ok((target, _)) => placements.push((current, target, link)),
                 Err(e) => problems.push(e.to_string()),
+            }
+        }
+        // a carried file is a hard link to the earlier version's bytes: its CRC32 holds (the
+        // background worker would otherwise read every carried file again for each version)
+        let crcs: std::collections::HashMap<&Path, u32> =
+            carried.iter().filter_map(|f| Some((f.rel.as_path(), f.crc?))).collect();
+        if let Some(rec) = self.filemap.datasets.get_mut(&id).filter(|_| !crcs.is_empty()) {
+            for f in rec.files.iter_mut() {
+                if let Some(crc) = crcs.get(f.rel.as_path()) {
+                    f.crc = Some(*crc);
+                }
             }
         }
         if let Err(e) = self.persist_start(id) {

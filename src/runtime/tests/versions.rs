@@ -242,3 +242,34 @@ fn route_rel_refuses_a_name_not_utf8_naming_the_file() {
         assert!(scr.contains("which SCR reserves"), "{scr}");
     }
 }
+
+#[test]
+fn a_carried_file_keeps_the_crc32_of_its_bytes_as_written() {
+    // version 1 holds a and b; once b's CRC32 is taken, b's bytes in cache are damaged (same
+    // size); version 2 rewrites a only and carries b: b keeps the CRC32 taken of its bytes as
+    // written (a restart finds the damage), not one of the damaged bytes
+    let c = cluster(2);
+    let out = c.run(|rt| {
+        let r = rt.rank();
+        let (a, b) = (format!("a.{r}"), format!("b.{r}"));
+        adopt(rt, "ckpt", &[(&a, vec![1; 4096]), (&b, vec![2; 4096])], &[], true);
+        rt.finish_checksums();
+        let crc_of = |rt: &Runtime| {
+            let rec = rt.filemap.by_name("ckpt").unwrap();
+            let f = rec.files.iter().find(|f| f.rel == Path::new(&b)).unwrap();
+            (f.crc, f.path.clone())
+        };
+        let (taken, path) = crc_of(rt);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[100] ^= 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        adopt(rt, "ckpt", &[(&a, vec![3; 4096])], &[], true);
+        rt.finish_checksums();
+        let (carried, _) = crc_of(rt);
+        (taken, carried, crc32fast::hash(&bytes))
+    });
+    for (taken, carried, damaged) in out {
+        assert_eq!(taken, Some(crc32fast::hash(&[2; 4096])));
+        assert_eq!(carried, taken, "the damaged bytes' CRC32 is {damaged:#x}");
+    }
+}
