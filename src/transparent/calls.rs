@@ -257,7 +257,7 @@ pub fn closed(id: u32, ok: bool) {
             && p.copied.as_ref().is_some_and(|c| super::untouched::unchanged(c, &p.rel, &p.cache));
         if unchanged {
             let cache = p.cache.clone();
-            t.unchanged(id);
+            t.drop_unchanged_copy(id);
             let _ = std::fs::remove_file(cache);
         }
     }

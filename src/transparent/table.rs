@@ -356,7 +356,7 @@ impl Table {
 
     /// Pending file `id`, a copy made for an update in place, closed without a change: as
     /// [`Table::abandon`], and its last close is no event (no completion is attempted for it).
-    pub fn unchanged(&mut self, id: u32) {
+    pub fn drop_unchanged_copy(&mut self, id: u32) {
         self.abandon(id);
         self.settled = self.settled.saturating_sub(1);
     }
