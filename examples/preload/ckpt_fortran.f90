@@ -37,7 +37,8 @@ program ckpt_fortran
     write (path, '(a,"/ckpt.",i0,"/rank_",i0,".dat")') trim(dir), start, rank
     inquire (file=trim(path), exist=there)
     if (there) then
-      open (newunit=u, file=trim(path), access='stream', form='unformatted', status='old', action='read', iostat=ios)
+      ! no ACTION=, as most Fortran codes read their restart files: gfortran opens O_RDWR
+      open (newunit=u, file=trim(path), access='stream', form='unformatted', status='old', iostat=ios)
       if (ios == 0) then
         read (u, iostat=ios) got
         if (ios == 0 .and. all(got == buf)) ok = 1

@@ -409,6 +409,10 @@ fn crash_and_restart(exe: Vec<String>, marker: &str) {
     let r = with("8", None);
     assert!(r.has("RESTARTED 4 verified"), "{marker}: {}", r.dump());
     assert!(r.has("DONE"), "{marker}: {}", r.dump());
+    // checkpoints 2 and 4 were datasets 1 and 2, 6 and 8 are 3 and 4: reading checkpoint 4
+    // back (Fortran: through O_RDWR, as an OPEN without ACTION= does) made no version of it
+    let ckpt8 = job.cached_files("/ckpt.8/rank_");
+    assert!(ckpt8.len() == 4 && ckpt8.iter().all(|f| f.contains("/scr.dataset.4/")), "{marker}: {ckpt8:?}");
 }
 
 #[test]
