@@ -1,6 +1,7 @@
 /*
- * bench.h: what the benchmark programs (bench_api.c, bench_floor.c) share: the rank, the
- * bytes per rank, fatal errors, the raw write and the time of the slowest rank. Each program
+ * bench.h: what the benchmark programs (bench_api.c, bench_floor.c, bench_pass.c) share: the
+ * rank, the bytes per rank, fatal errors, the raw write, the plain read and the time of the
+ * slowest rank. Each program
  * is one translation unit that includes it once.
  */
 #include <errno.h>
@@ -31,6 +32,22 @@ static void write_file(const char* path, const unsigned char* buf)
     if (write(fd, buf, n) != (ssize_t) n) die("write", path);
   }
   if (close(fd) != 0) die("close", path);
+}
+
+/* Read `path` CHUNK bytes at a time into one buffer (the plain read SCR's restart is
+ * measured against). */
+static inline void read_file(const char* path)
+{
+  int fd = open(path, O_RDONLY);
+  if (fd < 0) die("open", path);
+  unsigned long sum = 0;
+  ssize_t n;
+  unsigned char* rb = malloc(CHUNK);
+  while ((n = read(fd, rb, CHUNK)) > 0) sum += rb[0] + rb[n - 1];
+  if (n < 0) die("read", path);
+  free(rb);
+  close(fd);
+  if (sum == 1) printf(" ");
 }
 
 /* The time since `t0` of the slowest rank. */

@@ -43,19 +43,6 @@
 
 static unsigned char* buf;
 
-static void read_file(const char* path)
-{
-  int fd = open(path, O_RDONLY);
-  if (fd < 0) die("open", path);
-  unsigned long sum = 0;
-  ssize_t n;
-  unsigned char* rb = malloc(CHUNK);
-  while ((n = read(fd, rb, CHUNK)) > 0) sum += rb[0] + rb[n - 1];
-  free(rb);
-  close(fd);
-  if (sum == 1) printf(" ");
-}
-
 static void ratio(const char* name, double v)
 {
   if (rank == 0) printf("RATIO %s %.4f\n", name, v);
