@@ -745,11 +745,7 @@ impl Comm {
         };
         let proc = inner.process_at_rank(root);
         let (slot, is_root) = (self.slot.get(), self.rank == root);
-        let room = slot - 4;
-        let n = data.len().min(room);
-        let mut mine = vec![0u8; slot];
-        mine[..4].copy_from_slice(&(data.len() as u32).to_le_bytes());
-        mine[4..4 + n].copy_from_slice(&data[..n]);
+        let (mine, n) = to_slot(&data, slot);
         count(Kind::Gather, slot);
         let mut gathered = is_root.then(|| vec![0u8; slot * self.size as usize]);
         match gathered.as_mut() {
@@ -757,15 +753,7 @@ impl Comm {
             None => proc.gather_into(&mine[..]),
         }
         // the root: every rank's bytes in its slot, and how many did not fit
-        let mut parts: Vec<Vec<u8>> = Vec::new();
-        let mut over: Vec<i32> = Vec::new();
-        if let Some(all) = &gathered {
-            for c in all.chunks(slot) {
-                let len = u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize;
-                parts.push(c[4..4 + len.min(room)].to_vec());
-                over.push(len.saturating_sub(room) as i32);
-            }
-        }
+        let (mut parts, over) = gathered.map(|all| from_slots(&all, slot)).unwrap_or_default();
         let mut decide = Some(decide);
         let mut step = if !is_root {
             None
@@ -779,8 +767,7 @@ impl Comm {
             match self.bcast(root, &step)?.ok_or_else(|| no_decision(root))? {
                 Step::Decided(v) => return Ok(v),
                 Step::More(over) => {
-                    let need = over.iter().map(|o| *o as usize + room).max().unwrap_or(0) + 4;
-                    self.slot.set(need.next_power_of_two().clamp(slot, slot_bounds(self.size).1));
+                    self.grow_slot(&over);
                     count(Kind::Gatherv, data.len() - n);
                     step = None;
                     if !is_root {
@@ -816,19 +803,11 @@ impl Comm {
             }
         };
         let slot = self.slot.get();
-        let room = slot - 4;
-        let mut mine = vec![0u8; slot];
-        mine[..4].copy_from_slice(&(data.len() as u32).to_le_bytes());
-        let n = data.len().min(room);
-        mine[4..4 + n].copy_from_slice(&data[..n]);
+        let (mine, n) = to_slot(data, slot);
         let mut all = vec![0u8; slot * self.size as usize];
         count(Kind::Allgather, slot);
         inner.all_gather_into(&mine[..], &mut all[..]);
-        let lens: Vec<usize> =
-            all.chunks(slot).map(|c| u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize).collect();
-        let mut parts: Vec<Vec<u8>> =
-            all.chunks(slot).zip(&lens).map(|(c, l)| c[4..4 + (*l).min(room)].to_vec()).collect();
-        let over: Vec<i32> = lens.iter().map(|l| l.saturating_sub(room) as i32).collect();
+        let (mut parts, over) = from_slots(&all, slot);
         if over.iter().any(|o| *o > 0) {
             let displs = displacements(&over);
             let total: i32 = over.iter().sum();
@@ -841,10 +820,17 @@ impl Comm {
             for (p, rest) in parts.iter_mut().zip(split_parts(&buf, &over, &displs)) {
                 p.extend_from_slice(&rest);
             }
-            let need = lens.iter().max().copied().unwrap_or(0) + 4;
-            self.slot.set(need.next_power_of_two().clamp(slot, slot_bounds(self.size).1));
+            self.grow_slot(&over);
         }
         parts
+    }
+
+    /// Grow the slot so that the longest value that overflowed it (`over`: each rank's bytes
+    /// beyond its slot) fits next time, within [`slot_bounds`].
+    fn grow_slot(&self, over: &[i32]) {
+        let slot = self.slot.get();
+        let need = over.iter().map(|o| *o as usize).max().unwrap_or(0) + slot;
+        self.slot.set(need.next_power_of_two().clamp(slot, slot_bounds(self.size).1));
     }
 
     /// Every rank's value, on every rank (every rank decodes the same bytes: one outcome).
@@ -916,6 +902,28 @@ impl Comm {
         let bytes = self.scatter_bytes(root, parts);
         self.agreed("scatter", decode("scatter", root, &bytes))
     }
+}
+
+/// `data` in a slot of `slot` bytes ([`Comm::allgather_bytes`], [`Comm::decide_at`]): its
+/// length (4 bytes), then as much of it as fits. The slot, and how many bytes fitted.
+fn to_slot(data: &[u8], slot: usize) -> (Vec<u8>, usize) {
+    let n = data.len().min(slot - 4);
+    let mut mine = vec![0u8; slot];
+    mine[..4].copy_from_slice(&(data.len() as u32).to_le_bytes());
+    mine[4..4 + n].copy_from_slice(&data[..n]);
+    (mine, n)
+}
+
+/// Every rank's slot as [`to_slot`] filled it: the bytes that fitted, and how many more each
+/// rank has (0: all of it fitted), by rank.
+fn from_slots(all: &[u8], slot: usize) -> (Vec<Vec<u8>>, Vec<i32>) {
+    let room = slot - 4;
+    all.chunks(slot)
+        .map(|c| {
+            let len = u32::from_le_bytes(c[..4].try_into().expect("4 bytes")) as usize;
+            (c[4..4 + len.min(room)].to_vec(), len.saturating_sub(room) as i32)
+        })
+        .unzip()
 }
 
 fn displacements(lens: &[i32]) -> Vec<i32> {
