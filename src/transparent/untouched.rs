@@ -74,36 +74,25 @@ pub fn unchanged(c: &Copied, rel: &Path, cache: &Path) -> bool {
         return false;
     }
     let source_len = std::fs::metadata(&c.source).map(|m| m.len()).ok();
-    source_len == Some(c.stamp.len) && same_bytes(&c.source, cache).unwrap_or(false) && !mapped(&c.stamp)
+    source_len == Some(c.stamp.len) && same_bytes(&c.source, cache, c.stamp.len).unwrap_or(false) && !mapped(&c.stamp)
 }
 
-/// Whether `a` and `b` hold the same bytes.
-fn same_bytes(a: &Path, b: &Path) -> std::io::Result<bool> {
+/// Whether `a` and `b`, both `len` bytes long as last seen, hold the same bytes (a file cut
+/// since fails the read: not the same).
+fn same_bytes(a: &Path, b: &Path, len: u64) -> std::io::Result<bool> {
     let (mut fa, mut fb) = (File::open(a)?, File::open(b)?);
     let (mut ba, mut bb) = (vec![0u8; 64 << 10], vec![0u8; 64 << 10]);
-    loop {
-        let n = fill(&mut fa, &mut ba)?;
-        if fill(&mut fb, &mut bb)? != n || ba[..n] != bb[..n] {
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(ba.len() as u64) as usize;
+        fa.read_exact(&mut ba[..n])?;
+        fb.read_exact(&mut bb[..n])?;
+        if ba[..n] != bb[..n] {
             return Ok(false);
         }
-        if n < ba.len() {
-            return Ok(true);
-        }
+        left -= n as u64;
     }
-}
-
-/// Read until `buf` is full or the file ends; how much was read.
-fn fill(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
+    Ok(true)
 }
 
 /// Whether this process maps the file `s` describes (a mapping may still write to it), by
