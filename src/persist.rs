@@ -145,16 +145,40 @@ fn replace<T: Serialize>(path: &Path, kind: &str, value: &T, durable: bool) -> R
 
 /// Read and check `path`; `Ok(None)` if it does not exist.
 pub fn read<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Option<T>, MetaError> {
+    Ok(read_with_id(path, kind)?.map(|(v, _)| v))
+}
+
+/// [`read`] through `memo`: while the file keeps the identity it had when this process last
+/// read it, the value is the one remembered (one `stat`: no open, no read). For a file its
+/// writers replace whole ([`write_atomic`]), as every SCR metadata file is.
+pub(crate) fn read_memo<T: DeserializeOwned + Clone>(
+    memo: &mut Memo<T>,
+    path: &Path,
+    kind: &str,
+) -> Result<Option<T>, MetaError> {
+    if let Some((id, v)) = memo.as_ref() {
+        if FileId::of(path).as_ref() == Some(id) {
+            return Ok(Some(v.clone()));
+        }
+    }
+    let got = read_with_id::<T>(path, kind)?;
+    *memo = got.as_ref().and_then(|(v, id)| Some((id.clone()?, v.clone())));
+    Ok(got.map(|(v, _)| v))
+}
+
+/// [`read`], with the identity of the file read (taken from the open descriptor).
+fn read_with_id<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Option<(T, Option<FileId>)>, MetaError> {
     let mut bytes = Vec::new();
     // never through a link: SCR owns these names
-    match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path) {
+    let id = match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path) {
         Ok(mut f) => {
             f.read_to_end(&mut bytes).map_err(io_err("read", path))?;
+            f.metadata().ok().map(|m| FileId::from(&m))
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(MetaError::Io { op: "open", path: path.to_path_buf(), source: e }),
-    }
-    decode(kind, &bytes, path).map(Some)
+    };
+    decode(kind, &bytes, path).map(|v| Some((v, id)))
 }
 
 /// An exclusive lock on `<path>.lock`, released when dropped.
@@ -222,6 +246,67 @@ where
     let (mut value, was) = current::<T>(path, kind)?;
     let r = f(&mut value);
     write_if_changed(path, kind, &value, was)?;
+    Ok(r)
+}
+
+/// What a process last read or wrote of a metadata file: the value, and the file's identity
+/// then ([`read_memo`], [`update_memo`]).
+pub(crate) type Memo<T> = Option<(FileId, T)>;
+
+/// A file's identity as `stat` shows it: device, inode, size, modification and change times.
+/// A file replaced by another writer (a new inode through rename) or changed in place shows
+/// another identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FileId([i64; 7]);
+
+impl FileId {
+    fn of(path: &Path) -> Option<FileId> {
+        fs::symlink_metadata(path).ok().map(|m| FileId::from(&m))
+    }
+}
+
+impl From<&fs::Metadata> for FileId {
+    fn from(m: &fs::Metadata) -> FileId {
+        use std::os::unix::fs::MetadataExt;
+        FileId([m.dev() as i64, m.ino() as i64, m.size() as i64, m.mtime(), m.mtime_nsec(), m.ctime(), m.ctime_nsec()])
+    }
+}
+
+/// [`update`] with `memo`: while the file keeps the identity it had when this process last
+/// read or wrote it, `f` runs on the remembered value, and a call that changes nothing costs
+/// one `stat` (no lock, no read: on a shared prefix each is a metadata round trip). A change
+/// is written under the lock, over the remembered value if the file is still the one
+/// remembered, else over the file's content read again (`f` then runs again on it: it must
+/// give the same result on the same content).
+pub(crate) fn update_memo<T, R>(
+    memo: &mut Memo<T>,
+    path: &Path,
+    kind: &str,
+    mut f: impl FnMut(&mut T) -> R,
+) -> Result<R, MetaError>
+where
+    T: Serialize + DeserializeOwned + Default + Clone,
+{
+    let id = FileId::of(path);
+    if let Some((_, known)) = memo.as_ref().filter(|(m, _)| id.as_ref() == Some(m)) {
+        let before = serde_json::to_vec(known).unwrap_or_default();
+        let mut value = known.clone();
+        let r = f(&mut value);
+        if serde_json::to_vec(&value).unwrap_or_default() == before {
+            return Ok(r);
+        }
+        let _lock = Lock::acquire(path)?;
+        if FileId::of(path) == id {
+            write_atomic(path, kind, &value)?;
+            *memo = FileId::of(path).map(|id| (id, value));
+            return Ok(r);
+        }
+    }
+    let _lock = Lock::acquire(path)?;
+    let (mut value, was) = current::<T>(path, kind)?;
+    let r = f(&mut value);
+    write_if_changed(path, kind, &value, was)?;
+    *memo = FileId::of(path).map(|id| (id, value));
     Ok(r)
 }
 
@@ -302,6 +387,43 @@ mod tests {
         assert_eq!(r.unwrap(), Ok(()));
         assert_eq!(ino(), second);
         assert_eq!(read::<BTreeMap<String, u32>>(&p, "T").unwrap().unwrap()["a"], 1);
+    }
+
+    #[test]
+    fn a_memo_stands_for_the_file_until_another_writer_replaces_it() {
+        type M = BTreeMap<String, u32>;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.scr");
+        let mut memo: Memo<M> = None;
+        let add = |k: &'static str, v: u32| move |m: &mut M| _ = m.insert(k.into(), v);
+        update_memo(&mut memo, &p, "T", add("a", 1)).unwrap();
+        assert_eq!(read::<M>(&p, "T").unwrap().unwrap()["a"], 1);
+        // a call that changes nothing takes no lock: it returns while another party holds it
+        let held = Lock::acquire(&p).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (p2, mut m2) = (p.clone(), memo.clone());
+        std::thread::spawn(move || {
+            let r = update_memo(&mut m2, &p2, "T", |m: &mut M| m.get("a").copied());
+            tx.send(r.unwrap()).unwrap();
+        });
+        let got = rx.recv_timeout(std::time::Duration::from_secs(20));
+        drop(held);
+        assert_eq!(got.expect("an update that changes nothing waited for the lock"), Some(1));
+        // another writer replaces the file: the memo no longer stands for it
+        let mut other = M::new();
+        other.insert("b".into(), 2);
+        write_atomic(&p, "T", &other).unwrap();
+        update_memo(&mut memo, &p, "T", add("c", 3)).unwrap();
+        let now = read::<M>(&p, "T").unwrap().unwrap();
+        assert_eq!(now.keys().collect::<Vec<_>>(), ["b", "c"], "the other writer's content was kept");
+        let mut rmemo: Memo<M> = None;
+        assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap().unwrap(), now);
+        assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap().unwrap(), now);
+        other.insert("d".into(), 4);
+        write_atomic(&p, "T", &other).unwrap();
+        assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap().unwrap(), other, "a replaced file is read again");
+        fs::remove_file(&p).unwrap();
+        assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap(), None, "a removed file is missing, not remembered");
     }
 
     #[test]

@@ -167,21 +167,20 @@ pub fn cached_files() -> Result<Vec<CachedFile>> {
 }
 
 /// Where a dataset of each name exists: (complete in this rank's cache, complete in the
-/// prefix's index); both `true` when that cannot be told.
-pub fn dataset_places(names: &[String]) -> Vec<(bool, bool)> {
+/// prefix's index); both `true` when that cannot be told. `None` when each of them is complete
+/// in this rank's cache: the prefix's index is not read then.
+pub fn dataset_places(names: &[String]) -> Option<Vec<(bool, bool)>> {
     with_rt("transparent mode", |rt| {
+        let cached = |n: &String| rt.filemap.datasets.values().any(|r| r.complete && &r.desc.name == n);
+        if names.iter().all(cached) {
+            return Ok(None);
+        }
         let ix = rt.load_index();
-        Ok(names
-            .iter()
-            .map(|n| {
-                (
-                    rt.filemap.datasets.values().any(|r| r.complete && &r.desc.name == n),
-                    ix.datasets.values().any(|e| e.complete && &e.desc.name == n),
-                )
-            })
-            .collect())
+        Ok(Some(
+            names.iter().map(|n| (cached(n), ix.datasets.values().any(|e| e.complete && &e.desc.name == n))).collect(),
+        ))
     })
-    .unwrap_or_else(|_| vec![(true, true); names.len()])
+    .unwrap_or_else(|_| Some(vec![(true, true); names.len()]))
 }
 
 /// Directory renames in the prefix that moved files of cached datasets, kept in

@@ -32,8 +32,12 @@ pub struct Halt {
 
 impl Halt {
     /// Read the halt file at `path` (missing: no condition; damaged: an error naming it).
+    /// Rank 0 reads it after every checkpoint, in the prefix: while it is the file read last
+    /// time (`scr_halt` replaces it whole), one `stat` stands for the open and the read.
     pub fn load(path: &Path) -> Result<Halt, MetaError> {
-        Ok(persist::read(path, KIND)?.unwrap_or_default())
+        static MEMO: std::sync::Mutex<persist::Memo<Halt>> = std::sync::Mutex::new(None);
+        let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(persist::read_memo(&mut memo, path, KIND)?.unwrap_or_default())
     }
 
     /// Locked read-modify-write.

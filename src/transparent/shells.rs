@@ -82,7 +82,7 @@ pub(super) fn assign(names: &[(String, u64, Vec<String>)], made: &[(String, u64)
 }
 
 /// `<prefix>/.scr/shells.scr`: per dataset name, its shells and its files' directories.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Record {
     names: BTreeMap<String, Entry>,
 }
@@ -90,7 +90,7 @@ struct Record {
 /// Both lists are read through [`RelPath`]: the file is in the prefix, which others may be
 /// able to write, so an entry that is absolute or climbs out (`..`) makes the whole record
 /// refused as damaged (the warning names the file) instead of naming a directory to remove.
-#[derive(Debug, Default, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Entry {
     shells: Vec<RelPath>,
     dirs: Vec<RelPath>,
@@ -99,6 +99,17 @@ struct Entry {
 const FILE: &str = "shells.scr";
 const KIND: &str = "SHELLS";
 
+/// The record as rank 0 last read or wrote it (only rank 0 writes it during a run): a
+/// completion that changes nothing in it, a new version of a checkpoint whose directories are
+/// recorded already, costs one `stat` of the prefix, not a lock, a read and a listing.
+static MEMO: Mutex<crate::persist::Memo<Record>> = Mutex::new(None);
+
+/// [`crate::persist::update_memo`] of the record.
+fn update(s: &Session, f: impl FnMut(&mut Record)) -> Result<(), crate::persist::MetaError> {
+    let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
+    crate::persist::update_memo(&mut memo, &path(s), KIND, f)
+}
+
 fn path(s: &Session) -> PathBuf {
     s.prefix.join(Path::new(crate::paths::SCR_DIR)).join(FILE)
 }
@@ -106,9 +117,10 @@ fn path(s: &Session) -> PathBuf {
 /// Rank 0, after a completion: record (name, shells, directories of its files) of every
 /// dataset formed, forget the datasets whose files the application removed (their directories
 /// are the application's business, as on a plain file system), then remove the shells of
-/// datasets that are gone; one locked read and at most one write of the record. A completion
-/// that formed nothing and saw no removal changed nothing a sweep looks at (datasets leave the
-/// cache only when one forms, or at start): the record is not even read.
+/// datasets that are gone; at most one locked read and one write of the record, none when
+/// nothing in it changes and it is the file rank 0 last read or wrote. A completion that
+/// formed nothing and saw no removal changed nothing a sweep looks at (datasets leave the cache
+/// only when one forms, or at start): the record is not even looked at.
 pub(super) fn record(
     s: &Session,
     t: &Table,
@@ -119,15 +131,15 @@ pub(super) fn record(
     if done.is_empty() && removed_by_app.is_empty() {
         return;
     }
-    let r = crate::persist::update(&path(s), KIND, |r: &mut Record| {
+    let r = update(s, |r: &mut Record| {
         for n in removed_by_app {
             r.names.remove(n);
         }
-        for (name, shells, dirs) in done {
-            let e = r.names.entry(name).or_default();
+        for (name, shells, dirs) in &done {
+            let e = r.names.entry(name.clone()).or_default();
             for (list, add) in [(&mut e.shells, shells), (&mut e.dirs, dirs)] {
                 // the application's directories, relative to the prefix and normalised
-                for d in add.into_iter().filter_map(|d| RelPath::new(PathBuf::from(d)).ok()) {
+                for d in add.iter().filter_map(|d| RelPath::new(PathBuf::from(d)).ok()) {
                     if !list.contains(&d) {
                         list.push(d);
                     }
@@ -153,7 +165,7 @@ pub(super) fn sweep(s: &Session, t: &Table, busy: &[PathBuf]) {
             return;
         }
     }
-    if let Err(e) = crate::persist::update(&p, KIND, |r: &mut Record| remove_gone(s, t, busy, r)) {
+    if let Err(e) = update(s, |r: &mut Record| remove_gone(s, t, busy, r)) {
         crate::scr_warn!("transparent mode: removing empty directories of gone checkpoints: {e}");
     }
 }
@@ -164,12 +176,10 @@ pub(super) fn sweep(s: &Session, t: &Table, busy: &[PathBuf]) {
 /// on while rank 0 sweeps and a directory another rank writes into must not vanish.
 fn remove_gone(s: &Session, t: &Table, busy: &[PathBuf], r: &mut Record) {
     // a dataset in the prefix has its files in its directories there: nothing to remove, now
-    // or later; a dataset only in cache keeps its record until it is gone
+    // or later; a dataset in cache keeps its record until it leaves the cache (so while every
+    // one is in cache, the usual case after a completion, the prefix's index is not read)
     let names: Vec<String> = r.names.keys().cloned().collect();
-    let places = crate::runtime::dataset_places(&names);
-    if places.iter().all(|(cached, in_prefix)| *cached && !in_prefix) {
-        return;
-    }
+    let Some(places) = crate::runtime::dataset_places(&names) else { return };
     let place = |n: &str| names.iter().position(|x| x == n).map_or((true, true), |i| places[i]);
     let mut gone = Vec::new();
     r.names.retain(|n, e| match place(n) {
