@@ -2,7 +2,7 @@
  * applications use (issue 22), for transparent mode:
  *
  *   shapes --dir DIR --shape final|toggle|hold [--steps N] [--size BYTES] [--crash-at STEP]
- *          [--syncs K] [--read-rw] [--update]
+ *          [--syncs K] [--read-rw] [--update [--mmap]]
  *
  * final   (OpenFOAM's last time directory): N steps of MPI_Allreduce, then every rank writes
  *         final/rank_<r>.dat and calls MPI_Finalize, no collective in between. At start,
@@ -18,7 +18,9 @@
  * Each data file: a 4-byte step, then BYTES bytes that depend on step, rank and offset.
  * --read-rw: data files are opened for reading with O_RDWR, as Fortran's OPEN without ACTION=
  * does (gfortran); --update: they are rewritten through O_RDWR without O_TRUNC (an update in
- * place of every byte) instead of O_WRONLY | O_TRUNC.
+ * place of every byte) instead of O_WRONLY | O_TRUNC; with --mmap, through a shared mapping
+ * made right after the open, the descriptor closed before the first byte is written (the
+ * mapping alone writes the file).
  * --crash-at STEP: the last rank exits (status 9) at the start of STEP.
  * Prints (rank 0): RESTARTED ... verified | NO_RESTART, CHECKPOINT <s>, DONE. */
 #include <errno.h>
@@ -27,13 +29,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static const char *dir = ".";
 static long size = 1 << 16;
 static int rank, nranks;
-static int read_rw = 0, update = 0;
+static int read_rw = 0, update = 0, mapped = 0;
 
 static void die(const char *what, const char *path) {
   fprintf(stderr, "rank %d: %s %s: %s\n", rank, what, path, strerror(errno));
@@ -47,6 +50,18 @@ static unsigned char byte_at(int step, long i) {
 static void write_data(const char *path, int step) {
   int fd = open(path, update ? O_RDWR | O_CREAT : O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) die("open", path);
+  if (mapped) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) die("fstat", path);
+    if (st.st_size != size + 4 && ftruncate(fd, size + 4) != 0) die("ftruncate", path);
+    unsigned char *map = mmap(NULL, size + 4, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) die("mmap", path);
+    if (close(fd) != 0) die("close", path);
+    memcpy(map, &step, 4);
+    for (long i = 0; i < size; i++) map[4 + i] = byte_at(step, i);
+    if (msync(map, size + 4, MS_SYNC) != 0 || munmap(map, size + 4) != 0) die("msync", path);
+    return;
+  }
   unsigned char *buf = malloc(size + 4);
   memcpy(buf, &step, 4);
   for (long i = 0; i < size; i++) buf[4 + i] = byte_at(step, i);
@@ -123,6 +138,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--syncs")) syncs = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--read-rw")) read_rw = 1;
     else if (!strcmp(argv[i], "--update")) update = 1;
+    else if (!strcmp(argv[i], "--mmap")) mapped = 1;
     else {
       fprintf(stderr, "unknown option %s\n", argv[i]);
       return 2;

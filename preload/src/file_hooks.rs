@@ -170,6 +170,37 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     r
 }
 
+/// `mmap` and `mmap64`: a shared mapping of a descriptor that writes a pending file is told
+/// to the core (the copy of a cached file opened for an update in place is then kept at its
+/// last close, since the mapping may still write to it); every other call is one atomic load
+/// after the real one.
+macro_rules! mmap_hook {
+    ($($name:ident;)*) => {$(
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            addr: *mut c_void,
+            len: size_t,
+            prot: c_int,
+            flags: c_int,
+            fd: c_int,
+            off: off_t,
+        ) -> *mut c_void {
+            static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let name = concat!(stringify!($name), "\0").as_bytes();
+            // SAFETY: the application's arguments, to the next mmap.
+            let r = unsafe { crate::real::mmap(&SLOT, name, (addr, len, prot, flags, fd, off)) };
+            if r != libc::MAP_FAILED && flags & libc::MAP_SHARED != 0 && scr::transparent::fds::get(fd) != 0 {
+                quietly(stringify!($name), || calls::mapped_shared(fd));
+            }
+            r
+        }
+    )*};
+}
+mmap_hook! {
+    mmap;
+    mmap64;
+}
+
 fn duplicated(old: c_int, new: c_int) -> c_int {
     if new >= 0 {
         quietly("dup", || calls::duplicated(old, new));

@@ -12,7 +12,7 @@
 //!
 //! | module | hooks |
 //! |---|---|
-//! | [`file_hooks`] | open family, stdio, close and dup family, writes, renames, links, removals, metadata, `realpath`, `statfs` |
+//! | [`file_hooks`] | open family, stdio, close and dup family, writes, shared mappings, renames, links, removals, metadata, `realpath`, `statfs` |
 //! | [`dir_hooks`] | directory streams, `scandir`, `nftw` |
 //! | [`mpi_hooks`] | `MPI_Init*`, `MPI_Finalize`, the sync-point collectives, `MPI_File_open` ([`piggyback`]: the agreement carried by a small allreduce) |
 

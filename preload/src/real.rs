@@ -33,6 +33,40 @@ pub fn resolve(slot: &AtomicUsize, name: &[u8]) -> usize {
     v
 }
 
+thread_local! {
+    /// This thread is looking up the next `mmap` (const-initialised, no destructor).
+    static FINDING_MMAP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+type MmapFn =
+    unsafe extern "C" fn(*mut libc::c_void, libc::size_t, c_int, c_int, c_int, libc::off_t) -> *mut libc::c_void;
+
+/// The next `mmap` (or `mmap64`, `name` NUL-terminated) through `slot`, called with the
+/// application's arguments; the kernel's while this thread is looking it up or it cannot be
+/// found: `dlsym` may allocate, and an allocator maps its memory (darshan#223).
+///
+/// # Safety
+/// `mmap`'s contract.
+pub unsafe fn mmap(
+    slot: &AtomicUsize,
+    name: &[u8],
+    args: (*mut libc::c_void, libc::size_t, c_int, c_int, c_int, libc::off_t),
+) -> *mut libc::c_void {
+    let (addr, len, prot, flags, fd, off) = args;
+    let mut p = slot.load(Ordering::Relaxed);
+    if p == 0 && !FINDING_MMAP.get() {
+        FINDING_MMAP.set(true);
+        p = resolve(slot, name);
+        FINDING_MMAP.set(false);
+    }
+    if p == 0 {
+        // SAFETY: mmap's contract, to the kernel.
+        return unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut libc::c_void };
+    }
+    // SAFETY: the symbol has mmap's C signature (glibc), called with the application's arguments.
+    unsafe { std::mem::transmute::<usize, MmapFn>(p)(addr, len, prot, flags, fd, off) }
+}
+
 /// The next definition of `name` as a function of the given C signature (resolved once per
 /// call site into a static), or: set `ENOSYS` and return `fail` from the calling hook.
 macro_rules! next_or {

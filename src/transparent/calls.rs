@@ -263,6 +263,22 @@ pub fn closed(id: u32, ok: bool) {
     }
 }
 
+/// `fd` was mapped shared (`mmap` with `MAP_SHARED`): the pending file it writes may change
+/// through the mapping after its last close, so a copy made for an update in place is kept
+/// then, whatever its bytes ([`super::untouched`]).
+pub fn mapped_shared(fd: i32) {
+    let id = fds::get(fd);
+    let Some(Tracked::Pending(id)) = Tracked::of(id) else { return };
+    if owner().is_none() {
+        return;
+    }
+    let _inside = Inside::enter();
+    let mut t = table_for_id(id);
+    if let Some(p) = t.get_mut(id) {
+        p.copied = None;
+    }
+}
+
 /// `new` now refers to what `old` refers to (the `dup` family, `F_DUPFD`).
 pub fn duplicated(old: i32, new: i32) {
     let id = fds::get(old);

@@ -141,6 +141,25 @@ fn restart_files_opened_for_reading_and_writing_but_only_read_make_no_checkpoint
 }
 
 #[test]
+fn a_restart_file_updated_through_a_shared_mapping_after_its_close_is_a_checkpoint() {
+    // each step maps its file shared right after opening it for an update in place, closes
+    // the descriptor before writing a byte, then writes through the mapping: the copy must
+    // not be dropped as unchanged at that close, or the steps' bytes go to a file that is gone
+    let job = transparent("toggle/**", "1");
+    let r = run(&job, &["--shape", "toggle", "--steps", "4", "--update", "--mmap"]);
+    assert!(r.has("NO_RESTART") && r.has("CHECKPOINT 4") && r.has("DONE"), "{}", r.dump());
+    let r = run(&job, &["--shape", "toggle", "--steps", "6", "--update", "--mmap"]);
+    assert!(r.has("RESTARTED 4 verified") && r.has("CHECKPOINT 6"), "{}", r.dump());
+    // from cache, and from the prefix once the cache is lost
+    let r = run(&job, &["--shape", "toggle", "--steps", "6", "--read-rw"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+    job.wipe_cache();
+    let r = run(&job, &["--shape", "toggle", "--steps", "6", "--read-rw"]);
+    assert!(r.has("RESTARTED 6 verified") && r.has("DONE"), "{}", r.dump());
+    assert_no_api_names(&r);
+}
+
+#[test]
 fn restart_files_rewritten_under_one_name_flush_in_the_background_when_due() {
     // SCR_FLUSH_ASYNC=1: a due version goes to the prefix in the background, one not due
     // is not flushed at all (no synchronous flush because an earlier version was flushed)
