@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Transparent-mode benchmark, 4 ranks, cache and prefix in /dev/shm (issue targets in brackets):
 #   open+close of a file outside the prefix, preloaded vs plain                [ratio <= 1.05]
+#   stat of a plain file in the prefix (OpenFOAM's per-step dictionary checks)  [no target]
 #   open(O_CREAT|O_TRUNC)+write+close of a matching file, added time           [<= 20 us]
 #   checkpoint bandwidth through the preload vs writing straight to the cache  [ratio >= 0.95]
 #   listing a checkpoint directory of 1,000 cached files vs 1,000 plain files  [ratio <= 2]
@@ -67,6 +68,8 @@ pairs "open+close outside the prefix (us)" ratio \
   run 0 open "$work/elsewhere" 200000 -- run 1 open "$work/elsewhere" 200000
 pairs "open+close, prefix, no pattern (us)" ratio \
   run 0 open "$SCR_PREFIX/other" 200000 -- run 1 open "$SCR_PREFIX/other" 200000
+pairs "stat, prefix, no pattern (us)" ratio \
+  run 0 stat "$SCR_PREFIX/other" 200000 -- run 1 stat "$SCR_PREFIX/other" 200000
 pairs "create+write+close, matching (us)" diff \
   run 0 create "$SCR_PREFIX/ckpt.1" 20000 -- run 1 create "$SCR_PREFIX/ckpt.1" 20000
 pairs "checkpoint $mib MiB/rank (MiB/s; plain: to cache)" ratio \

@@ -1,6 +1,8 @@
 /* Micro-benchmarks for transparent mode, run with and without the preload.
  *   bench_preload open DIR N     N x open+close of DIR/bench.<rank> (created first)
  *   bench_preload create DIR N   N x open(O_CREAT|O_TRUNC)+write 1 byte+close of DIR/bench.<rank>
+ *   bench_preload stat DIR N     N x stat of DIR/bench.<rank> by its absolute path (created
+ *                                first; OpenFOAM stats its dictionaries so every time step)
  *   bench_preload write DIR MIB  each rank writes MIB MiB to DIR/rank_<r>.dat, then a barrier
  *   bench_preload list DIR N     each rank writes 1,000 files into DIR/r<rank>/, passes a
  *                                barrier, then lists that directory N times (readdir); N=1
@@ -33,13 +35,21 @@ int main(int argc, char **argv) {
   char path[4096];
   mkdir(dir, 0755);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (!strcmp(mode, "open") || !strcmp(mode, "create")) {
+  if (!strcmp(mode, "open") || !strcmp(mode, "create") || !strcmp(mode, "stat")) {
     snprintf(path, sizeof path, "%s/bench.%d", dir, rank);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     close(fd);
-    int create = !strcmp(mode, "create");
+    int create = !strcmp(mode, "create"), stats = !strcmp(mode, "stat");
     double t0 = MPI_Wtime();
     for (long i = 0; i < n; i++) {
+      if (stats) {
+        struct stat st;
+        if (stat(path, &st) != 0) {
+          perror(path);
+          MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        continue;
+      }
       fd = create ? open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600) : open(path, O_RDONLY);
       if (fd < 0) {
         perror(path);

@@ -90,16 +90,21 @@ impl Session {
     /// As [`Session::resolve`], SCR's own names included.
     pub(super) fn resolve_any(&self, dirfd: i32, path: &CStr) -> Option<PathBuf> {
         let bytes = path.to_bytes();
-        let mut buf = [0u8; PATH_MAX];
-        let base = match bytes.first() {
-            None => return None,
-            Some(b'/') => None,
-            Some(_) => (self.base)(dirfd, &mut buf).map(|n| &buf[..n]),
+        let within = |base: Option<&[u8]>| {
+            if !self.prefix.may_contain(bytes, base) || !self.is_owner() {
+                return None;
+            }
+            self.prefix.relative(bytes, base)
         };
-        if !self.prefix.may_contain(bytes, base) || !self.is_owner() {
-            return None;
+        match bytes.first() {
+            None => None,
+            // (no base directory to read: no buffer to clear)
+            Some(b'/') => within(None),
+            Some(_) => {
+                let mut buf = [0u8; PATH_MAX];
+                within((self.base)(dirfd, &mut buf).map(|n| &buf[..n]))
+            }
         }
-        self.prefix.relative(bytes, base)
     }
 
     /// As [`Session::resolve`], for a file below the prefix (not the prefix itself).
