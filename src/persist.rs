@@ -149,8 +149,7 @@ pub fn read<T: DeserializeOwned>(path: &Path, kind: &str) -> Result<Option<T>, M
 }
 
 /// [`read`] through `memo`: while the file keeps the identity it had when this process last
-/// read it, the value is the one remembered (one `stat`: no open, no read). For a file its
-/// writers replace whole ([`write_atomic`]), as every SCR metadata file is.
+/// read it, the value is the one remembered (an open and an `fstat`: no read, no parse).
 pub(crate) fn read_memo<T: DeserializeOwned + Clone>(
     memo: &mut Memo<T>,
     path: &Path,
@@ -162,7 +161,7 @@ pub(crate) fn read_memo<T: DeserializeOwned + Clone>(
         }
     }
     let got = read_with_id::<T>(path, kind)?;
-    *memo = got.as_ref().and_then(|(v, id)| Some((id.clone()?, v.clone())));
+    *memo = got.as_ref().and_then(|(v, id)| FileId::memo(id.clone(), v.clone()));
     Ok(got.map(|(v, _)| v))
 }
 
@@ -253,15 +252,36 @@ where
 /// then ([`read_memo`], [`update_memo`]).
 pub(crate) type Memo<T> = Option<(FileId, T)>;
 
-/// A file's identity as `stat` shows it: device, inode, size, modification and change times.
-/// A file replaced by another writer (a new inode through rename) or changed in place shows
-/// another identity.
+/// A file's identity: device, inode, size, modification and change times. A file replaced by
+/// another writer (a new inode through rename) or changed in place shows another identity,
+/// except within one tick of the file system's clock (two changes in one second on NFS or
+/// Lustre, an inode number freed and reused meanwhile): so a value is remembered only for a
+/// file left alone for [`SETTLED`] ([`FileId::settled`], git's "racy clean" rule).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FileId([i64; 7]);
 
+/// How long a file must have been left alone before its identity stands for its content.
+const SETTLED: i64 = 2;
+
 impl FileId {
+    /// Looked at through an open, not a `stat`: NFS revalidates a file's attributes when it
+    /// is opened (close-to-open consistency), while a `stat` may answer from a cache up to a
+    /// minute old.
     fn of(path: &Path) -> Option<FileId> {
-        fs::symlink_metadata(path).ok().map(|m| FileId::from(&m))
+        let f = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC).open(path).ok()?;
+        f.metadata().ok().map(|m| FileId::from(&m))
+    }
+
+    /// Modified and changed at least [`SETTLED`] seconds ago, by this host's clock.
+    fn settled(&self) -> bool {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
+        // (mtime and ctime seconds: fields 3 and 5)
+        now - self.0[3].max(self.0[5]) >= SETTLED
+    }
+
+    /// `(self, value)` as a memo if the file is settled, else no memo.
+    fn memo<T>(id: Option<FileId>, value: T) -> Memo<T> {
+        id.filter(FileId::settled).map(|id| (id, value))
     }
 }
 
@@ -273,11 +293,11 @@ impl From<&fs::Metadata> for FileId {
 }
 
 /// [`update`] with `memo`: while the file keeps the identity it had when this process last
-/// read or wrote it, `f` runs on the remembered value, and a call that changes nothing costs
-/// one `stat` (no lock, no read: on a shared prefix each is a metadata round trip). A change
-/// is written under the lock, over the remembered value if the file is still the one
+/// read it, `f` runs on the remembered value, and a call that changes nothing costs an open
+/// and an `fstat` (no lock, no read: on a shared prefix each is a metadata round trip). A
+/// change is written under the lock, over the remembered value if the file is still the one
 /// remembered, else over the file's content read again (`f` then runs again on it: it must
-/// give the same result on the same content).
+/// give the same result on the same content, and leave side effects to its caller).
 pub(crate) fn update_memo<T, R>(
     memo: &mut Memo<T>,
     path: &Path,
@@ -298,7 +318,8 @@ where
         let _lock = Lock::acquire(path)?;
         if FileId::of(path) == id {
             write_atomic(path, kind, &value)?;
-            *memo = FileId::of(path).map(|id| (id, value));
+            // (just written: remembered once a later read finds it settled)
+            *memo = None;
             return Ok(r);
         }
     }
@@ -306,7 +327,7 @@ where
     let (mut value, was) = current::<T>(path, kind)?;
     let r = f(&mut value);
     write_if_changed(path, kind, &value, was)?;
-    *memo = FileId::of(path).map(|id| (id, value));
+    *memo = FileId::memo(FileId::of(path), value);
     Ok(r)
 }
 
@@ -398,6 +419,12 @@ mod tests {
         let add = |k: &'static str, v: u32| move |m: &mut M| _ = m.insert(k.into(), v);
         update_memo(&mut memo, &p, "T", add("a", 1)).unwrap();
         assert_eq!(read::<M>(&p, "T").unwrap().unwrap()["a"], 1);
+        // a file changed within the last SETTLED seconds is not remembered: within one tick of
+        // a coarse clock another writer could change it without changing its identity
+        assert!(memo.is_none(), "remembered a file just written");
+        std::thread::sleep(std::time::Duration::from_millis(SETTLED as u64 * 1000 + 100));
+        update_memo(&mut memo, &p, "T", |_: &mut M| ()).unwrap();
+        assert!(memo.is_some(), "a settled file read under the lock is remembered");
         // a call that changes nothing takes no lock: it returns while another party holds it
         let held = Lock::acquire(&p).unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -418,6 +445,10 @@ mod tests {
         assert_eq!(now.keys().collect::<Vec<_>>(), ["b", "c"], "the other writer's content was kept");
         let mut rmemo: Memo<M> = None;
         assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap().unwrap(), now);
+        assert!(rmemo.is_none(), "remembered a file just written");
+        std::thread::sleep(std::time::Duration::from_millis(SETTLED as u64 * 1000 + 100));
+        assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap().unwrap(), now);
+        assert!(rmemo.is_some());
         assert_eq!(read_memo(&mut rmemo, &p, "T").unwrap().unwrap(), now);
         other.insert("d".into(), 4);
         write_atomic(&p, "T", &other).unwrap();

@@ -216,7 +216,7 @@ impl Runtime {
     }
 
     fn halt_reason_local(&self) -> Option<String> {
-        let halt = match Halt::load(&self.layout.halt()) {
+        let halt = match Halt::load_remembered(&self.layout.halt()) {
             Ok(h) => h,
             Err(e) => {
                 scr_warn!("{e}; halt conditions cannot be checked");

@@ -32,9 +32,14 @@ pub struct Halt {
 
 impl Halt {
     /// Read the halt file at `path` (missing: no condition; damaged: an error naming it).
-    /// Rank 0 reads it after every checkpoint, in the prefix: while it is the file read last
-    /// time (`scr_halt` replaces it whole), one `stat` stands for the open and the read.
     pub fn load(path: &Path) -> Result<Halt, MetaError> {
+        Ok(persist::read(path, KIND)?.unwrap_or_default())
+    }
+
+    /// [`Halt::load`] for the running job's rank 0, which reads the file after every
+    /// checkpoint, in the prefix: while it is the file read last time, settled
+    /// ([`persist::read_memo`]), an open and an `fstat` stand for the read.
+    pub(crate) fn load_remembered(path: &Path) -> Result<Halt, MetaError> {
         static MEMO: std::sync::Mutex<persist::Memo<Halt>> = std::sync::Mutex::new(None);
         let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
         Ok(persist::read_memo(&mut memo, path, KIND)?.unwrap_or_default())
@@ -50,7 +55,7 @@ impl Halt {
     pub(crate) fn count_checkpoint(path: &Path) -> Result<(), MetaError> {
         // no count set (the usual case): not even the lock is taken; a count `scr_halt` sets
         // meanwhile counts from the next checkpoint
-        if Halt::load(path)?.checkpoints_left.is_none() {
+        if Halt::load_remembered(path)?.checkpoints_left.is_none() {
             return Ok(());
         }
         // the closure's Err(()): no count is set, and the file is left as it is

@@ -11,7 +11,8 @@
 //! dataset's shells and the directories of its files in `<prefix>/.scr/shells.scr`. After each
 //! completion and at start (after the restart, so also after a lost cache), rank 0 removes
 //! the shells of datasets that no longer exist (neither complete in cache nor in the prefix's
-//! index; one in the prefix has its files there and leaves the record), deepest first, with
+//! index; one that has left the cache but is in the prefix has its files there and leaves the
+//! record), deepest first, with
 //! `rmdir`: a directory that is not empty (the application put
 //! another file there) stays, and so does one holding files of a dataset that still exists.
 
@@ -104,8 +105,8 @@ const KIND: &str = "SHELLS";
 /// recorded already, costs one `stat` of the prefix, not a lock, a read and a listing.
 static MEMO: Mutex<crate::persist::Memo<Record>> = Mutex::new(None);
 
-/// [`crate::persist::update_memo`] of the record.
-fn update(s: &Session, f: impl FnMut(&mut Record)) -> Result<(), crate::persist::MetaError> {
+/// [`crate::persist::update_memo`] of the record (`f` may run twice: it has no side effect).
+fn update<R>(s: &Session, f: impl FnMut(&mut Record) -> R) -> Result<R, crate::persist::MetaError> {
     let mut memo = MEMO.lock().unwrap_or_else(|e| e.into_inner());
     crate::persist::update_memo(&mut memo, &path(s), KIND, f)
 }
@@ -146,10 +147,11 @@ pub(super) fn record(
                 }
             }
         }
-        remove_gone(s, t, busy, r);
+        gone_shells(t, busy, r)
     });
-    if let Err(e) = r {
-        crate::scr_warn!("transparent mode: recording the directories made for checkpoints: {e}");
+    match r {
+        Ok(gone) => remove_shells(s, gone),
+        Err(e) => crate::scr_warn!("transparent mode: recording the directories made for checkpoints: {e}"),
     }
 }
 
@@ -165,21 +167,23 @@ pub(super) fn sweep(s: &Session, t: &Table, busy: &[PathBuf]) {
             return;
         }
     }
-    if let Err(e) = update(s, |r: &mut Record| remove_gone(s, t, busy, r)) {
-        crate::scr_warn!("transparent mode: removing empty directories of gone checkpoints: {e}");
+    match update(s, |r: &mut Record| gone_shells(t, busy, r)) {
+        Ok(gone) => remove_shells(s, gone),
+        Err(e) => crate::scr_warn!("transparent mode: removing empty directories of gone checkpoints: {e}"),
     }
 }
 
-/// Remove the shells of the datasets in `r` that no longer exist, and forget them. Never one
-/// with a file SCR holds below it: rank 0's (`t`), or any rank's as agreed at the sync point
-/// (`busy`: the directories of every rank's pending and open files), since other ranks run
-/// on while rank 0 sweeps and a directory another rank writes into must not vanish.
-fn remove_gone(s: &Session, t: &Table, busy: &[PathBuf], r: &mut Record) {
-    // a dataset in the prefix has its files in its directories there: nothing to remove, now
-    // or later; a dataset in cache keeps its record until it leaves the cache (so while every
-    // one is in cache, the usual case after a completion, the prefix's index is not read)
+/// Forget the datasets in `r` that no longer exist; their shells to remove, deepest first.
+/// Never one with a file SCR holds below it: rank 0's (`t`), or any rank's as agreed at the
+/// sync point (`busy`: the directories of every rank's pending and open files), since other
+/// ranks run on while rank 0 sweeps and a directory another rank writes into must not vanish.
+fn gone_shells(t: &Table, busy: &[PathBuf], r: &mut Record) -> Vec<RelPath> {
+    // a dataset that left the cache but is in the prefix has its files in its directories
+    // there: nothing to remove, now or later; one in cache keeps its record until it leaves
+    // the cache (so while every one is in cache, the usual case after a completion, the
+    // prefix's index is not read)
     let names: Vec<String> = r.names.keys().cloned().collect();
-    let Some(places) = crate::runtime::dataset_places(&names) else { return };
+    let Some(places) = crate::runtime::dataset_places(&names) else { return Vec::new() };
     let place = |n: &str| names.iter().position(|x| x == n).map_or((true, true), |i| places[i]);
     let mut gone = Vec::new();
     r.names.retain(|n, e| match place(n) {
@@ -194,10 +198,15 @@ fn remove_gone(s: &Session, t: &Table, busy: &[PathBuf], r: &mut Record) {
     // deepest first, so a parent made for the same checkpoint is empty when its turn comes
     gone.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
     gone.dedup();
+    gone.retain(|d| {
+        !(needed.iter().any(|n| n.starts_with(d)) || t.any_below(d) || busy.iter().any(|b| b.starts_with(d)))
+    });
+    gone
+}
+
+/// Remove the shells [`gone_shells`] found (`rmdir`: one the application put a file in stays).
+fn remove_shells(s: &Session, gone: Vec<RelPath>) {
     for d in gone {
-        if needed.iter().any(|n| n.starts_with(&d)) || t.any_below(&d) || busy.iter().any(|b| b.starts_with(&d)) {
-            continue;
-        }
         // never through a symbolic link below the prefix (someone who can write there could
         // point `ckpt.5` at another directory)
         match crate::paths::below(s.prefix.path(), &d) {
