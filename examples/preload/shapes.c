@@ -20,7 +20,8 @@
  * does (gfortran); --update: they are rewritten through O_RDWR without O_TRUNC (an update in
  * place of every byte) instead of O_WRONLY | O_TRUNC; with --mmap, through a shared mapping
  * made right after the open, the descriptor closed before the first byte is written (the
- * mapping alone writes the file).
+ * mapping alone writes the file). --read-rw --mmap: files are read through a shared, writable
+ * mapping, unmapped before the close.
  * --crash-at STEP: the last rank exits (status 9) at the start of STEP.
  * Prints (rank 0): RESTARTED ... verified | NO_RESTART, CHECKPOINT <s>, DONE. */
 #include <errno.h>
@@ -76,7 +77,17 @@ static int read_data(const char *path) {
   if (fd < 0) return 0;
   unsigned char *buf = malloc(size + 5);
   long got = 0, n;
-  while ((n = read(fd, buf + got, size + 5 - got)) > 0) got += n;
+  struct stat st;
+  if (mapped && read_rw && fstat(fd, &st) == 0 && st.st_size > 0) {
+    /* read through a shared, writable mapping, unmapped before the close */
+    unsigned char *map = mmap(NULL, st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) die("mmap", path);
+    got = st.st_size < size + 5 ? st.st_size : size + 5;
+    memcpy(buf, map, got);
+    munmap(map, st.st_size);
+  } else {
+    while ((n = read(fd, buf + got, size + 5 - got)) > 0) got += n;
+  }
   close(fd);
   int step = -1;
   if (got == size + 4) {

@@ -171,11 +171,12 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 }
 
 /// `mmap` and `mmap64`: a shared mapping of a descriptor that writes a pending file is told
-/// to the core (the copy of a cached file opened for an update in place is then kept at its
-/// last close, since the mapping may still write to it); every other call is one atomic load
-/// after the real one.
+/// to the core before it is made (a copy of a cached file opened for an update in place is then
+/// kept at its last close while a mapping of it is left: it may still write to the file; told
+/// before, so another thread's close cannot come between); every other call is the real one
+/// after one atomic load (a mutex for descriptors above 65,535).
 macro_rules! mmap_hook {
-    ($($name:ident;)*) => {$(
+    ($($name:ident $which:literal;)*) => {$(
         #[no_mangle]
         pub unsafe extern "C" fn $name(
             addr: *mut c_void,
@@ -183,22 +184,20 @@ macro_rules! mmap_hook {
             prot: c_int,
             flags: c_int,
             fd: c_int,
-            off: off_t,
+            off: off64_t,
         ) -> *mut c_void {
-            static SLOT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-            let name = concat!(stringify!($name), "\0").as_bytes();
-            // SAFETY: the application's arguments, to the next mmap.
-            let r = unsafe { crate::real::mmap(&SLOT, name, (addr, len, prot, flags, fd, off)) };
-            if r != libc::MAP_FAILED && flags & libc::MAP_SHARED != 0 && scr::transparent::fds::get(fd) != 0 {
+            let file = flags & libc::MAP_ANONYMOUS == 0 && flags & libc::MAP_SHARED != 0;
+            if file && scr::transparent::fds::get(fd) != 0 {
                 quietly(stringify!($name), || calls::mapped_shared(fd));
             }
-            r
+            // SAFETY: the application's arguments, to the next mmap.
+            unsafe { crate::real::mmap($which, (addr, len, prot, flags, fd, off)) }
         }
     )*};
 }
 mmap_hook! {
-    mmap;
-    mmap64;
+    mmap 0;
+    mmap64 1;
 }
 
 fn duplicated(old: c_int, new: c_int) -> c_int {

@@ -28,6 +28,7 @@ mod piggyback;
 mod real;
 
 extern "C" fn constructor() {
+    real::find_mmap();
     detour::install_panic_hook();
     // a process started by a rank: the rank's view of its cached files
     // SAFETY: getenv at load time, before the program's threads exist.

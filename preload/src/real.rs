@@ -33,38 +33,41 @@ pub fn resolve(slot: &AtomicUsize, name: &[u8]) -> usize {
     v
 }
 
-thread_local! {
-    /// This thread is looking up the next `mmap` (const-initialised, no destructor).
-    static FINDING_MMAP: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+type MmapFn =
+    unsafe extern "C" fn(*mut libc::c_void, libc::size_t, c_int, c_int, c_int, libc::off64_t) -> *mut libc::c_void;
+
+// the raw system call below takes its six arguments in registers: 64-bit ABIs only
+const _: () = assert!(cfg!(target_pointer_width = "64"), "mmap's fallback is the 64-bit system call");
+
+/// The next `mmap` and `mmap64`, looked up once by the constructor ([`find_mmap`]), never from
+/// inside the hook: `dlsym` may allocate (glibc before 2.34 allocates a thread's error
+/// buffer), and an allocator maps its memory while it holds its own lock (jemalloc#329,
+/// darshan#223).
+static MMAP: [AtomicUsize; 2] = [AtomicUsize::new(0), AtomicUsize::new(0)];
+
+/// Look up the next `mmap` and `mmap64` (the constructor, once).
+pub fn find_mmap() {
+    resolve(&MMAP[0], b"mmap\0");
+    resolve(&MMAP[1], b"mmap64\0");
 }
 
-type MmapFn =
-    unsafe extern "C" fn(*mut libc::c_void, libc::size_t, c_int, c_int, c_int, libc::off_t) -> *mut libc::c_void;
-
-/// The next `mmap` (or `mmap64`, `name` NUL-terminated) through `slot`, called with the
-/// application's arguments; the kernel's while this thread is looking it up or it cannot be
-/// found: `dlsym` may allocate, and an allocator maps its memory (darshan#223).
+/// The next `mmap` (`which` 0) or `mmap64` (1), called with the application's arguments; the
+/// kernel's until the constructor has found it (an allocator initialised before this library),
+/// or when there is none.
 ///
 /// # Safety
 /// `mmap`'s contract.
 pub unsafe fn mmap(
-    slot: &AtomicUsize,
-    name: &[u8],
-    args: (*mut libc::c_void, libc::size_t, c_int, c_int, c_int, libc::off_t),
+    which: usize,
+    args: (*mut libc::c_void, libc::size_t, c_int, c_int, c_int, libc::off64_t),
 ) -> *mut libc::c_void {
     let (addr, len, prot, flags, fd, off) = args;
-    let mut p = slot.load(Ordering::Relaxed);
-    if p == 0 && !FINDING_MMAP.get() {
-        FINDING_MMAP.set(true);
-        p = resolve(slot, name);
-        FINDING_MMAP.set(false);
-    }
-    if p == 0 {
+    match MMAP[which].load(Ordering::Relaxed) {
         // SAFETY: mmap's contract, to the kernel.
-        return unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut libc::c_void };
+        0 => unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut libc::c_void },
+        // SAFETY: the symbol has mmap's C signature (glibc), called with the application's arguments.
+        p => unsafe { std::mem::transmute::<usize, MmapFn>(p)(addr, len, prot, flags, fd, off) },
     }
-    // SAFETY: the symbol has mmap's C signature (glibc), called with the application's arguments.
-    unsafe { std::mem::transmute::<usize, MmapFn>(p)(addr, len, prot, flags, fd, off) }
 }
 
 /// The next definition of `name` as a function of the given C signature (resolved once per

@@ -263,9 +263,9 @@ pub fn closed(id: u32, ok: bool) {
     }
 }
 
-/// `fd` was mapped shared (`mmap` with `MAP_SHARED`): the pending file it writes may change
-/// through the mapping after its last close, so a copy made for an update in place is kept
-/// then, whatever its bytes ([`super::untouched`]).
+/// `fd` is about to be mapped shared (`mmap` with `MAP_SHARED`): the pending file it writes
+/// may change through the mapping after its last close, so a copy made for an update in place
+/// is dropped at that close only if no mapping of it is left ([`super::untouched`]).
 pub fn mapped_shared(fd: i32) {
     let id = fds::get(fd);
     let Some(Tracked::Pending(id)) = Tracked::of(id) else { return };
@@ -274,8 +274,8 @@ pub fn mapped_shared(fd: i32) {
     }
     let _inside = Inside::enter();
     let mut t = table_for_id(id);
-    if let Some(p) = t.get_mut(id) {
-        p.copied = None;
+    if let Some(c) = t.get_mut(id).and_then(|p| p.copied.as_mut()) {
+        c.mapped_shared();
     }
 }
 
