@@ -24,11 +24,17 @@ pub type BaseFn = fn(dirfd: i32, buf: &mut [u8; PATH_MAX]) -> Option<usize>;
 /// The prefix directory ([`Prefix`]: as spelled in the configuration and with symbolic links
 /// resolved), with the tests hooked calls make on path arguments.
 #[derive(Debug, Clone)]
-pub struct PrefixPaths(Prefix);
+pub struct PrefixPaths(Prefix, bool);
 
 impl From<Prefix> for PrefixPaths {
     fn from(prefix: Prefix) -> PrefixPaths {
-        PrefixPaths(prefix)
+        // both forms in normal form, the root aside ([`PrefixPaths::relative`]'s byte cut)
+        let normal = |f: &Path| {
+            let b = f.as_os_str().as_bytes();
+            b.len() > 1 && b[0] == b'/' && b[b.len() - 1] != b'/' && !unusual(b)
+        };
+        let cut = normal(&prefix.path) && normal(&prefix.canonical);
+        PrefixPaths(prefix, cut)
     }
 }
 
@@ -79,12 +85,12 @@ impl PrefixPaths {
         // the end: most arguments) that names the prefix or a path below it by its bytes is
         // cut there, without normalising it again (a stat of a file in the prefix per time
         // step, OpenFOAM's, costs less); anything else takes the long way
-        if path.first() == Some(&b'/') && path.last() != Some(&b'/') && !unusual(path) {
+        if self.1 && path.first() == Some(&b'/') && path.last() != Some(&b'/') && !unusual(path) {
             for f in self.forms() {
                 if path == f {
                     return Some(PathBuf::new());
                 }
-                if f != b"/" && below(path, f) {
+                if below(path, f) {
                     return Some(PathBuf::from(OsStr::from_bytes(&path[f.len() + 1..])));
                 }
             }
@@ -162,7 +168,10 @@ mod tests {
             [p.path(), p.canonical()].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
         };
         let root = PrefixPaths::from(Prefix { path: "/".into(), canonical: "/".into() });
-        for p in [p(), root] {
+        // forms `Prefix::new` does not make: no byte cut
+        let odd = PrefixPaths::from(Prefix { path: "/run/job/".into(), canonical: "/run//job".into() });
+        let mixed = PrefixPaths::from(Prefix { path: "/".into(), canonical: "/lustre/u/job".into() });
+        for p in [p(), root, odd, mixed] {
             for path in [
                 &b"/run/job"[..],
                 b"/run/job/",
