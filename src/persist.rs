@@ -307,7 +307,8 @@ pub(crate) fn update_memo<T, R>(
 where
     T: Serialize + DeserializeOwned + Default + Clone,
 {
-    let id = FileId::of(path);
+    // (the identity is looked at only when there is a memo to compare it with)
+    let id = memo.as_ref().and_then(|_| FileId::of(path));
     if let Some((_, known)) = memo.as_ref().filter(|(m, _)| id.as_ref() == Some(m)) {
         let before = serde_json::to_vec(known).unwrap_or_default();
         let mut value = known.clone();
@@ -324,10 +325,22 @@ where
         }
     }
     let _lock = Lock::acquire(path)?;
-    let (mut value, was) = current::<T>(path, kind)?;
+    let (mut value, was, id) = match read_with_id::<T>(path, kind)? {
+        Some((v, id)) => {
+            let bytes = serde_json::to_vec(&v).ok();
+            (v, bytes, id)
+        }
+        None => (T::default(), None, None),
+    };
     let r = f(&mut value);
-    write_if_changed(path, kind, &value, was)?;
-    *memo = FileId::memo(FileId::of(path), value);
+    let unchanged = was.as_ref().is_some_and(|b| *b == serde_json::to_vec(&value).unwrap_or_default());
+    if unchanged {
+        // (the file read: its identity came with the read)
+        *memo = FileId::memo(id, value);
+    } else {
+        write_atomic(path, kind, &value)?;
+        *memo = None;
+    }
     Ok(r)
 }
 
