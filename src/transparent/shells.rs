@@ -100,9 +100,10 @@ struct Entry {
 const FILE: &str = "shells.scr";
 const KIND: &str = "SHELLS";
 
-/// The record as rank 0 last read or wrote it (only rank 0 writes it during a run): a
-/// completion that changes nothing in it, a new version of a checkpoint whose directories are
-/// recorded already, costs one `stat` of the prefix, not a lock, a read and a listing.
+/// The record as rank 0 last read it (only rank 0 writes it during a run): a completion that
+/// changes nothing in it, a new version of a checkpoint whose directories are recorded
+/// already, costs an open and an `fstat` in the prefix once the file has settled
+/// ([`crate::persist::update_memo`]), not a lock, a read and a listing.
 static MEMO: Mutex<crate::persist::Memo<Record>> = Mutex::new(None);
 
 /// [`crate::persist::update_memo`] of the record (`f` may run twice: it has no side effect).
@@ -119,7 +120,7 @@ fn path(s: &Session) -> PathBuf {
 /// dataset formed, forget the datasets whose files the application removed (their directories
 /// are the application's business, as on a plain file system), then remove the shells of
 /// datasets that are gone; at most one locked read and one write of the record, none when
-/// nothing in it changes and it is the file rank 0 last read or wrote. A completion that
+/// nothing in it changes and it is the settled file rank 0 last read. A completion that
 /// formed nothing and saw no removal changed nothing a sweep looks at (datasets leave the cache
 /// only when one forms, or at start): the record is not even looked at.
 pub(super) fn record(
