@@ -6,7 +6,9 @@
 # a virtual environment when that python3 is not Debian's), and Slurm (munge, slurmctld, slurmd, slurm-client) for
 # tests/it/slurm.rs, which starts a private cluster, and the real applications of
 # tests/it/realapps.rs (lammps, openfoam, openfoam-examples, quantum-espresso,
-# quantum-espresso-data), and MariaDB (mariadb-server, mariadb-client) for tests/it/dblog.rs,
+# quantum-espresso-data) and jemalloc and tcmalloc (libjemalloc2, libtcmalloc-minimal4: preloaded
+# beside the library in tests/it/preload_shapes.rs), and MariaDB (mariadb-server,
+# mariadb-client) for tests/it/dblog.rs,
 # which starts a private server on a socket. As root it installs what is missing; otherwise it
 # says exactly what to install (without root the Slurm, real-application and MariaDB tests are skipped, so their
 # packages are not required then).
@@ -62,8 +64,16 @@ command -v icoFoam >/dev/null 2>&1 || apps+=(openfoam)
 [ -d /usr/share/doc/openfoam-examples/examples/incompressible/icoFoam/cavity ] || apps+=(openfoam-examples)
 command -v pw.x >/dev/null 2>&1 || apps+=(quantum-espresso)
 [ -f /usr/share/espresso/pseudo/Si.pz-vbc.UPF ] || apps+=(quantum-espresso-data)
+# allocators a site may preload beside the library (its mmap hook), for tests/it/preload_shapes.rs
+has_lib() {
+  local f
+  for f in /usr/lib/*-linux-gnu/"$1" /usr/lib64/"$1"; do [ -e "$f" ] && return 0; done
+  return 1
+}
+has_lib libjemalloc.so.2 || apps+=(libjemalloc2)
+has_lib libtcmalloc_minimal.so.4 || apps+=(libtcmalloc-minimal4)
 if [ ${#apps[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then
-  echo "setup: ${apps[*]} missing: tests/it/realapps.rs will be skipped; as root: apt-get install --no-install-recommends ${apps[*]}" >&2
+  echo "setup: ${apps[*]} missing: tests/it/realapps.rs and the allocator test of tests/it/preload_shapes.rs skip what needs them; as root: apt-get install --no-install-recommends ${apps[*]}" >&2
   apps=()
 fi
 if [ ${#slurm[@]} -gt 0 ] && [ "$(id -u)" -ne 0 ]; then

@@ -163,6 +163,36 @@ fn a_restart_file_updated_through_a_shared_mapping_after_its_close_is_a_checkpoi
     assert_no_api_names(&r);
 }
 
+/// A library of this machine's multiarch directories (`/usr/lib/<triplet>/`, `/usr/lib64`).
+fn system_lib(name: &str) -> Option<std::path::PathBuf> {
+    let dirs = std::fs::read_dir("/usr/lib")
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().ends_with("-linux-gnu")));
+    dirs.chain([std::path::PathBuf::from("/usr/lib64")]).map(|d| d.join(name)).find(|p| p.exists())
+}
+
+#[test]
+fn allocators_preloaded_beside_the_library_map_through_its_mmap_hook() {
+    // jemalloc and tcmalloc map their memory with mmap, some of it while holding their own
+    // lock, and the preload hooks mmap: preloaded before it and after it, a run checkpoints
+    // through shared mappings and restarts
+    for (lib, before) in [("libjemalloc.so.2", true), ("libtcmalloc_minimal.so.4", false)] {
+        let Some(path) = system_lib(lib) else {
+            // (scripts/setup.sh installs both as root)
+            eprintln!("SKIPPED: {lib} missing (apt-get install libjemalloc2 libtcmalloc-minimal4)");
+            continue;
+        };
+        let mut job = transparent("toggle/**", "0");
+        job.preload_also(&path, before);
+        let r = run(&job, &["--shape", "toggle", "--steps", "3", "--update", "--mmap"]);
+        assert!(r.has("NO_RESTART") && r.has("CHECKPOINT 3") && r.has("DONE"), "{lib}\n{}", r.dump());
+        let r = run(&job, &["--shape", "toggle", "--steps", "4", "--update", "--mmap"]);
+        assert!(r.has("RESTARTED 3 verified") && r.has("CHECKPOINT 4"), "{lib}\n{}", r.dump());
+    }
+}
+
 #[test]
 fn restart_files_rewritten_under_one_name_flush_in_the_background_when_due() {
     // SCR_FLUSH_ASYNC=1: a due version goes to the prefix in the background, one not due

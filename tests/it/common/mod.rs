@@ -316,6 +316,8 @@ pub struct Job {
     nodes: Option<Vec<String>>,
     /// Run programs under `LD_PRELOAD=libscr_preload.so` (transparent mode).
     preload: bool,
+    /// Other libraries preloaded with it: (path, whether before it in `LD_PRELOAD`).
+    preload_also: Vec<(PathBuf, bool)>,
 }
 
 impl Job {
@@ -325,7 +327,16 @@ impl Job {
         let prefix = root.join("prefix");
         let cache = root.join("cache");
         std::fs::create_dir_all(&prefix).unwrap();
-        let mut job = Job { _dir: dir, root, prefix, cache, env: Vec::new(), nodes: None, preload: false };
+        let mut job = Job {
+            _dir: dir,
+            root,
+            prefix,
+            cache,
+            env: Vec::new(),
+            nodes: None,
+            preload: false,
+            preload_also: Vec::new(),
+        };
         job.set("SCR_PREFIX", &job.prefix.display().to_string());
         job.set("SCR_CACHE_BASE", &job.cache.display().to_string());
         job.set("SCR_CNTL_BASE", &job.cache.display().to_string());
@@ -383,6 +394,13 @@ impl Job {
         self
     }
 
+    /// Preload `lib` with the preload library too, before it in `LD_PRELOAD` or after it (an
+    /// allocator a site preloads, a profiling tool).
+    pub fn preload_also(&mut self, lib: &Path, before: bool) -> &mut Job {
+        self.preload_also.push((lib.to_path_buf(), before));
+        self
+    }
+
     /// Run the next programs under the preload library (transparent mode).
     pub fn preload(&mut self) -> &mut Job {
         build_preload();
@@ -427,7 +445,11 @@ impl Job {
         if self.preload {
             // mpirun, the launcher's helpers and sim-node.sh's shells load it too: they must
             // not notice (they never initialise MPI)
-            cmd.env("LD_PRELOAD", preload_lib());
+            let mut libs: Vec<PathBuf> = self.preload_also.iter().filter(|(_, b)| *b).map(|(l, _)| l.clone()).collect();
+            libs.push(preload_lib());
+            libs.extend(self.preload_also.iter().filter(|(_, b)| !*b).map(|(l, _)| l.clone()));
+            let joined: Vec<String> = libs.iter().map(|l| l.display().to_string()).collect();
+            cmd.env("LD_PRELOAD", joined.join(":"));
         }
     }
 
