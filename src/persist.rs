@@ -242,7 +242,7 @@ where
     T: Serialize + DeserializeOwned + Default,
 {
     let _lock = Lock::acquire(path)?;
-    let (mut value, was) = current::<T>(path, kind)?;
+    let (mut value, was, _) = current::<T>(path, kind)?;
     let r = f(&mut value);
     write_if_changed(path, kind, &value, was)?;
     Ok(r)
@@ -325,46 +325,36 @@ where
         }
     }
     let _lock = Lock::acquire(path)?;
-    let (mut value, was, id) = match read_with_id::<T>(path, kind)? {
+    let (mut value, was, id) = current::<T>(path, kind)?;
+    let r = f(&mut value);
+    // (a file just written is remembered once a later read finds it settled; one only read
+    // has its identity from the read)
+    *memo = if write_if_changed(path, kind, &value, was)? { None } else { FileId::memo(id, value) };
+    Ok(r)
+}
+
+/// Write `value` to `path` atomically unless the file exists and `was` (its value
+/// serialised, [`current`]) equals it. Whether it wrote.
+fn write_if_changed<T: Serialize>(path: &Path, kind: &str, value: &T, was: Option<Vec<u8>>) -> Result<bool, MetaError> {
+    let changed = was.is_none_or(|b| b != serde_json::to_vec(value).unwrap_or_default());
+    if changed {
+        write_atomic(path, kind, value)?;
+    }
+    Ok(changed)
+}
+
+/// The content of `path` (default if missing) and, if the file exists, its value serialised
+/// (to tell whether an update changed it) and the identity of the file read.
+fn current<T: Serialize + DeserializeOwned + Default>(
+    path: &Path,
+    kind: &str,
+) -> Result<(T, Option<Vec<u8>>, Option<FileId>), MetaError> {
+    Ok(match read_with_id::<T>(path, kind)? {
         Some((v, id)) => {
             let bytes = serde_json::to_vec(&v).ok();
             (v, bytes, id)
         }
         None => (T::default(), None, None),
-    };
-    let r = f(&mut value);
-    let unchanged = was.as_ref().is_some_and(|b| *b == serde_json::to_vec(&value).unwrap_or_default());
-    if unchanged {
-        // (the file read: its identity came with the read)
-        *memo = FileId::memo(id, value);
-    } else {
-        write_atomic(path, kind, &value)?;
-        *memo = None;
-    }
-    Ok(r)
-}
-
-/// Write `value` to `path` atomically unless the file exists and `was` (its value
-/// serialised, [`current`]) equals it.
-fn write_if_changed<T: Serialize>(path: &Path, kind: &str, value: &T, was: Option<Vec<u8>>) -> Result<(), MetaError> {
-    if was.is_none_or(|b| b != serde_json::to_vec(value).unwrap_or_default()) {
-        write_atomic(path, kind, value)?;
-    }
-    Ok(())
-}
-
-/// The content of `path` (default if missing) and, if the file exists, its value serialised
-/// (to tell whether an update changed it).
-fn current<T: Serialize + DeserializeOwned + Default>(
-    path: &Path,
-    kind: &str,
-) -> Result<(T, Option<Vec<u8>>), MetaError> {
-    Ok(match read::<T>(path, kind)? {
-        Some(v) => {
-            let bytes = serde_json::to_vec(&v).ok();
-            (v, bytes)
-        }
-        None => (T::default(), None),
     })
 }
 
@@ -379,7 +369,7 @@ where
     T: Serialize + DeserializeOwned + Default,
 {
     let _lock = Lock::acquire(path)?;
-    let (mut value, was) = current::<T>(path, kind)?;
+    let (mut value, was, _) = current::<T>(path, kind)?;
     match f(&mut value) {
         Ok(r) => {
             write_if_changed(path, kind, &value, was)?;
