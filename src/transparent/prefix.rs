@@ -24,7 +24,11 @@ pub type BaseFn = fn(dirfd: i32, buf: &mut [u8; PATH_MAX]) -> Option<usize>;
 /// The prefix directory ([`Prefix`]: as spelled in the configuration and with symbolic links
 /// resolved), with the tests hooked calls make on path arguments.
 #[derive(Debug, Clone)]
-pub struct PrefixPaths(Prefix, bool);
+pub struct PrefixPaths {
+    prefix: Prefix,
+    /// Both forms are normal (not the root): [`PrefixPaths::relative`] may cut by bytes.
+    byte_cut: bool,
+}
 
 impl From<Prefix> for PrefixPaths {
     fn from(prefix: Prefix) -> PrefixPaths {
@@ -33,8 +37,8 @@ impl From<Prefix> for PrefixPaths {
             let b = f.as_os_str().as_bytes();
             b.len() > 1 && b[0] == b'/' && b[b.len() - 1] != b'/' && !unusual(b)
         };
-        let cut = normal(&prefix.path) && normal(&prefix.canonical);
-        PrefixPaths(prefix, cut)
+        let byte_cut = normal(&prefix.path) && normal(&prefix.canonical);
+        PrefixPaths { prefix, byte_cut }
     }
 }
 
@@ -51,12 +55,12 @@ fn unusual(p: &[u8]) -> bool {
 impl PrefixPaths {
     /// The prefix as the configuration spells it (the form paths are reported in).
     pub fn path(&self) -> &Path {
-        &self.0.path
+        &self.prefix.path
     }
 
     /// The prefix with symbolic links resolved.
     pub fn canonical(&self) -> &Path {
-        &self.0.canonical
+        &self.prefix.canonical
     }
 
     fn forms(&self) -> [&[u8]; 2] {
@@ -85,7 +89,7 @@ impl PrefixPaths {
         // the end: most arguments) that names the prefix or a path below it by its bytes is
         // cut there, without normalising it again (a stat of a file in the prefix per time
         // step, OpenFOAM's, costs less); anything else takes the long way
-        if self.1 && path.first() == Some(&b'/') && path.last() != Some(&b'/') && !unusual(path) {
+        if self.byte_cut && path.first() == Some(&b'/') && path.last() != Some(&b'/') && !unusual(path) {
             for f in self.forms() {
                 if path == f {
                     return Some(PathBuf::new());
@@ -107,9 +111,9 @@ impl PrefixPaths {
     /// The application's path of `rel` (the prefix itself for `""`, without a trailing `/`).
     pub fn join(&self, rel: &Path) -> PathBuf {
         if rel.as_os_str().is_empty() {
-            self.0.path.clone()
+            self.prefix.path.clone()
         } else {
-            self.0.join(rel)
+            self.prefix.join(rel)
         }
     }
 }
