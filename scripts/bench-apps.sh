@@ -17,11 +17,15 @@
 # PATTERNS=<SCR_PRELOAD_PATTERNS> replaces both applications' pattern (one that matches no file,
 # such as 'none/**', measures the sync points and the hooks without checkpoints).
 # Each run starts from a fresh copy of the case (outside the timed region) and fresh SCR
-# directories; plain and preloaded runs alternate RUNS times (default 5); printed: the median,
-# min and max wall time of each side and the median, min and max of the per-pair ratio.
+# directories; plain and preloaded runs alternate RUNS times (default 5), in reversed order
+# every other round (so neither side always runs first); printed: the median, min and max wall
+# time of each side and the median, min and max of the per-pair ratio.
+# CONTROL=1 adds as many plain/plain pairs, in the same alternation, and prints their ratio:
+# the noise floor a preloaded/plain ratio must be read against (an A/A test).
 # SCR_BENCH_BEFORE=<another libscr_preload.so> (e.g. a worktree's release build of the previous
-# commit) adds a third run to each round, with that library, in alternating order with this
-# one, and prints its figures beside this build's and the per-round ratio of the two.
+# commit) adds a third run to each round, with that library; odd rounds run plain, before,
+# this, even rounds this, before, plain. Its figures are printed beside this build's, with the
+# per-round ratio of the two.
 # Needs: openfoam openfoam-examples quantum-espresso quantum-espresso-data (apt).
 # Usage: scripts/bench-apps.sh [runs] [qe md steps]
 set -euo pipefail
@@ -95,7 +99,9 @@ fi
 one() {
   local app=$1 pre=$2 run=$work/run lib=$lib
   [ "$pre" = 2 ] && lib=$before
-  rm -rf "$run" "$work/cache" "$work/cntl"
+  rm -rf "$run"
+  # (a plain run leaves the last preloaded run's cache for `same` to count)
+  [ "$pre" = 0 ] || rm -rf "$work/cache" "$work/cntl"
   cp -a "$work/$app" "$run"
   local cmd pattern
   if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='processor*/[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
@@ -110,14 +116,14 @@ one() {
   echo "$t0 $t1" | awk '{ printf "%.3f", $2 - $1 }'
 }
 
-pairs() { # pairs <app> <name>
+pairs() { # pairs <app> <name> [second side: 1 (default) or 0]
   if [ -n "$before" ]; then
     triples "$@"
     return
   fi
-  for _ in $(seq "$runs"); do
-    x=$(one "$1" 0)
-    y=$(one "$1" 1)
+  local b=${3:-1} # the second side: 1 (preloaded), or 0 for the control
+  for i in $(seq "$runs"); do
+    if [ $((i % 2)) = 1 ]; then x=$(one "$1" 0); y=$(one "$1" "$b"); else y=$(one "$1" "$b"); x=$(one "$1" 0); fi
     echo "$x $y"
   done | awk -v name="$2" '
     function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -128,10 +134,9 @@ pairs() { # pairs <app> <name>
                  name, ma, a[1], a[n], mb, b[1], b[n], mr, r[1], r[n], n }'
 }
 
-triples() { # triples <app> <name>: plain, then SCR_BENCH_BEFORE's library and this one in turn
+triples() { # triples <app> <name>: plain, SCR_BENCH_BEFORE's library and this one, in turn
   for i in $(seq "$runs"); do
-    x=$(one "$1" 0)
-    if [ $((i % 2)) = 1 ]; then y=$(one "$1" 2); z=$(one "$1" 1); else z=$(one "$1" 1); y=$(one "$1" 2); fi
+    if [ $((i % 2)) = 1 ]; then x=$(one "$1" 0); y=$(one "$1" 2); z=$(one "$1" 1); else z=$(one "$1" 1); y=$(one "$1" 2); x=$(one "$1" 0); fi
     echo "$x $y $z"
   done | awk -v name="$2" '
     function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -155,12 +160,15 @@ same() { # same <app> <grep pattern>: the last runs with and without the preload
     echo "  ($1: SOLVER OUTPUT DIFFERS with the preload)"
   fi
 }
+control=${CONTROL:-0}
 if [[ $apps == *" foam "* ]]; then
   pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
   same foam 'Solving for|Courant Number'
+  if [ "$control" = 1 ]; then before='' pairs foam "  control: plain/plain" 0; fi
 fi
 if [[ $apps == *" qe "* ]]; then
   pairs qe "pw.x Si MD, ecut $ecut, k $kpoints, $nstep steps"
   same qe 'total energy|scf accuracy|Ekin|temperature'
+  if [ "$control" = 1 ]; then before='' pairs qe "  control: plain/plain" 0; fi
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); target: ratio <= 1.02"
