@@ -118,6 +118,7 @@ impl Runtime {
             peers: Default::default(),
             job_lock: None,
             tally_from: None,
+            routed: Default::default(),
         }
     }
 

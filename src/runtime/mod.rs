@@ -89,11 +89,14 @@ struct Loaded {
     catalog: Option<catalog::Catalog>,
     /// Files of other ranks copied into this rank's cache for it: (name below the prefix, path).
     received: Vec<(PathBuf, PathBuf)>,
+    /// This rank's own files of it: the index of each in its filemap record's files (built at
+    /// the first `SCR_Route_file`: a search per route made a restart of N files O(N^2)).
+    own: Option<std::collections::HashMap<PathBuf, usize>>,
 }
 
 impl Loaded {
     fn new(id: u64, name: &str, in_prefix: bool, writers: u32) -> Loaded {
-        Loaded { id, name: name.to_string(), in_prefix, writers, catalog: None, received: Vec::new() }
+        Loaded { id, name: name.to_string(), in_prefix, writers, catalog: None, received: Vec::new(), own: None }
     }
 }
 
@@ -161,6 +164,9 @@ pub struct Runtime {
     /// (`SCR_Start_output`, or in transparent mode the sync point that forms it), and
     /// reported with its completion (`SCR_DEBUG=1`).
     tally_from: Option<crate::comm::Tally>,
+    /// The names routed in the open output dataset (its record's files, for a lookup that
+    /// does not grow with their number).
+    routed: std::collections::HashSet<PathBuf>,
 }
 
 enum State {

@@ -118,7 +118,16 @@ impl Runtime {
         let mine =
             (loaded.writers == self.world.size() as u32).then(|| self.filemap.datasets.get(&loaded.id)).flatten();
         let own = mine.and_then(|rec| match &rel {
-            Some(rel) => rec.file(rel),
+            Some(rel) => {
+                let own = loaded
+                    .own
+                    .get_or_insert_with(|| rec.files.iter().enumerate().map(|(i, f)| (f.rel.clone(), i)).collect());
+                // (checked: an index gone stale falls back to the search)
+                match own.get(rel.as_path()).and_then(|&i| rec.files.get(i)) {
+                    Some(f) if f.rel == *rel => Some(f),
+                    _ => rec.file(rel),
+                }
+            }
             // deprecated: a bare file name looked up among this rank's own files
             None if !name.contains('/') => {
                 rec.files.iter().find(|f| f.rel.file_name().map(|n| n == name).unwrap_or(false))

@@ -88,7 +88,7 @@ impl Runtime {
         let transparent = self.mode == super::Mode::Transparent;
         let rec = self.filemap.datasets.get_mut(&id).expect("the open dataset is recorded");
         let staging = shared_target(&self.layout, rec, &rel);
-        if rec.file(&rel).is_some() {
+        if self.routed.contains(&rel) {
             let msg = if transparent {
                 format!(
                     "{name} was written by this rank both as a file of its own and as a shared file (MPI_File_open on \

@@ -217,3 +217,17 @@ fn restart_failure_falls_back_to_the_next_checkpoint() {
     assert_eq!(index["datasets"]["2"]["failed"], true, "{index}");
     assert_eq!(index["datasets"]["1"]["failed"], true, "{index}");
 }
+
+/// A checkpoint of thousands of small files per rank (`examples/c/bench_files.c`): every name
+/// is recorded once, and the restart routes each file back to its bytes. (SCR_Route_file no
+/// longer rewrites the filemap per call, which made such a checkpoint take minutes.)
+#[test]
+fn a_checkpoint_of_thousands_of_files_per_rank_restarts_every_file() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("bench_files", &["3000", "2"]);
+    assert!(r.code == Some(0) && r.stdout.matches("TIME complete").count() == 2, "{}", r.dump());
+    assert_eq!(job.cached_files("ckpt.1/").len(), 4 * 3000, "every rank's files of ckpt.1 in cache");
+    let r = job.run("bench_files", &["3000", "1"]);
+    assert!(r.code == Some(0) && r.stdout.contains("TIME restart ") && r.has("BAD 0"), "{}", r.dump());
+}

@@ -223,3 +223,63 @@ fn a_dataset_records_its_size_and_file_count_over_all_ranks() {
     let size: u64 = (0..4).map(|r| content("ckpt.1", r).len() as u64).sum();
     assert_eq!(out, vec![(4, size, 4, true); 4]);
 }
+
+/// A dataset of many files per rank: each name is recorded once however often it is routed,
+/// the record's file list reaches the filemap on disk at completion (not at each route: the
+/// record and the directory saved at `SCR_Start_output` are what a crash leaves to clean
+/// up), a dataset cut short in its output phase leaves with its directory at the next
+/// `SCR_Init`, and the complete one restarts with every file.
+#[test]
+fn many_files_are_recorded_once_each_and_a_dataset_cut_short_leaves_with_its_directory() {
+    const N: usize = 300;
+    let c = Cluster::new(2, 1);
+    let files = |name: &str, r: usize| -> Vec<(String, Vec<u8>)> {
+        (0..N).map(|i| (format!("{name}/r{r}/f{i}"), format!("{name} {r} {i}").into_bytes())).collect()
+    };
+    let out = c.run_dying(|rt| {
+        let r = rt.rank();
+        assert!(rt.output("ckpt.1", CKPT, &files("ckpt.1", r), true));
+        let recorded = rt.filemap.by_name("ckpt.1").map(|rec| rec.files.len());
+        // the second dataset: every file routed twice and written, then the rank dies
+        rt.start_output(Some("ckpt.2"), CKPT).expect("SCR_Start_output");
+        let mut dir = None;
+        for (rel, bytes) in files("ckpt.2", r) {
+            let first = rt.route_file(&rt.app_path(&rel)).expect("SCR_Route_file");
+            assert_eq!(rt.route_file(&rt.app_path(&rel)).expect("SCR_Route_file again"), first);
+            std::fs::write(&first, bytes).unwrap();
+            dir.get_or_insert_with(|| rt.filemap.by_name("ckpt.2").map(|rec| rec.dir.clone()).unwrap());
+        }
+        let in_memory = rt.filemap.by_name("ckpt.2").map(|rec| rec.files.len());
+        let on_disk = crate::state::filemap::Filemap::load(&rt.layout.filemap(rt.world.rank())).unwrap();
+        let saved = on_disk.by_name("ckpt.2").map(|rec| (rec.complete, rec.files.len()));
+        ((recorded, in_memory, saved, dir.unwrap()), false)
+    });
+    for (r, (recorded, in_memory, saved, dir)) in out.iter().enumerate() {
+        assert_eq!(*recorded, Some(N), "rank {r}: ckpt.1's files, each once");
+        assert_eq!(*in_memory, Some(N), "rank {r}: ckpt.2's files routed twice, each once");
+        assert_eq!(*saved, Some((false, 0)), "rank {r}: ckpt.2 on disk: its record, incomplete, no file yet");
+        assert!(dir.is_dir(), "rank {r}: ckpt.2's directory holds its files");
+    }
+    // the next run deletes ckpt.2 with its directory and restarts from every file of ckpt.1
+    let got = c.run(|rt| {
+        let r = rt.rank();
+        let name = rt.have_restart().expect("SCR_Have_restart");
+        assert_eq!(rt.start_restart().expect("SCR_Start_restart"), "ckpt.1");
+        let mut same = 0;
+        for (rel, bytes) in files("ckpt.1", r) {
+            let path = rt.route_file(&rt.app_path(&rel)).expect("SCR_Route_file");
+            same += usize::from(std::fs::read(&path).unwrap_or_default() == bytes);
+        }
+        assert!(rt.complete_restart(true).expect("SCR_Complete_restart"));
+        (name, same, rt.cached_names())
+    });
+    for (r, (name, same, cached)) in got.into_iter().enumerate() {
+        assert_eq!(name.as_deref(), Some("ckpt.1"), "rank {r}");
+        assert_eq!(same, N, "rank {r}: every file of ckpt.1 read back with its bytes");
+        assert_eq!(cached, vec!["ckpt.1".to_string()], "rank {r}: ckpt.2 is gone");
+    }
+    // (moved to the trash in SCR_Init; the trash is emptied in the background)
+    for (r, (.., dir)) in out.iter().enumerate() {
+        assert!(!dir.exists(), "rank {r}: ckpt.2's directory left the cache");
+    }
+}
