@@ -57,9 +57,14 @@ impl Crcs {
         if self.dataset != rec.desc.id {
             return 0;
         }
+        // (by name in a map: a search per file made N files O(N^2))
+        let mut by_rel: std::collections::HashMap<&Path, &FileCrc> = std::collections::HashMap::new();
+        for c in &self.files {
+            by_rel.entry(c.rel.as_path()).or_insert(c);
+        }
         let mut n = 0;
         for f in rec.files.iter_mut().filter(|f| f.crc.is_none()) {
-            if let Some(c) = self.files.iter().find(|c| c.rel == f.rel && c.size == f.size) {
+            if let Some(c) = by_rel.get(f.rel.as_path()).filter(|c| c.size == f.size) {
                 f.crc = Some(c.crc);
                 n += 1;
             }
