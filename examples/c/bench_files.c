@@ -29,9 +29,14 @@ static double slowest(double t)
   return max;
 }
 
-static void name_of(char* out, size_t len, const char* ckpt, int i)
+/* Route file i of checkpoint `ckpt` into `p`; returns the time SCR_Route_file took. */
+static double route(const char* ckpt, int i, char* p)
 {
-  snprintf(out, len, "%s/r%d/f%d.%d", ckpt, rank, i, rank);
+  char f[SCR_MAX_FILENAME + 64];
+  snprintf(f, sizeof f, "%s/r%d/f%d.%d", ckpt, rank, i, rank);
+  double t = MPI_Wtime();
+  if (SCR_Route_file(f, p) != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 1);
+  return MPI_Wtime() - t;
 }
 
 int main(int argc, char** argv)
@@ -48,37 +53,31 @@ int main(int argc, char** argv)
   char ckpt[SCR_MAX_FILENAME];
   if (SCR_Have_restart(&have, ckpt) == SCR_SUCCESS && have) {
     SCR_Start_restart(ckpt);
-    double route = 0;
+    double routes = 0;
     int bad = 0;
     for (int i = 0; i < n; i++) {
-      char f[SCR_MAX_FILENAME + 64], p[SCR_MAX_FILENAME];
-      name_of(f, sizeof f, ckpt, i);
-      double t = MPI_Wtime();
-      if (SCR_Route_file(f, p) != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 1);
-      route += MPI_Wtime() - t;
+      char p[SCR_MAX_FILENAME];
+      routes += route(ckpt, i, p);
       FILE* fp = fopen(p, "r");
       int r = -1, j = -1;
       if (!fp || fscanf(fp, "%d %d", &r, &j) != 2 || r != rank || j != i) bad++;
       if (fp) fclose(fp);
     }
     SCR_Complete_restart(bad == 0);
-    route = slowest(route);
+    routes = slowest(routes);
     int all = 0;
     MPI_Reduce(&bad, &all, 1, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank == 0) printf("TIME restart %.6f\nBAD %d\n", route, all);
+    if (rank == 0) printf("TIME restart %.6f\nBAD %d\n", routes, all);
   }
   for (int c = 0; c < reps; c++) {
     char name[64];
     snprintf(name, sizeof name, "ckpt.%d", c);
     MPI_Barrier(MPI_COMM_WORLD);
     SCR_Start_output(name, SCR_FLAG_CHECKPOINT);
-    double route = 0;
+    double routes = 0;
     for (int i = 0; i < n; i++) {
-      char f[SCR_MAX_FILENAME + 64], p[SCR_MAX_FILENAME];
-      name_of(f, sizeof f, name, i);
-      double t = MPI_Wtime();
-      if (SCR_Route_file(f, p) != SCR_SUCCESS) MPI_Abort(MPI_COMM_WORLD, 1);
-      route += MPI_Wtime() - t;
+      char p[SCR_MAX_FILENAME];
+      routes += route(name, i, p);
       FILE* fp = fopen(p, "w");
       if (!fp) MPI_Abort(MPI_COMM_WORLD, 1);
       fprintf(fp, "%d %d\n", rank, i);
@@ -87,8 +86,8 @@ int main(int argc, char** argv)
     double t = MPI_Wtime();
     SCR_Complete_output(1);
     double complete = slowest(MPI_Wtime() - t);
-    route = slowest(route);
-    if (rank == 0) printf("TIME route %.6f\nTIME complete %.6f\n", route, complete);
+    routes = slowest(routes);
+    if (rank == 0) printf("TIME route %.6f\nTIME complete %.6f\n", routes, complete);
   }
   SCR_Finalize();
   MPI_Finalize();
