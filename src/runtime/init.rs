@@ -119,6 +119,7 @@ impl Runtime {
             job_lock: None,
             tally_from: None,
             routed: Default::default(),
+            routes: Default::default(),
         }
     }
 

@@ -167,6 +167,8 @@ pub struct Runtime {
     /// The names routed in the open output dataset (its record's files, for a lookup that
     /// does not grow with their number).
     routed: std::collections::HashSet<PathBuf>,
+    /// Their log beside the filemap, written before the application creates each file.
+    routes: crate::state::filemap::RoutesLog,
 }
 
 enum State {

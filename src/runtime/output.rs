@@ -328,13 +328,11 @@ impl Runtime {
         Ok(rel)
     }
 
-    /// `SCR_Route_file`. In an output phase the file joins the open dataset's record in
-    /// memory only: C SCR rewrites the filemap at every route, which makes a checkpoint of N
-    /// files per rank write O(N^2) bytes of metadata (minutes at 16,000 files). The record's
-    /// files on disk are not what cleans up after a crash: the dataset's record and directory
-    /// were saved at `SCR_Start_output` ([`Runtime::persist_start`]), every routed file lies
-    /// in that directory, and a dataset never completed is deleted with its directory at the
-    /// next `SCR_Init`. The file list is saved when the dataset completes.
+    /// `SCR_Route_file`. In an output phase the file joins the open dataset's record, and its
+    /// name is appended to the routes log beside the filemap before the application creates it
+    /// ([`crate::state::filemap::RoutesLog`]): C SCR rewrites the whole filemap at every route,
+    /// which makes a checkpoint of N files per rank write O(N^2) bytes of metadata (minutes at
+    /// 16,000 files). The filemap is saved with the files when the dataset completes.
     pub(super) fn route_file(&mut self, name: &str) -> Result<PathBuf> {
         const CALL: &str = "SCR_Route_file";
         let call = self.call_name(CALL);
@@ -410,6 +408,12 @@ impl Runtime {
         // (the record's names, in a set: a linear search per route made N files O(N^2))
         let recorded = self.routed.insert(rel.clone());
         if recorded {
+            // on disk before the application creates the file (transparent mode saves the
+            // record with every file before it places them; bypass files are not SCR's to remove)
+            if !self.adoption.active() && !rec.reddesc.bypass {
+                let log = crate::state::filemap::routes_path(&self.layout.filemap(self.world.rank()));
+                self.routes.append(&log, id, &rel).map_err(|e| Error::io("record the route in", &log, e))?;
+            }
             rec.files.push(FileMeta { rel, path: target.clone(), size: 0, crc: None, complete: false });
         }
         Ok((target, recorded))
@@ -424,13 +428,16 @@ impl Runtime {
         self.phase = Phase::Idle;
         let c = self.completion(id, start);
         // validate -> agree -> encode -> record: a failure at any stage discards the dataset
-        match self.complete_stages(&c, valid) {
+        let r = match self.complete_stages(&c, valid) {
             Ok(victims) => self.dispose(&c, victims),
             Err(Discarded) => {
                 self.drop_cached(id);
                 Ok(false)
             }
-        }
+        };
+        // the filemap holds the routed names now (complete, or marked for deletion)
+        self.routes.end(&crate::state::filemap::routes_path(&self.layout.filemap(self.world.rank())));
+        r
     }
 
     /// What the stages of completing dataset `id` share (read once, before they run).

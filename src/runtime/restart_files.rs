@@ -119,9 +119,14 @@ impl Runtime {
             (loaded.writers == self.world.size() as u32).then(|| self.filemap.datasets.get(&loaded.id)).flatten();
         let own = mine.and_then(|rec| match &rel {
             Some(rel) => {
-                let own = loaded
-                    .own
-                    .get_or_insert_with(|| rec.files.iter().enumerate().map(|(i, f)| (f.rel.clone(), i)).collect());
+                let own = loaded.own.get_or_insert_with(|| {
+                    // (the first file of a name, as the search finds it)
+                    let mut own = std::collections::HashMap::new();
+                    for (i, f) in rec.files.iter().enumerate() {
+                        own.entry(f.rel.clone()).or_insert(i);
+                    }
+                    own
+                });
                 // (checked: an index gone stale falls back to the search)
                 match own.get(rel.as_path()).and_then(|&i| rec.files.get(i)) {
                     Some(f) if f.rel == *rel => Some(f),

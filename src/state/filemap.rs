@@ -2,10 +2,11 @@
 //! directory (`filemap_<rank>.scrinfo`).
 //!
 //! Crash story: the dataset is recorded (incomplete) before the first file is routed, every
-//! routed file is recorded before the application creates it, and the dataset is marked
-//! complete only after `SCR_Complete_output` agreed it is valid on every rank. A run killed
-//! anywhere in between leaves an incomplete record, and the next `SCR_Init` deletes exactly
-//! the files it names.
+//! routed file is recorded before the application creates it (in the [`RoutesLog`] beside the
+//! filemap, which [`Filemap::load`] adds to the record), and the dataset is marked complete
+//! only after `SCR_Complete_output` agreed it is valid on every rank. A run killed anywhere in
+//! between leaves an incomplete record, and the next `SCR_Init` deletes its directory, and
+//! carries to a rank's new node or removes exactly the files it names.
 //!
 //! Deleting a cached dataset moves its record to [`Filemap::deleting`] first, on every rank,
 //! and only then removes its files (in the background): a record there is never offered for
@@ -88,9 +89,32 @@ pub struct Filemap {
 
 impl Filemap {
     /// Read the filemap at `path` (a missing file is an empty filemap; a damaged one an error
-    /// naming it).
+    /// naming it), with the names of its [`RoutesLog`] added to the incomplete record they
+    /// were routed in.
     pub fn load(path: &Path) -> Result<Filemap, MetaError> {
-        Ok(persist::read(path, KIND)?.unwrap_or_default())
+        let mut fm: Filemap = persist::read(path, KIND)?.unwrap_or_default();
+        fm.add_logged_routes(&routes_path(path));
+        Ok(fm)
+    }
+
+    /// Add the names of the routes log at `log` to its dataset's record, if that record is
+    /// incomplete and in cache (not bypass); a name already recorded, one that is not a safe
+    /// relative path, or a line cut short by a crash is skipped.
+    fn add_logged_routes(&mut self, log: &Path) {
+        let Ok(bytes) = std::fs::read(log) else { return };
+        let text = String::from_utf8_lossy(&bytes);
+        let mut lines = text.lines();
+        let header = lines.next().and_then(|h| h.strip_prefix(ROUTES_HEADER));
+        let Some(id) = header.and_then(|h| h.trim().parse::<u64>().ok()) else { return };
+        let Some(rec) = self.datasets.get_mut(&id).filter(|r| !r.complete && !r.reddesc.bypass) else { return };
+        let mut known: std::collections::HashSet<PathBuf> = rec.files.iter().map(|f| f.rel.clone()).collect();
+        for line in lines {
+            let Ok(rel) = serde_json::from_str::<String>(line).map(PathBuf::from) else { continue };
+            if crate::paths::rel_problem(&rel).is_some() || !known.insert(rel.clone()) {
+                continue;
+            }
+            rec.files.push(FileMeta { path: rec.dir.join(&rel), rel, size: 0, crc: None, complete: false });
+        }
     }
 
     /// Write it to `path` atomically ([`persist::write_atomic`]).
@@ -119,5 +143,61 @@ impl Filemap {
     /// The newest dataset with this name.
     pub(crate) fn by_name(&self, name: &str) -> Option<&DatasetRecord> {
         self.datasets.values().rev().find(|d| d.desc.name == name)
+    }
+}
+
+/// The first line of a [`RoutesLog`], followed by the dataset's id.
+const ROUTES_HEADER: &str = "SCRROUTES 1 ";
+
+/// The routes log of the filemap at `filemap` (`filemap_<rank>.scrinfo.routes`).
+pub(crate) fn routes_path(filemap: &Path) -> PathBuf {
+    let mut p = filemap.as_os_str().to_os_string();
+    p.push(".routes");
+    PathBuf::from(p)
+}
+
+/// The names `SCR_Route_file` recorded in a rank's open output dataset, one JSON string per
+/// line after a header naming the dataset, appended before the application creates each
+/// file. Saving the whole filemap at each route (as C SCR does) writes O(N^2) bytes for N
+/// files; this writes N lines, and [`Filemap::load`] puts them back into the incomplete
+/// record, so a crash leaves on disk what a save per route would have. It is redundant once
+/// the filemap is saved with the dataset's files ([`RoutesLog::end`]); a log left behind
+/// names a dataset that is complete or gone, and is ignored.
+#[derive(Debug, Default)]
+pub(crate) struct RoutesLog {
+    /// The dataset whose log is open, and the open file.
+    open: Option<(u64, std::fs::File)>,
+}
+
+impl RoutesLog {
+    /// Append `rel`, routed in dataset `id`, to the log at `path` (the first name of a dataset
+    /// starts the log anew).
+    pub(crate) fn append(&mut self, path: &Path, id: u64, rel: &Path) -> std::io::Result<()> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let line = serde_json::to_string(&rel.to_string_lossy())
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        let f = match &mut self.open {
+            Some((open, f)) if *open == id => f,
+            _ => {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(path)?;
+                f.write_all(format!("{ROUTES_HEADER}{id}\n").as_bytes())?;
+                &mut self.open.insert((id, f)).1
+            }
+        };
+        // (one write per name: a crash cuts at most the last line)
+        f.write_all(format!("{line}\n").as_bytes())
+    }
+
+    /// Close and remove the log at `path`: the filemap now holds its names, or the dataset left.
+    pub(crate) fn end(&mut self, path: &Path) {
+        self.open = None;
+        let _ = crate::paths::remove_file_if_exists(path);
     }
 }

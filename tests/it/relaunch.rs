@@ -274,3 +274,26 @@ fn under_the_preload_killed_during_the_background_crc_and_after_an_index_rebuild
     assert!(r.has("RESTARTED 6 verified"), "{}", r.dump());
     assert!(r.stderr.contains("index.scr is damaged") && r.stderr.contains("rebuilt"), "{}", r.dump());
 }
+
+/// A run killed while its ranks write a checkpoint (its first node lost with it), relaunched
+/// with every rank moved to the next node and a spare: the node that held a rank's unfinished
+/// part carries it to the rank's new node and removes it there, file by file, from the names
+/// its routes log kept (`SCR_Route_file` no longer rewrites the filemap per file). n1 gets
+/// rank 0, whose record was lost with n0, so nothing else would remove rank 1's part there.
+/// No file of the cut-short checkpoint is left on any node.
+#[test]
+fn a_checkpoint_cut_short_leaves_no_file_when_its_ranks_move_to_other_nodes() {
+    let mut job = Job::cluster(&["n0", "n1", "n2", "n3"]);
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "3", "--crash-during", "3"]);
+    assert!(r.stdout.contains("CRASH rank 0 during step 3"), "{}", r.dump());
+    assert!(!job.node_files("n1", "ckpt.3/rank_").is_empty(), "rank 1 wrote its part of ckpt.3\n{}", r.dump());
+    job.lose_node("n0");
+    job.map(&["n1", "n2", "n3", "n4"]);
+    let r = job.run("test_api", &["--size", SIZE, "--steps", "0"]);
+    assert!(r.code == Some(0), "{}", r.dump());
+    for n in ["n1", "n2", "n3", "n4"] {
+        let left = job.node_files(n, "ckpt.3/");
+        assert!(left.is_empty(), "{n} keeps files of the cut-short checkpoint: {left:?}\n{}", r.dump());
+    }
+}

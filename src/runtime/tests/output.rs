@@ -224,11 +224,12 @@ fn a_dataset_records_its_size_and_file_count_over_all_ranks() {
     assert_eq!(out, vec![(4, size, 4, true); 4]);
 }
 
-/// A dataset of many files per rank: each name is recorded once however often it is routed,
-/// the record's file list reaches the filemap on disk at completion (not at each route: the
-/// record and the directory saved at `SCR_Start_output` are what a crash leaves to clean
-/// up), a dataset cut short in its output phase leaves with its directory at the next
-/// `SCR_Init`, and the complete one restarts with every file.
+/// A dataset of many files per rank: each name is recorded once however often it is routed;
+/// before completion the filemap file lists none of them but its routes log does, and loading
+/// the filemap puts them back into the incomplete record (a line cut short, an unsafe name, a
+/// name twice and another dataset's log are ignored); a dataset cut short in its output phase
+/// leaves with its directory at the next `SCR_Init`, and the complete one restarts with every
+/// file.
 #[test]
 fn many_files_are_recorded_once_each_and_a_dataset_cut_short_leaves_with_its_directory() {
     const N: usize = 300;
@@ -249,15 +250,36 @@ fn many_files_are_recorded_once_each_and_a_dataset_cut_short_leaves_with_its_dir
             std::fs::write(&first, bytes).unwrap();
             dir.get_or_insert_with(|| rt.filemap.by_name("ckpt.2").map(|rec| rec.dir.clone()).unwrap());
         }
-        let in_memory = rt.filemap.by_name("ckpt.2").map(|rec| rec.files.len());
-        let on_disk = crate::state::filemap::Filemap::load(&rt.layout.filemap(rt.world.rank())).unwrap();
-        let saved = on_disk.by_name("ckpt.2").map(|rec| (rec.complete, rec.files.len()));
-        ((recorded, in_memory, saved, dir.unwrap()), false)
+        let in_memory = rt.filemap.by_name("ckpt.2").map(|rec| rec.files.clone());
+        let path = rt.layout.filemap(rt.world.rank());
+        let file: crate::state::filemap::Filemap = crate::persist::read(&path, "filemap").unwrap().unwrap();
+        let in_file = file.by_name("ckpt.2").map(|rec| (rec.complete, rec.files.len()));
+        let load = || {
+            let fm = crate::state::filemap::Filemap::load(&path).unwrap();
+            fm.by_name("ckpt.2").map(|rec| (rec.complete, rec.files.clone()))
+        };
+        let loaded = load();
+        // damage the log: an unsafe name, a name twice, a line cut short
+        let log = crate::state::filemap::routes_path(&path);
+        let mut text = std::fs::read_to_string(&log).unwrap();
+        text.push_str(&format!("\"../../outside\"\n\"ckpt.2/r{r}/f1\"\n\"ckpt.2/r{r}/f9"));
+        std::fs::write(&log, &text).unwrap();
+        let damaged = load();
+        // another dataset's log adds nothing
+        std::fs::write(&log, text.replacen(&format!(" {}\n", rt.dataset_id), " 999\n", 1)).unwrap();
+        let other = load().map(|(_, files)| files.len());
+        std::fs::write(&log, text).unwrap();
+        ((recorded, in_memory, in_file, loaded, damaged, other, dir.unwrap()), false)
     });
-    for (r, (recorded, in_memory, saved, dir)) in out.iter().enumerate() {
+    for (r, (recorded, in_memory, in_file, loaded, damaged, other, dir)) in out.iter().enumerate() {
         assert_eq!(*recorded, Some(N), "rank {r}: ckpt.1's files, each once");
-        assert_eq!(*in_memory, Some(N), "rank {r}: ckpt.2's files routed twice, each once");
-        assert_eq!(*saved, Some((false, 0)), "rank {r}: ckpt.2 on disk: its record, incomplete, no file yet");
+        let in_memory = in_memory.as_ref().expect("ckpt.2 recorded");
+        assert_eq!(in_memory.len(), N, "rank {r}: ckpt.2's files routed twice, each once");
+        assert_eq!(*in_file, Some((false, 0)), "rank {r}: the filemap file: ckpt.2 incomplete, no file yet");
+        // (compared, not printed: 300 records)
+        assert!(loaded.as_ref() == Some(&(false, in_memory.clone())), "rank {r}: loaded with its routes log");
+        assert!(damaged.as_ref() == Some(&(false, in_memory.clone())), "rank {r}: a damaged log adds nothing more");
+        assert_eq!(*other, Some(0), "rank {r}: another dataset's log adds nothing");
         assert!(dir.is_dir(), "rank {r}: ckpt.2's directory holds its files");
     }
     // the next run deletes ckpt.2 with its directory and restarts from every file of ckpt.1
