@@ -411,8 +411,8 @@ impl Runtime {
             // on disk before the application creates the file (transparent mode saves the
             // record with every file before it places them; bypass files are not SCR's to remove)
             if !self.adoption.active() && !rec.reddesc.bypass {
-                let log = crate::state::filemap::routes_path(&self.layout.filemap(self.world.rank()));
-                self.routes.append(&log, id, &rel).map_err(|e| Error::io("record the route in", &log, e))?;
+                let (layout, rank) = (&self.layout, self.world.rank());
+                self.routes.append(id, &rel, || layout.filemap(rank))?;
             }
             rec.files.push(FileMeta { rel, path: target.clone(), size: 0, crc: None, complete: false });
         }
@@ -436,7 +436,7 @@ impl Runtime {
             }
         };
         // the filemap holds the routed names now (complete, or marked for deletion)
-        self.routes.end(&crate::state::filemap::routes_path(&self.layout.filemap(self.world.rank())));
+        self.routes.end();
         r
     }
 

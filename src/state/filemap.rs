@@ -165,39 +165,45 @@ pub(crate) fn routes_path(filemap: &Path) -> PathBuf {
 /// names a dataset that is complete or gone, and is ignored.
 #[derive(Debug, Default)]
 pub(crate) struct RoutesLog {
-    /// The dataset whose log is open, and the open file.
-    open: Option<(u64, std::fs::File)>,
+    /// The dataset whose log this process has open, the log's path and the open file.
+    open: Option<(u64, PathBuf, std::fs::File)>,
 }
 
 impl RoutesLog {
-    /// Append `rel`, routed in dataset `id`, to the log at `path` (the first name of a dataset
-    /// starts the log anew).
-    pub(crate) fn append(&mut self, path: &Path, id: u64, rel: &Path) -> std::io::Result<()> {
+    /// Append `rel`, routed in dataset `id`, to the log beside the filemap `filemap` names (the
+    /// first name of a dataset starts the log anew; `filemap` is asked for then only).
+    pub(crate) fn append(&mut self, id: u64, rel: &Path, filemap: impl FnOnce() -> PathBuf) -> Result<(), MetaError> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
-        let line = serde_json::to_string(&rel.to_string_lossy())
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        let f = match &mut self.open {
-            Some((open, f)) if *open == id => f,
+        let line = format!("{}\n", serde_json::Value::from(rel.to_string_lossy()));
+        let (path, f) = match &mut self.open {
+            Some((open, path, f)) if *open == id => (&*path, f),
             _ => {
+                let path = routes_path(&filemap());
+                let io = |source| MetaError::Io { op: "start the routes log", path: path.clone(), source };
                 let mut f = std::fs::OpenOptions::new()
                     .write(true)
                     .create(true)
                     .truncate(true)
                     .mode(0o600)
                     .custom_flags(libc::O_NOFOLLOW)
-                    .open(path)?;
-                f.write_all(format!("{ROUTES_HEADER}{id}\n").as_bytes())?;
-                &mut self.open.insert((id, f)).1
+                    .open(&path)
+                    .map_err(io)?;
+                f.write_all(format!("{ROUTES_HEADER}{id}\n").as_bytes()).map_err(io)?;
+                let (_, path, f) = self.open.insert((id, path, f));
+                (&*path, f)
             }
         };
         // (one write per name: a crash cuts at most the last line)
-        f.write_all(format!("{line}\n").as_bytes())
+        f.write_all(line.as_bytes()).map_err(|source| MetaError::Io { op: "append to", path: path.to_path_buf(), source })
     }
 
-    /// Close and remove the log at `path`: the filemap now holds its names, or the dataset left.
-    pub(crate) fn end(&mut self, path: &Path) {
-        self.open = None;
-        let _ = crate::paths::remove_file_if_exists(path);
+    /// Close and remove the log this process wrote: the filemap now holds its names, or the
+    /// dataset left. (Nothing to do in transparent mode, which saves the names with the
+    /// record.)
+    pub(crate) fn end(&mut self) {
+        if let Some((_, path, _)) = self.open.take() {
+            let _ = crate::paths::remove_file_if_exists(&path);
+        }
     }
 }
