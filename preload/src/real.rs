@@ -1,6 +1,7 @@
 //! The real functions behind the hooks, found with `dlsym(RTLD_NEXT)` on first use (`mmap`'s
-//! at load time, [`find_mmap`]) and cached in an atomic (no lock, no panic). MPI symbols fall back to the `libmpi` already
-//! loaded when it is not reachable through `RTLD_NEXT` (mpi4py loads it `RTLD_LOCAL`).
+//! at load time, [`find_mmap`]) and cached in an atomic (no lock, no panic). MPI symbols fall
+//! back to the `libmpi` already loaded when it is not reachable through `RTLD_NEXT` (mpi4py
+//! loads it `RTLD_LOCAL`).
 //! A symbol that cannot be found makes the call fail with `ENOSYS` instead of aborting.
 
 use std::ffi::c_char;

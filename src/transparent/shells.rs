@@ -12,8 +12,7 @@
 //! completion and at start (after the restart, so also after a lost cache), rank 0 removes
 //! the shells of datasets that no longer exist (neither complete in cache nor in the prefix's
 //! index; one that has left the cache but is in the prefix has its files there and leaves the
-//! record), deepest first, with
-//! `rmdir`: a directory that is not empty (the application put
+//! record), deepest first, with `rmdir`: a directory that is not empty (the application put
 //! another file there) stays, and so does one holding files of a dataset that still exists.
 
 use std::collections::BTreeMap;

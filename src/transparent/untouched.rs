@@ -21,10 +21,9 @@
 //! run time when every unchanged copy was checked). A copy renamed while open is kept too (its
 //! old name is gone, as the application made it). Not covered: a forked child that writes
 //! through an inherited descriptor after the parent's last close writes to a file that is
-//! gone (before, its bytes would have joined the dataset), and neither does a shared mapping
-//! the preload does not see: made with the raw system call, or through a descriptor no hooked
-//! open under the prefix gave (`/proc/self/fd/N`, the cache path itself, one received over a
-//! socket).
+//! gone (before, its bytes would have joined the dataset); nor a shared mapping the preload
+//! does not see: made with the raw system call, or through a descriptor no hooked open under
+//! the prefix gave (`/proc/self/fd/N`, the cache path itself, one received over a socket).
 
 use std::fs::File;
 use std::io::Read;
