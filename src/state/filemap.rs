@@ -195,7 +195,11 @@ impl RoutesLog {
             }
         };
         // (one write per name: a crash cuts at most the last line)
-        f.write_all(line.as_bytes()).map_err(|source| MetaError::Io { op: "append to", path: path.to_path_buf(), source })
+        f.write_all(line.as_bytes()).map_err(|source| MetaError::Io {
+            op: "append to",
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
     /// Close and remove the log this process wrote: the filemap now holds its names, or the
