@@ -37,9 +37,29 @@ pub fn install_panic_hook() {
 }
 
 /// Run `core` for hook `hook` on `path`; a panic in it logs one line and yields `fallback()`.
-pub fn fence<T>(hook: &str, path: *const c_char, core: impl FnOnce() -> T, fallback: impl FnOnce() -> T) -> T {
+/// Its time is counted as a call of `hook` when `SCR_PRELOAD_TIMING=1`
+/// (`scr::transparent::timing`).
+pub fn fence<T>(hook: &'static str, path: *const c_char, core: impl FnOnce() -> T, fallback: impl FnOnce() -> T) -> T {
+    fence_as(hook, path, core, fallback, true)
+}
+
+/// [`fence`]; `call`: its time counts as a call of `hook` (else as more time of the call that
+/// an earlier fence of the same hook counted).
+fn fence_as<T>(
+    hook: &'static str,
+    path: *const c_char,
+    core: impl FnOnce() -> T,
+    fallback: impl FnOnce() -> T,
+    call: bool,
+) -> T {
     let _ = FENCED.try_with(|f| f.set(f.get() + 1));
+    let t0 = scr::transparent::timing::start();
     let r = catch_unwind(AssertUnwindSafe(core));
+    if call {
+        scr::transparent::timing::record(hook, t0);
+    } else {
+        scr::transparent::timing::record_more(hook, t0);
+    }
     let _ = FENCED.try_with(|f| f.set(f.get().saturating_sub(1)));
     let payload = match r {
         Ok(v) => return v,
@@ -55,9 +75,17 @@ pub fn fence<T>(hook: &str, path: *const c_char, core: impl FnOnce() -> T, fallb
 }
 
 /// Bookkeeping after a real call (`f` tells the core what happened): fenced, errno kept.
-pub fn quietly(hook: &str, f: impl FnOnce()) {
+pub fn quietly(hook: &'static str, f: impl FnOnce()) {
     let e = errno();
     fence(hook, std::ptr::null(), f, || ());
+    set_errno(e);
+}
+
+/// [`quietly`], for the bookkeeping of a call whose decision [`fence`] already counted: its
+/// time adds to that call's.
+pub fn quietly_after(hook: &'static str, f: impl FnOnce()) {
+    let e = errno();
+    fence_as(hook, std::ptr::null(), f, || (), false);
     set_errno(e);
 }
 
@@ -93,7 +121,7 @@ pub fn apply<R>(
 /// # Safety
 /// `path` is NULL or the application's NUL-terminated argument.
 pub unsafe fn redirect<R>(
-    hook: &str,
+    hook: &'static str,
     dirfd: c_int,
     path: *const c_char,
     fail: R,
@@ -113,7 +141,7 @@ pub unsafe fn redirect<R>(
 /// A call the core performs itself (renames, links, removals): `real` is the application's
 /// call as it is, which the core may make, and the fallback after a panic.
 pub fn perform(
-    hook: &str,
+    hook: &'static str,
     path: *const c_char,
     core: impl FnOnce(&mut dyn FnMut() -> c_int) -> Done,
     mut real: impl FnMut() -> c_int,

@@ -16,7 +16,12 @@ use crate::detour::{errno, fence, set_errno};
 use crate::real::{next_or, Compar, Filter, NftwFn};
 
 /// A stream just opened: the core's merge, if SCR holds files below its directory.
-fn opened(hook: &str, d: *mut DIR, path: *const c_char, merge: impl FnOnce() -> Option<listing::Merge>) -> *mut DIR {
+fn opened(
+    hook: &'static str,
+    d: *mut DIR,
+    path: *const c_char,
+    merge: impl FnOnce() -> Option<listing::Merge>,
+) -> *mut DIR {
     if !d.is_null() && scr::transparent::routing().is_some() {
         let e = errno();
         if let Some(m) = fence(hook, path, merge, || None) {

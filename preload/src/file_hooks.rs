@@ -10,13 +10,13 @@ use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void, CStr};
 use libc::{mode_t, off64_t, off_t, size_t, ssize_t, FILE};
 use scr::transparent::{calls, names};
 
-use crate::detour::{apply, errno, fence, perform, quietly, redirect, set_errno};
+use crate::detour::{apply, errno, fence, perform, quietly, quietly_after, redirect, set_errno};
 use crate::real::next_or;
 
 /// The open family: `call(path, dirfd)` performs the real open; a pending file the core
 /// routed the open to is told its descriptor.
 unsafe fn open_with(
-    hook: &str,
+    hook: &'static str,
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -32,7 +32,7 @@ unsafe fn open_with(
     let o = fence(hook, path, || calls::open(dirfd, unsafe { CStr::from_ptr(path) }, flags), pass);
     let fd = apply(o.call, saved, path, dirfd, -1, call);
     if o.track != 0 {
-        quietly(hook, || calls::opened(fd, o.track, o.created));
+        quietly_after(hook, || calls::opened(fd, o.track, o.created));
     }
     fd
 }
@@ -79,7 +79,7 @@ creat_hook!(creat, creat64);
 
 /// The stdio opens: `call(path)` performs the real one; the stream's descriptor is tracked.
 unsafe fn fopen_with(
-    hook: &str,
+    hook: &'static str,
     path: *const c_char,
     mode: *const c_char,
     call: impl Fn(*const c_char) -> *mut FILE,

@@ -292,6 +292,13 @@ pub const PARAMS: &[Param] = &[
         Implemented,
         "transparent mode: comma-separated patterns of checkpoint files several ranks write (N-to-1 with pwrite), written once in the prefix",
     ),
+    p(
+        "SCR_PRELOAD_TIMING",
+        Bool,
+        Some("0"),
+        Implemented,
+        "transparent mode: at MPI_Finalize rank 0 reports the calls and the time the preload's hooks, sync points, start and SCR_Finalize spent in SCR, per hook over every rank",
+    ),
     p("SCR_END_TIME", Count, None, Implemented, "allocation end time, seconds since the epoch (for SCR_HALT_SECONDS)"),
 ];
 

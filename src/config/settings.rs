@@ -94,6 +94,9 @@ pub struct Settings {
     pub preload: Vec<crate::config::patterns::PatternSpec>,
     /// Transparent mode's files several ranks write (`SCR_PRELOAD_SHARED`).
     pub preload_shared: Vec<crate::config::patterns::PatternSpec>,
+    /// `SCR_PRELOAD_TIMING`: report what the hooks and sync points cost.
+    #[serde(default)]
+    pub preload_timing: bool,
     /// The effective configuration with origins, for the `SCR_DEBUG` listing.
     pub listing: Vec<(String, String, String)>,
     /// Warnings found while reading the configuration (printed by rank 0).
@@ -385,6 +388,7 @@ impl Settings {
             preload_shared: crate::config::patterns::shared_from_config(
                 with_origin(r, "SCR_PRELOAD_SHARED").as_ref().map(|(a, v)| (a.as_str(), v.as_str())),
             )?,
+            preload_timing: boolean(r, "SCR_PRELOAD_TIMING")?,
             listing,
             warnings,
         })

@@ -33,6 +33,8 @@ pub struct TransparentSetup {
     pub shared: Vec<PatternSpec>,
     /// `SCR_HALT_EXIT`
     pub halt_exit: bool,
+    /// `SCR_PRELOAD_TIMING`
+    pub timing: bool,
 }
 
 /// Whether every rank of the run is on this node (transparent mode then agrees at sync
@@ -51,6 +53,7 @@ pub fn transparent_setup() -> Result<TransparentSetup> {
             patterns: rt.settings.preload.clone(),
             shared: rt.settings.preload_shared.clone(),
             halt_exit: rt.settings.halt_exit,
+            timing: rt.settings.preload_timing,
         })
     })
 }

@@ -37,6 +37,7 @@ pub fn start(base: BaseFn) -> Result<(), StartError> {
         return Ok(());
     }
     let _inside = Inside::enter();
+    let t0 = std::time::Instant::now();
     let Some(setup) = init()? else { return Ok(()) };
     let (patterns, shared) = (compile(&setup.patterns)?, compile(&setup.shared)?);
     if patterns.is_empty() && setup.rank == 0 {
@@ -72,6 +73,10 @@ pub fn start(base: BaseFn) -> Result<(), StartError> {
         );
     }
     go_live(setup, patterns, shared, base);
+    // (timing starts in go_live: the start is counted from here)
+    if super::timing::enabled() {
+        super::timing::record(super::timing::START, Some(t0));
+    }
     Ok(())
 }
 
@@ -127,6 +132,7 @@ fn go_live(setup: crate::runtime::TransparentSetup, patterns: PatternSet, shared
         view: Some(view.clone()),
         journal,
     };
+    super::timing::enable(setup.timing);
     if let Some(s) = state::set_session(session) {
         sync::recover(s);
         view::publish(s, &state::table());
@@ -162,9 +168,15 @@ pub fn stop() {
     if state::end_routing() {
         return;
     }
-    sync::teardown();
+    let comm = sync::teardown();
+    let t0 = super::timing::start();
     if let Err(e) = crate::runtime::finalize() {
         scr_error!("transparent mode: ending SCR in MPI_Finalize: {e}");
+    }
+    super::timing::record(super::timing::FINALIZE, t0);
+    // (after SCR_Finalize, so that its flushes count; MPI is still initialised)
+    if let Some(comm) = &comm {
+        super::timing::report(comm);
     }
 }
 

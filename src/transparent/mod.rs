@@ -55,6 +55,7 @@ pub(crate) mod shells;
 mod state;
 pub mod sync;
 pub(crate) mod table;
+pub mod timing;
 mod untouched;
 pub mod view;
 mod writes;

@@ -66,11 +66,12 @@ pub(super) fn setup() {
     *state::sync() = Some(SyncState::new(Comm::world_dup()));
 }
 
-/// Drop the communicator (before the real `MPI_Finalize`); rank 0 reports how the sync
-/// points' agreements travelled (`SCR_DEBUG=1`).
-pub(super) fn teardown() {
-    let st = state::sync().take();
-    if let Some(st) = st.filter(|st| st.comm.rank() == 0) {
+/// End the sync points; rank 0 reports how their agreements travelled (`SCR_DEBUG=1`).
+/// Returns the communicator, for [`super::timing::report`] after `SCR_Finalize` (it is freed
+/// when dropped, before the real `MPI_Finalize`).
+pub(super) fn teardown() -> Option<Comm> {
+    let st = state::sync().take()?;
+    if st.comm.rank() == 0 {
         let [sep, bar, all, def, board] = st.via;
         crate::scr_debug!(
             1,
@@ -79,6 +80,7 @@ pub(super) fn teardown() {
         );
         crate::scr_debug!(1, "transparent mode: {} sync points attempted completion", st.attempts);
     }
+    Some(st.comm)
 }
 
 /// What each rank tells the others at a sync point, and what they agree on: whether (on
@@ -259,9 +261,9 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     // for a file open for writing would make every sync point attempt again: QE removes a
     // file of out/ while it writes another), except at the last point
     let fresh = last || t.settled() != st.tried;
-    let Some([open, closed, removed, changes]) =
+    let Some([open, closed, removed, changes]) = super::timing::timed(super::timing::AGREEMENT, || {
         agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0 && fresh, c.changes > 0])
-    else {
+    }) else {
         st.quiet = 0;
         return Point::Failed;
     };
@@ -285,7 +287,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         }
         crate::runtime::count_collectives_from(Some(from));
         let checkpointed;
-        (checkpointed, t) = complete(s, st, t, false, !last);
+        (checkpointed, t) = super::timing::timed(super::timing::COMPLETION, || complete(s, st, t, false, !last));
         st.halt_check = checkpointed;
         crate::runtime::count_collectives_from(None);
         if t.no_pending() {

@@ -596,3 +596,53 @@ fn mode_times_and_hard_links_survive_the_flush_and_the_fetch() {
     assert!(got.stderr.contains("as a hard link of"), "the fetch linked c: {}", got.dump());
     assert_eq!(attrs(&got), want, "{}", got.dump());
 }
+
+/// `SCR_PRELOAD_TIMING=1`: at `MPI_Finalize` rank 0 prints, per hook, the calls over every
+/// rank and the time spent in SCR (summed, and the slowest rank's), with rows for the sync
+/// points' agreements and completions, the start and `SCR_Finalize`; the run and its restart
+/// are the same as without it, and without the setting nothing is printed.
+#[test]
+fn timing_reports_each_hook_over_every_rank_at_finalize() {
+    let mut job = transparent();
+    job.set("SCR_PRELOAD_TIMING", "1");
+    let r = run(&job, &["--steps", "4", "--every", "1"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    let header = "transparent mode timing (SCR_PRELOAD_TIMING=1), 4 rank(s): time in SCR per hook";
+    assert_eq!(r.stderr.matches(header).count(), 1, "rank 0 reports once: {}", r.dump());
+    // one row per hook: name, calls over every rank, ms summed, ms of the slowest rank (rank n)
+    let rows: Vec<(String, u64, f64, f64)> = r
+        .stderr
+        .lines()
+        .skip_while(|l| !l.contains(header))
+        .skip(2)
+        .take_while(|l| l.starts_with("  ") && l.ends_with(')'))
+        .map(|l| {
+            let (name_and_numbers, _rank) = l.rsplit_once(" (rank ").unwrap();
+            let f: Vec<&str> = name_and_numbers.split_whitespace().collect();
+            let n = f.len();
+            (f[..n - 3].join(" "), f[n - 3].parse().unwrap(), f[n - 2].parse().unwrap(), f[n - 1].parse().unwrap())
+        })
+        .collect();
+    let row = |name: &str| rows.iter().find(|r| r.0 == name).unwrap_or_else(|| panic!("no row {name}: {}", r.dump()));
+    // each rank writes one file per checkpoint: 4 x 4 opens and closes of checkpoint files,
+    // each open counted once (its bookkeeping after the real open adds time, not a call), and
+    // rank 0's few opens of its pointer file, which is not one
+    let opens: u64 = rows.iter().filter(|r| r.0.starts_with("open")).map(|r| r.1).sum();
+    assert_eq!(row("close").1, 16, "{rows:?}");
+    assert!((16..24).contains(&opens), "{rows:?}");
+    // every rank completes each of the 4 checkpoints at a sync point
+    let (_, completions, all_ms, slowest_ms) = row("MPI sync point: completion");
+    assert!(*completions >= 16, "{rows:?}");
+    assert!(*all_ms > 0.0 && slowest_ms <= all_ms, "{rows:?}");
+    // each completion follows an agreement (the one in MPI_Finalize's sync point too)
+    assert!(row("MPI sync point: agreement").1 >= *completions, "{rows:?}");
+    assert!(row("MPI sync point").1 > 0, "{rows:?}");
+    assert_eq!(row("MPI_Init: start of transparent mode").1, 4, "{rows:?}");
+    assert_eq!(row("MPI_Finalize: SCR_Finalize").1, 4, "{rows:?}");
+    // the run is the same: the next one restarts from its last checkpoint, and says nothing
+    job.unset("SCR_PRELOAD_TIMING");
+    let r = run(&job, &["--steps", "6", "--every", "1"]);
+    assert_eq!(r.code, Some(0), "{}", r.dump());
+    assert!(r.has("RESTARTED 4 verified"), "{}", r.dump());
+    assert!(!r.stderr.contains("transparent mode timing"), "{}", r.dump());
+}
