@@ -26,6 +26,9 @@
 # commit) adds a third run to each round, with that library; odd rounds run plain, before,
 # this, even rounds this, before, plain. Its figures are printed beside this build's, with the
 # per-round ratio of the two.
+# TIMING=1 adds, after each application's rounds, one more preloaded run with
+# SCR_PRELOAD_TIMING=1 and prints its table: the time each hook and the sync points spent in
+# SCR, per hook over every rank (README, transparent mode).
 # Needs: openfoam openfoam-examples quantum-espresso quantum-espresso-data (apt).
 # Usage: scripts/bench-apps.sh [runs] [qe md steps]
 set -euo pipefail
@@ -95,7 +98,8 @@ if [ -n "$before" ] && [ ! -f "$before" ]; then
   exit 2
 fi
 
-# one <app> <preload 0|1|2> -> wall seconds of one run in a fresh copy (2: SCR_BENCH_BEFORE's library)
+# one <app> <preload 0|1|2|3> -> wall seconds of one run in a fresh copy (2: SCR_BENCH_BEFORE's
+# library; 3: this one with SCR_PRELOAD_TIMING=1)
 one() {
   local app=$1 pre=$2 run=$work/run lib=$lib
   [ "$pre" = 2 ] && lib=$before
@@ -108,6 +112,7 @@ one() {
   pattern=${PATTERNS:-$pattern}
   local env=()
   [ "$pre" != 0 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
+  [ "$pre" = 3 ] && env+=(-x SCR_PRELOAD_TIMING=1)
   local t0 t1
   t0=$(date +%s.%N)
   (cd "$run" && mpirun -np "$np" "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
@@ -160,15 +165,25 @@ same() { # same <app> <grep pattern>: the last runs with and without the preload
     echo "  ($1: SOLVER OUTPUT DIFFERS with the preload)"
   fi
 }
+timing() { # timing <app>: one more preloaded run with SCR_PRELOAD_TIMING=1, and its table
+  [ "${TIMING:-0}" = 1 ] || return 0
+  echo "  one more preloaded run with SCR_PRELOAD_TIMING=1: $(one "$1" 3) s"
+  awk '/transparent mode timing/ { p = 1; sub(/^.*transparent mode timing/, "transparent mode timing"); print "    " $0; next }
+       p == 1 { p = 2; print "  " $0; next }
+       p == 2 && /[(]rank [0-9]+[)]$/ { print "  " $0; next }
+       p == 2 { exit }' "$work/out.$1.3"
+}
 control=${CONTROL:-0}
 if [[ $apps == *" foam "* ]]; then
   pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
   same foam 'Solving for|Courant Number'
   if [ "$control" = 1 ]; then before='' pairs foam "  control: plain/plain" 0; fi
+  timing foam
 fi
 if [[ $apps == *" qe "* ]]; then
   pairs qe "pw.x Si MD, ecut $ecut, k $kpoints, $nstep steps"
   same qe 'total energy|scf accuracy|Ekin|temperature'
   if [ "$control" = 1 ]; then before='' pairs qe "  control: plain/plain" 0; fi
+  timing qe
 fi
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); target: ratio <= 1.02"
