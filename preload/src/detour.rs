@@ -76,16 +76,18 @@ fn fence_as<T>(
 
 /// Bookkeeping after a real call (`f` tells the core what happened): fenced, errno kept.
 pub fn quietly(hook: &'static str, f: impl FnOnce()) {
-    let e = errno();
-    fence(hook, std::ptr::null(), f, || ());
-    set_errno(e);
+    quietly_as(hook, f, true)
 }
 
 /// [`quietly`], for the bookkeeping of a call whose decision [`fence`] already counted: its
 /// time adds to that call's.
 pub fn quietly_after(hook: &'static str, f: impl FnOnce()) {
+    quietly_as(hook, f, false)
+}
+
+fn quietly_as(hook: &'static str, f: impl FnOnce(), call: bool) {
     let e = errno();
-    fence_as(hook, std::ptr::null(), f, || (), false);
+    fence_as(hook, std::ptr::null(), f, || (), call);
     set_errno(e);
 }
 
