@@ -26,6 +26,13 @@
 # commit) adds a third run to each round, with that library; odd rounds run plain, before,
 # this, even rounds this, before, plain. Its figures are printed beside this build's, with the
 # per-round ratio of the two.
+# STDOUT=file (default) sends each rank's standard output to a file of its own (through a
+# `sh -c` wrapper both sides run; the preloaded side's sets LD_PRELOAD for the application only);
+# STDOUT=mpirun leaves it to mpirun, as a plain `mpirun ... > log` does: every line of it then
+# travels through a pseudo-terminal to mpirun, and on this 2-vCPU VM each write may wake a
+# kernel worker on the other vCPU (an inter-processor interrupt, a VM exit). icoFoam writes
+# 11,000 lines per rank in 1000 steps: through mpirun its runs spread by 15-35% whatever the
+# preload, to files by under 1% (BENCHMARKS.md, 2026-12-06).
 # TIMING=1 adds, after each application's rounds, one more preloaded run with
 # SCR_PRELOAD_TIMING=1 and prints its table: the time each hook and the sync points spent in
 # SCR, per hook over every rank (README, transparent mode).
@@ -40,6 +47,7 @@ np=${NP:-4}
 ecut=${QE_ECUT:-12}
 kpoints=${QE_KPOINTS:-2 2 2}
 apps=" ${APPS:-foam qe} "
+stdout=${STDOUT:-file}
 split="$np 1 1" # the cavity's blocks per direction
 [ "$np" = 4 ] && split="2 2 1"
 
@@ -110,14 +118,26 @@ one() {
   local cmd pattern
   if [ "$app" = foam ]; then cmd=(icoFoam -parallel); pattern='processor*/[0-9]*/**'; else cmd=(pw.x -in md.in); pattern='out/**'; fi
   pattern=${PATTERNS:-$pattern}
-  local env=()
-  [ "$pre" != 0 ] && env=(-x LD_PRELOAD="$lib" -x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
+  local env=() wrap=()
+  if [ "$stdout" = file ]; then
+    # each rank's standard output to a file of its own, by a shell both sides run: it sets
+    # LD_PRELOAD for the application only (the shell itself runs without the library)
+    wrap=(sh -c 'LD_PRELOAD=$BENCH_PRELOAD exec "$@" >"$BENCH_RANK_OUT.$OMPI_COMM_WORLD_RANK"' sh)
+    local preload=
+    [ "$pre" != 0 ] && preload=$lib
+    env=(-x BENCH_RANK_OUT="$work/out.$app.$pre.rank" -x BENCH_PRELOAD="$preload")
+  elif [ "$pre" != 0 ]; then
+    env=(-x LD_PRELOAD="$lib")
+  fi
+  [ "$pre" != 0 ] && env+=(-x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
   [ "$pre" = 3 ] && env+=(-x SCR_PRELOAD_TIMING=1)
   local t0 t1
   t0=$(date +%s.%N)
-  (cd "$run" && mpirun -np "$np" "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
+  (cd "$run" && mpirun -np "$np" "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${wrap[@]}" "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
     { echo "$app (preload $pre) failed:" >&2; tail -20 "$work/out.$app.$pre" >&2; exit 1; }
   t1=$(date +%s.%N)
+  # (rank 0's output joins mpirun's, for `same`)
+  if [ "$stdout" = file ]; then cat "$work/out.$app.$pre.rank.0" >>"$work/out.$app.$pre"; fi
   echo "$t0 $t1" | awk '{ printf "%.3f", $2 - $1 }'
 }
 
