@@ -3,6 +3,13 @@
 //! and records their CRC32s, so a later restart from cache can verify every byte without
 //! SINGLE paying a read of its data inside `SCR_Complete_output`.
 //!
+//! A rank whose files of the dataset that still lack one hold at most [`INLINE_BYTES`] in at
+//! most [`INLINE_FILES`] files reads them inside the completion instead
+//! ([`small_enough`]): handing a job over costs a wake-up of the worker (on a small VM about
+//! 0.1 ms, plus the worker's own file of results), more than reading a few hundred KiB the
+//! application has just written (in the page cache). Transparent mode's versions of small
+//! restart files (QE's `out/`, OpenFOAM's time directories) are all of that size.
+//!
 //! Durability: the worker writes [`Crcs`] next to the dataset once all its files are done;
 //! the runtime copies the values into the filemap at its next collective call
 //! ([`Runtime::retire_checksums`], called from progress; they reach the filemap's file with
@@ -22,6 +29,19 @@ use super::Runtime;
 use crate::state::crcs::{Crcs, FileCrc};
 use crate::state::filemap::DatasetRecord;
 use crate::{scr_debug, scr_error};
+
+/// At most this many bytes of a rank's files of a dataset without a CRC32 are read inside
+/// the completion rather than in the background ([`small_enough`]).
+pub(super) const INLINE_BYTES: u64 = 512 << 10;
+/// ... in at most this many files (each costs an open and a close).
+pub(super) const INLINE_FILES: usize = 16;
+
+/// Whether this rank's files of `rec` that lack a CRC32 are few and small enough to read inside
+/// the completion (sizes as the completion just found them).
+pub(super) fn small_enough(rec: &DatasetRecord) -> bool {
+    let todo = || rec.files.iter().filter(|f| f.crc.is_none());
+    todo().count() <= INLINE_FILES && todo().map(|f| f.size).sum::<u64>() <= INLINE_BYTES
+}
 
 /// One dataset's checksum, as queued.
 struct Job {

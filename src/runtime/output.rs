@@ -469,10 +469,14 @@ impl Runtime {
     }
 
     /// Stage validate (local): each file of this rank's exists; its size (and its CRC32, when
-    /// computed at completion) is recorded. Returns what is wrong here, if anything.
+    /// computed at completion: `SCR_CRC_ON_COPY=1`, or the few small files of a dataset the
+    /// background would checksum, [`super::checksums::small_enough`]) is recorded. Returns
+    /// what is wrong here, if anything.
     fn validate_files(&mut self, c: &Completion, valid: bool) -> Option<String> {
+        use crate::config::CrcOnCopy;
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
-        let crc = self.settings.crc_on_copy == crate::config::CrcOnCopy::AtCompletion && !c.encodes;
+        let crc = self.settings.crc_on_copy == CrcOnCopy::AtCompletion && !c.encodes;
+        let background = self.settings.crc_on_copy == CrcOnCopy::Background && !c.encodes && !c.bypass;
         let buf = self.settings.file_buf_size;
         let mut problems = Vec::new();
         if !valid {
@@ -483,19 +487,31 @@ impl Runtime {
             });
         }
         let rec = self.filemap.datasets.get_mut(&c.id).expect("the open dataset is recorded");
+        let mut found = Vec::with_capacity(rec.files.len());
         for f in rec.files.iter_mut() {
             match std::fs::metadata(&f.path) {
                 Ok(md) => {
                     f.size = md.len();
                     f.complete = true;
-                    if crc {
-                        match crate::checksum::file_crc(&f.path, buf) {
-                            Ok(c) => f.crc = Some(c.crc),
-                            Err(e) => problems.push(e.to_string()),
-                        }
+                    found.push(true);
+                }
+                Err(e) => {
+                    problems.push(format!("{} (routed as {}): {e}", f.path.display(), f.rel.display()));
+                    found.push(false);
+                }
+            }
+        }
+        // the CRC32s the background would compute, here when this rank's are few and small
+        // (a file not found has no CRC32 to compute)
+        let small = background && super::checksums::small_enough(rec);
+        if crc || small {
+            for (f, exists) in rec.files.iter_mut().zip(found) {
+                if exists && (crc || f.crc.is_none()) {
+                    match crate::checksum::file_crc(&f.path, buf) {
+                        Ok(c) => f.crc = Some(c.crc),
+                        Err(e) => problems.push(e.to_string()),
                     }
                 }
-                Err(e) => problems.push(format!("{} (routed as {}): {e}", f.path.display(), f.rel.display())),
             }
         }
         (!problems.is_empty()).then(|| problems.join("; "))

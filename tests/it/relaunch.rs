@@ -144,6 +144,32 @@ fn killed_during_the_background_crc_of_a_single_checkpoint() {
     assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
 }
 
+/// A small checkpoint (this rank's new files under 512 KiB) gets its CRC32s inside its
+/// completion, not from the background worker: a run killed the moment it returns leaves them
+/// known, so a flipped byte in its cached data is refused at restart, and the one before
+/// restarts.
+#[test]
+fn a_small_checkpoint_killed_at_once_is_verified_by_its_crc() {
+    let mut job = Job::new();
+    job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
+    let r = job.run("test_api", &["--size", "100003", "--steps", "2", "--crash-after", "2"]);
+    assert!(r.has("CRASH after ckpt.2"), "{}", r.dump());
+    let mut crcs = Vec::new();
+    common::walk(&job.cache, &mut |p| {
+        if p.display().to_string().contains("/.scr/crc.") {
+            crcs.push(p.to_path_buf());
+        }
+    });
+    assert!(crcs.is_empty(), "no background CRC32 file for small checkpoints: {crcs:?}");
+    let file = job.find("ckpt.2/rank_3.ckpt").into_iter().find(|p| p.starts_with(&job.cache)).unwrap();
+    let mut b = std::fs::read(&file).unwrap();
+    b[777] ^= 1;
+    std::fs::write(&file, b).unwrap();
+    let r = job.run("test_api", &["--size", "100003", "--steps", "0"]);
+    assert!(restarted(&r, 1), "{}", r.dump());
+    assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
+}
+
 #[test]
 fn killed_while_the_index_is_rebuilt() {
     let mut job = Job::new();
