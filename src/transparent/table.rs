@@ -17,7 +17,8 @@
 //! one MPI-IO opens on every rank) would be one more kind of entry keyed the same way, whose
 //! bytes are not in one rank's pending area; nothing in the lookups assumes a private copy.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::prefix::under;
@@ -138,6 +139,9 @@ pub struct Table {
     peers: super::peers::PeerFiles,
     /// A completion runs without the table lock (see [`super::state::without_table`]).
     pub(super) completing: Option<Completing>,
+    /// The first components of every path [`Table::seen`] can find, and the generation they
+    /// were gathered at ([`Table::may_show`]).
+    tops: RefCell<Option<(u64, HashSet<Vec<u8>>)>>,
 }
 
 /// A completion the runtime works on without the table lock ([`super::state::without_table`]): the files
@@ -171,6 +175,9 @@ impl Table {
     /// What `rel` shows: this rank's file, else (unless this rank removed its own file of
     /// that name) another rank's.
     pub fn seen(&self, rel: &Path) -> Option<Seen<'_>> {
+        if !self.may_show(rel) {
+            return None;
+        }
         if let Some(h) = self.held(rel) {
             return Some(Seen::Held(h));
         }
@@ -178,6 +185,29 @@ impl Table {
             return None;
         }
         self.peers.get(rel).map(Seen::Peer)
+    }
+
+    /// Whether [`Table::seen`] may find `rel`: some file this rank holds or sees has the same
+    /// first component. Most paths an application looks up below the prefix are not SCR's
+    /// (OpenFOAM stats its four dictionaries at every time step), and one hash lookup answers
+    /// those instead of a search of each map by path (component by component). The set is
+    /// gathered again after every change of the table (its generation).
+    fn may_show(&self, rel: &Path) -> bool {
+        fn first(p: &Path) -> &[u8] {
+            use std::os::unix::ffi::OsStrExt;
+            let b = p.as_os_str().as_bytes();
+            &b[..b.iter().position(|&c| c == b'/').unwrap_or(b.len())]
+        }
+        let mut tops = self.tops.borrow_mut();
+        let (_, set) = match tops.as_mut() {
+            Some(t) if t.0 == self.generation => t,
+            _ => {
+                let peers = self.peers.below(Path::new("")).map(|(p, _)| p);
+                let all = self.by_path.keys().chain(self.committed.keys()).map(PathBuf::as_path).chain(peers);
+                tops.insert((self.generation, all.map(|p| first(p).to_vec()).collect()))
+            }
+        };
+        set.contains(first(rel))
     }
 
     /// Other ranks' files strictly below `dir` that this rank's own do not hide.
@@ -533,6 +563,25 @@ mod tests {
         assert!(t.held(&p("ckpt.2/a")).is_none());
         assert!(t.get(id).is_none(), "closed: dropped at once");
         assert_eq!(t.remove(&p("ckpt.2/a")), (None, false));
+    }
+
+    #[test]
+    fn what_a_lookup_may_find_follows_every_change_of_the_table() {
+        let mut t = Table::default();
+        assert!(t.seen(&p("processor0/0.1/U")).is_none());
+        committed(&mut t, &[("processor0/0.1/U", 1)]);
+        assert!(t.seen(&p("system/controlDict")).is_none(), "another first component: not SCR's");
+        assert!(t.seen(&p("processor0/0.1/U")).is_some(), "a committed file after set_committed");
+        let id = t.add(&p("post/a"), p("/pend/post/a"), false);
+        assert!(matches!(t.seen(&p("post/a")), Some(Seen::Held(Held::Pending(..)))), "a pending file at once");
+        t.rename(id, &p("moved/a"), p("/pend/moved/a"));
+        assert!(t.seen(&p("post/a")).is_none());
+        assert!(t.seen(&p("moved/a")).is_some(), "renamed: found under its new first component");
+        assert!(t.set_peers(vec![crate::runtime::peers_test_file("processor1/0.1/U", 1, 1)]));
+        assert!(matches!(t.seen(&p("processor1/0.1/U")), Some(Seen::Peer(_))), "another rank's file");
+        assert!(t.seen(&p("processor1/0.1/p")).is_none());
+        committed(&mut t, &[]);
+        assert!(t.seen(&p("processor0/0.1/U")).is_none(), "gone from the cache");
     }
 
     #[test]
