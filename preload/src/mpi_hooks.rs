@@ -167,8 +167,15 @@ fn on_board(board: &transparent::board::Board, mut real: impl FnMut() -> c_int) 
 /// agreement as a separate allreduce (a barrier's always; an allreduce's only every
 /// [`transparent::sync::DEFER_LIMIT`]-th in a row, [`transparent::sync::point_deferrable`]).
 fn collective_done(comm: MPI_Comm, barrier: bool) {
+    if !spans_world(comm) {
+        return;
+    }
+    // (the deferral's fast path needs the application's calls one at a time)
+    if !barrier && !app_threads() && transparent::sync::try_defer() {
+        return;
+    }
     let point = || if barrier { transparent::sync::point(false) } else { transparent::sync::point_deferrable() };
-    if spans_world(comm) && fence("MPI sync point", std::ptr::null(), point, || false) {
+    if fence("MPI sync point", std::ptr::null(), point, || false) {
         halt_exit();
     }
 }
@@ -302,6 +309,10 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
     if let Some(board) = transparent::sync::board().filter(|_| n > 0 && !app_threads()) {
         // SAFETY: the real PMPI_Allreduce with the application's arguments.
         let real = || unsafe { f(s, r, n, t, op, comm) };
+        // (a deferred agreement: nothing of SCR's runs around the collective)
+        if transparent::sync::try_defer() {
+            return real();
+        }
         if let Some(rc) = on_board(board, real) {
             return rc;
         }

@@ -90,11 +90,9 @@ pub(super) struct SyncState {
     /// that were there then (waiting for a file open for writing) flag nothing until it
     /// changes (`u64::MAX`: the attempt failed, they flag again).
     pub tried: u64,
-    /// Sync points that deferred their agreement since the last one
-    /// ([`super::sync::point_deferrable`]). Like `quiet`, the same on every rank: it follows
-    /// the world collectives, which every rank makes in the same order, and the agreed flags.
-    pub skipped: u32,
-    /// Agreements in a row that found nothing closed, removed or renamed on any rank.
+    /// Agreements in a row that found nothing closed, removed or renamed on any rank (the
+    /// same on every rank: it follows the agreed flags). It sets how many of the next sync
+    /// points may defer theirs ([`super::sync::point_deferrable`]).
     pub quiet: u32,
     /// Sync points by how their agreement travelled (indexed by [`super::sync::Via`];
     /// `SCR_DEBUG=1` reports them at the end of the run).
@@ -114,7 +112,6 @@ impl SyncState {
             session: None,
             halt_check: false,
             tried: 0,
-            skipped: 0,
             quiet: 0,
             via: [0; 5],
             attempts: 0,

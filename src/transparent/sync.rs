@@ -39,6 +39,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::MutexGuard;
 
 use super::board::Board;
@@ -60,6 +61,36 @@ use crate::{scr_error, scr_warn};
 /// completion (a rename into place, a late file) at the next collective.
 pub const DEFER_LIMIT: u32 = 8;
 
+/// Sync points that may still defer their agreement before the next one must run it
+/// (`DEFER_LIMIT - 1` after an agreement that left `quiet` at [`DEFER_LIMIT`] or more, else 0),
+/// and those that deferred since the last agreement: kept outside the sync state's lock, so a
+/// deferred point costs two atomic operations ([`try_defer`]). Every rank computes the same
+/// numbers from the same agreements.
+static BUDGET: AtomicU32 = AtomicU32::new(0);
+static SKIPPED: AtomicU32 = AtomicU32::new(0);
+/// Deferred sync points in the run (`SCR_DEBUG=1` reports them).
+static DEFERRED: AtomicU64 = AtomicU64::new(0);
+
+/// A world collective that cannot carry the agreement, where [`point_deferrable`]'s rule lets
+/// its sync point defer the agreement: counted, and `true` (the caller runs its collective
+/// plainly). The deferral's fast path, for callers on the application's only MPI thread
+/// (no lock: a deferred sync point is most world collectives of a solver's quiet stretch).
+pub fn try_defer() -> bool {
+    let left = BUDGET.load(Ordering::Relaxed);
+    if left == 0 || crate::reentry::inside() {
+        return false;
+    }
+    BUDGET.store(left - 1, Ordering::Relaxed);
+    SKIPPED.fetch_add(1, Ordering::Relaxed);
+    DEFERRED.fetch_add(1, Ordering::Relaxed);
+    true
+}
+
+/// After an agreement: how many sync points may defer theirs now.
+fn allow_deferral(quiet: u32) {
+    BUDGET.store(if quiet >= DEFER_LIMIT { DEFER_LIMIT - 1 } else { 0 }, Ordering::Relaxed);
+}
+
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub(super) fn setup() {
     state::watch_forks();
@@ -71,8 +102,10 @@ pub(super) fn setup() {
 /// when dropped, before the real `MPI_Finalize`).
 pub(super) fn teardown() -> Option<Comm> {
     let st = state::sync().take()?;
+    BUDGET.store(0, Ordering::Relaxed);
     if st.comm.rank() == 0 {
-        let [sep, bar, all, def, board] = st.via;
+        let [sep, bar, all, _, board] = st.via;
+        let def = DEFERRED.load(Ordering::Relaxed);
         crate::scr_debug!(
             1,
             "transparent mode: {} sync points: {bar} world barriers were the agreement, {all} world allreduces carried it, {board} agreed on the node board, {sep} had a separate one, {def} deferred theirs",
@@ -230,9 +263,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     }
     let mut g = state::sync();
     let Some(st) = g.as_mut() else { return Point::Off };
-    if defer && !last && st.quiet >= DEFER_LIMIT && st.skipped + 1 < DEFER_LIMIT {
-        st.skipped += 1;
-        st.via[Via::Deferred as usize] += 1;
+    if defer && !last && try_defer() {
         return Point::Deferred;
     }
     let s = match st.session {
@@ -255,7 +286,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     // (the epoch counts every sync point, deferred ones too: a file held open is reported
     // after as many world collectives whatever their kind)
     let before = t.epoch;
-    t.epoch += 1 + u64::from(std::mem::take(&mut st.skipped));
+    t.epoch += 1 + u64::from(SKIPPED.swap(0, Ordering::Relaxed));
     let c = t.counts();
     // closed and removed files flag only what changed since the last attempt (those waiting
     // for a file open for writing would make every sync point attempt again: QE removes a
@@ -265,9 +296,11 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
         agree(&st.comm, [c.open > 0, c.closed > 0 && fresh, c.removed > 0 && fresh, c.changes > 0])
     }) else {
         st.quiet = 0;
+        allow_deferral(0);
         return Point::Failed;
     };
     st.quiet = if closed || removed || changes { 0 } else { st.quiet.saturating_add(1) };
+    allow_deferral(if last { 0 } else { st.quiet });
     if changes {
         share_changes(s, &st.comm, &mut t);
     }
