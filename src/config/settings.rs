@@ -199,8 +199,9 @@ fn copy_type(r: &Resolved, warnings: &mut Vec<String>) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CrcOnCopy {
     /// Unset (the default): SINGLE datasets get their CRC32 in the background after
-    /// `SCR_Complete_output` (or from their flush; a rank's few small files inside it); every file a restart from cache hands to
-    /// the application is checked against its CRC32 (by size alone while it is unknown).
+    /// `SCR_Complete_output` (or from their flush; a rank's few small files inside it); every
+    /// file a restart from cache hands to the application is checked against its CRC32 (by
+    /// size alone while it is unknown).
     Background,
     /// `SCR_CRC_ON_COPY=1`: also computed inside `SCR_Complete_output` (SINGLE pays a read of
     /// its data there), and checked at restart.
