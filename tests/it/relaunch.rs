@@ -135,13 +135,18 @@ fn killed_during_the_background_crc_of_a_single_checkpoint() {
     job.set("SCR_FLUSH", "0").set("SCR_CACHE_SIZE", "2");
     let r = job.run("test_api", &["--size", "1000003", "--steps", "4", "--crash-after", "4", "--crash-delay", "2"]);
     assert!(r.has("CRASH after ckpt.4"), "{}", r.dump());
-    let file = job.find("ckpt.4/rank_3.ckpt").into_iter().find(|p| p.starts_with(&job.cache)).unwrap();
-    let mut b = std::fs::read(&file).unwrap();
-    b[777] ^= 1;
-    std::fs::write(&file, b).unwrap();
+    flip_a_cached_byte(&job, "ckpt.4/rank_3.ckpt");
     let r = job.run("test_api", &["--size", "1000003", "--steps", "0"]);
     assert!(restarted(&r, 3), "{}", r.dump());
     assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
+}
+
+/// Flip one byte of the cached file whose path ends with `tail`.
+fn flip_a_cached_byte(job: &Job, tail: &str) {
+    let file = job.find(tail).into_iter().find(|p| p.starts_with(&job.cache)).unwrap();
+    let mut b = std::fs::read(&file).unwrap();
+    b[777] ^= 1;
+    std::fs::write(&file, b).unwrap();
 }
 
 /// A small checkpoint (this rank's new files under 512 KiB) gets its CRC32s inside its
@@ -161,10 +166,7 @@ fn a_small_checkpoint_killed_at_once_is_verified_by_its_crc() {
         }
     });
     assert!(crcs.is_empty(), "no background CRC32 file for small checkpoints: {crcs:?}");
-    let file = job.find("ckpt.2/rank_3.ckpt").into_iter().find(|p| p.starts_with(&job.cache)).unwrap();
-    let mut b = std::fs::read(&file).unwrap();
-    b[777] ^= 1;
-    std::fs::write(&file, b).unwrap();
+    flip_a_cached_byte(&job, "ckpt.2/rank_3.ckpt");
     let r = job.run("test_api", &["--size", "100003", "--steps", "0"]);
     assert!(restarted(&r, 1), "{}", r.dump());
     assert!(r.stderr.contains("CRC32 is"), "{}", r.dump());
