@@ -94,6 +94,10 @@ fn allow_deferral(quiet: u32) {
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub(super) fn setup() {
     state::watch_forks();
+    for a in [&BUDGET, &SKIPPED] {
+        a.store(0, Ordering::Relaxed);
+    }
+    DEFERRED.store(0, Ordering::Relaxed);
     *state::sync() = Some(SyncState::new(Comm::world_dup()));
 }
 

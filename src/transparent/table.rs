@@ -17,7 +17,6 @@
 //! one MPI-IO opens on every rank) would be one more kind of entry keyed the same way, whose
 //! bytes are not in one rank's pending area; nothing in the lookups assumes a private copy.
 
-use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
@@ -139,9 +138,18 @@ pub struct Table {
     peers: super::peers::PeerFiles,
     /// A completion runs without the table lock (see [`super::state::without_table`]).
     pub(super) completing: Option<Completing>,
-    /// The first components of every path [`Table::seen`] can find, and the generation they
-    /// were gathered at ([`Table::may_show`]).
-    tops: RefCell<Option<(u64, HashSet<Vec<u8>>)>>,
+    /// The first components of every path [`Table::seen`] can find, and perhaps more
+    /// ([`Table::may_show`]): added to as files are added or renamed, gathered anew when the
+    /// committed files or the other ranks' files are replaced (operations that walk every file
+    /// anyway), never trimmed by a removal.
+    tops: HashSet<Vec<u8>>,
+}
+
+/// The first component of normalised relative path `p`, as bytes.
+fn first(p: &Path) -> &[u8] {
+    use std::os::unix::ffi::OsStrExt;
+    let b = p.as_os_str().as_bytes();
+    &b[..b.iter().position(|&c| c == b'/').unwrap_or(b.len())]
 }
 
 /// A completion the runtime works on without the table lock ([`super::state::without_table`]): the files
@@ -187,27 +195,31 @@ impl Table {
         self.peers.get(rel).map(Seen::Peer)
     }
 
-    /// Whether [`Table::seen`] may find `rel`: some file this rank holds or sees has the same
-    /// first component. Most paths an application looks up below the prefix are not SCR's
-    /// (OpenFOAM stats its four dictionaries at every time step), and one hash lookup answers
-    /// those instead of a search of each map by path (component by component). The set is
-    /// gathered again after every change of the table (its generation).
+    /// Whether [`Table::seen`] may find `rel`: some file this rank holds or sees may have the
+    /// same first component. Most paths an application looks up below the prefix are not
+    /// SCR's (OpenFOAM stats its four dictionaries at every time step), and one hash lookup
+    /// answers those instead of a search of each map by path (component by component).
     fn may_show(&self, rel: &Path) -> bool {
-        fn first(p: &Path) -> &[u8] {
-            use std::os::unix::ffi::OsStrExt;
-            let b = p.as_os_str().as_bytes();
-            &b[..b.iter().position(|&c| c == b'/').unwrap_or(b.len())]
-        }
-        let mut tops = self.tops.borrow_mut();
-        let (_, set) = match tops.as_mut() {
-            Some(t) if t.0 == self.generation => t,
-            _ => {
-                let peers = self.peers.below(Path::new("")).map(|(p, _)| p);
-                let all = self.by_path.keys().chain(self.committed.keys()).map(PathBuf::as_path).chain(peers);
-                tops.insert((self.generation, all.map(|p| first(p).to_vec()).collect()))
+        self.tops.contains(first(rel))
+    }
+
+    /// Gather [`Table::tops`] anew from every file [`Table::seen`] can find.
+    fn gather_tops(&mut self) {
+        let mut tops = HashSet::new();
+        let peers = self.peers.below(Path::new("")).map(|(p, _)| p);
+        for p in self.by_path.keys().chain(self.committed.keys()).map(PathBuf::as_path).chain(peers) {
+            if !tops.contains(first(p)) {
+                tops.insert(first(p).to_vec());
             }
-        };
-        set.contains(first(rel))
+        }
+        self.tops = tops;
+    }
+
+    /// A file at `rel` may now be found.
+    fn may_find(&mut self, rel: &Path) {
+        if !self.tops.contains(first(rel)) {
+            self.tops.insert(first(rel).to_vec());
+        }
     }
 
     /// Other ranks' files strictly below `dir` that this rank's own do not hide.
@@ -253,6 +265,7 @@ impl Table {
         let changed = self.peers.set(list);
         if changed {
             self.generation += 1;
+            self.gather_tops();
         }
         changed
     }
@@ -310,6 +323,7 @@ impl Table {
         };
         self.pending.insert(id, p);
         self.by_path.insert(rel.to_path_buf(), id);
+        self.may_find(rel);
         id
     }
 
@@ -353,6 +367,7 @@ impl Table {
             p.rel = to.to_path_buf();
             p.cache = cache;
             self.by_path.insert(to.to_path_buf(), id);
+            self.may_find(to);
         }
     }
 
@@ -380,6 +395,7 @@ impl Table {
         let Some(rel) = self.pending.get(&id).map(|p| p.rel.clone()) else { return };
         self.forget(id);
         if let Some(c) = self.removed.remove(&rel) {
+            self.may_find(&rel);
             self.committed.insert(rel, c);
         }
     }
@@ -463,6 +479,7 @@ impl Table {
             }
             true
         });
+        self.gather_tops();
     }
 
     /// Committed files the application removed, by the name of their dataset.
