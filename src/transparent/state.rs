@@ -94,9 +94,10 @@ pub(super) struct SyncState {
     /// same on every rank: it follows the agreed flags). It sets how many of the next sync
     /// points may defer theirs ([`super::sync::point_deferrable`]).
     pub quiet: u32,
-    /// Sync points by how their agreement travelled (indexed by [`super::sync::Via`];
+    /// Sync points by how their agreement travelled (indexed by [`super::sync::Via`]; those
+    /// that deferred it are counted beside the deferral's budget, [`super::sync::try_defer`];
     /// `SCR_DEBUG=1` reports them at the end of the run).
-    pub via: [u64; 5],
+    pub via: [u64; 4],
     /// Sync points that attempted completion (`SCR_DEBUG=1` reports it).
     pub attempts: u64,
     /// The report of a file held open across [`super::sync::HELD_OPEN_SYNCS`] sync points
@@ -113,7 +114,7 @@ impl SyncState {
             halt_check: false,
             tried: 0,
             quiet: 0,
-            via: [0; 5],
+            via: [0; 4],
             attempts: 0,
             held_reported: false,
         }

@@ -94,9 +94,8 @@ fn allow_deferral(quiet: u32) {
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub(super) fn setup() {
     state::watch_forks();
-    for a in [&BUDGET, &SKIPPED] {
-        a.store(0, Ordering::Relaxed);
-    }
+    BUDGET.store(0, Ordering::Relaxed);
+    SKIPPED.store(0, Ordering::Relaxed);
     DEFERRED.store(0, Ordering::Relaxed);
     *state::sync() = Some(SyncState::new(Comm::world_dup()));
 }
@@ -108,7 +107,7 @@ pub(super) fn teardown() -> Option<Comm> {
     let st = state::sync().take()?;
     BUDGET.store(0, Ordering::Relaxed);
     if st.comm.rank() == 0 {
-        let [sep, bar, all, _, board] = st.via;
+        let [sep, bar, all, board] = st.via;
         let def = DEFERRED.load(Ordering::Relaxed);
         crate::scr_debug!(
             1,
@@ -153,8 +152,6 @@ pub enum Via {
     Barrier,
     /// As extra elements of the application's world allreduce.
     Allreduce,
-    /// Not run: deferred to a later sync point ([`point_deferrable`]).
-    Deferred,
     /// On the node board, around the application's collective ([`on_board`]).
     Board,
 }
