@@ -152,6 +152,13 @@ fn first(p: &Path) -> &[u8] {
     &b[..b.iter().position(|&c| c == b'/').unwrap_or(b.len())]
 }
 
+/// Add `p`'s first component to `tops` (allocating only when it is new).
+fn add_top(tops: &mut HashSet<Vec<u8>>, p: &Path) {
+    if !tops.contains(first(p)) {
+        tops.insert(first(p).to_vec());
+    }
+}
+
 /// A completion the runtime works on without the table lock ([`super::state::without_table`]): the files
 /// it takes (pending and shared ids, and the paths of those and of the removed files it
 /// records). Committed files may change under it too (a new version replaces them, the cache
@@ -208,18 +215,14 @@ impl Table {
         let mut tops = HashSet::new();
         let peers = self.peers.below(Path::new("")).map(|(p, _)| p);
         for p in self.by_path.keys().chain(self.committed.keys()).map(PathBuf::as_path).chain(peers) {
-            if !tops.contains(first(p)) {
-                tops.insert(first(p).to_vec());
-            }
+            add_top(&mut tops, p);
         }
         self.tops = tops;
     }
 
     /// A file at `rel` may now be found.
     fn may_find(&mut self, rel: &Path) {
-        if !self.tops.contains(first(rel)) {
-            self.tops.insert(first(rel).to_vec());
-        }
+        add_top(&mut self.tops, rel);
     }
 
     /// Other ranks' files strictly below `dir` that this rank's own do not hide.
@@ -599,6 +602,10 @@ mod tests {
         assert!(t.seen(&p("processor1/0.1/p")).is_none());
         committed(&mut t, &[]);
         assert!(t.seen(&p("processor0/0.1/U")).is_none(), "gone from the cache");
+        committed(&mut t, &[("late/a", 2)]);
+        let id = t.add(&p("late/a"), p("/pend/late/a"), false);
+        t.abandon(id);
+        assert!(matches!(t.seen(&p("late/a")), Some(Seen::Held(Held::Committed(_)))), "an abandoned open");
     }
 
     #[test]
