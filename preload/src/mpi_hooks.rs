@@ -27,6 +27,11 @@ fn started() {
     if fence("MPI_Init", std::ptr::null(), || transparent::start(crate::detour::base).is_err(), || false) {
         transparent::abort_job(1);
     }
+    // (the board path of `allreduce` below, which needs the application's MPI calls one at a
+    // time, carries news)
+    if !app_threads() {
+        transparent::sync::news_on_board();
+    }
 }
 
 /// `SCR_HALT_EXIT`: a halt condition holds after a checkpoint; end the run as `MPI_Finalize`
@@ -284,8 +289,9 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
 
 /// `MPI_Allreduce`: on a world-spanning communicator, a small one with a predefined
 /// operation and type carries the agreement ([`crate::piggyback`]); any other agrees on the
-/// node board around it when every rank is on one node ([`transparent::board`]), and is
-/// followed by the separate agreement otherwise, at most every
+/// node board around it when every rank is on one node ([`transparent::board`]; in quiet
+/// stretches at most every [`transparent::sync::BOARD_WINDOW`]-th in a row, sooner when a
+/// rank posts news), and is followed by the separate agreement otherwise, at most every
 /// [`transparent::sync::DEFER_LIMIT`]-th in a row.
 unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int {
     let f = next_or!(
@@ -309,9 +315,14 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
     if let Some(board) = transparent::sync::board().filter(|_| n > 0 && !app_threads()) {
         // SAFETY: the real PMPI_Allreduce with the application's arguments.
         let real = || unsafe { f(s, r, n, t, op, comm) };
-        // (a deferred agreement: nothing of SCR's runs around the collective)
-        if transparent::sync::try_defer() {
-            return real();
+        // (a deferred agreement: nothing of SCR's runs around the collective but this rank's
+        // news posted before it, if it has any, and every rank's read after it)
+        if let Some(e) = transparent::sync::defer_on_board(board) {
+            let rc = real();
+            if rc == MPI_SUCCESS {
+                transparent::sync::deferred_on_board(board, e);
+            }
+            return rc;
         }
         if let Some(rc) = on_board(board, real) {
             return rc;

@@ -13,6 +13,14 @@
 //! every rank's post is there, and every rank reads the same flags: the agreement costs a few
 //! memory accesses.
 //!
+//! The board also carries news at the sync points that defer their agreement
+//! ([`super::sync::defer_on_board`]): a rank whose files changed since the last agreement
+//! marks the deferred point's number in a news slot before it enters the collective, every
+//! rank looks at every rank's news slot after it returns, and if one is marked, all run the
+//! agreement at the next sync point. A quiet stretch then costs each rank a load of its own
+//! flag and one of each rank's news slot (cache lines nobody writes) per collective, and the
+//! deferral can last far longer without a checkpoint waiting longer for its agreement.
+//!
 //! Each rank has two slots, used by agreement number parity: a rank writes agreement `e + 2`
 //! only after it left the collective of `e + 1`, which no rank leaves before every rank entered
 //! it, which each rank does after reading agreement `e`. A slot holds the agreement's number
@@ -29,7 +37,8 @@ use std::time::{Duration, Instant};
 
 use crate::sys::SharedWords;
 
-/// Words per rank: two slots of (agreement number, flags), padded to 64 bytes.
+/// Words per rank: two slots of (agreement number, flags) and two of news (the deferred sync
+/// point's number), padded to 64 bytes.
 const WORDS: usize = 8;
 
 /// How long a rank waits for a slot that must already be there before it calls the run
@@ -112,6 +121,28 @@ impl Board {
         Ok(all)
     }
 
+    /// Before the application's collective of deferred sync point `e` (numbered alike on
+    /// every rank, [`super::sync::defer_on_board`]): this rank has news.
+    pub fn post_news(&self, e: u64) {
+        self.words.word(self.news_slot(self.me, e)).store(e, Ordering::Release);
+        fence(Ordering::SeqCst);
+    }
+
+    /// After that collective returned: whether any rank posted news for `e` (the same answer
+    /// on every rank). A rank posts for `e + 2` only after it left the collective of `e + 1`,
+    /// which no rank leaves before every rank read `e`'s news, so each slot (two per rank,
+    /// by parity) holds `e` from the post until every rank read it. The collective's own
+    /// messages order the post before this read, as they do [`Board::post`]'s.
+    pub fn news(&self, e: u64) -> bool {
+        fence(Ordering::Acquire);
+        (0..self.ranks).any(|r| self.words.word(self.news_slot(r, e)).load(Ordering::Relaxed) == e)
+    }
+
+    /// Rank `r`'s news slot for deferred sync point `e` (after its two agreement slots).
+    fn news_slot(&self, r: usize, e: u64) -> usize {
+        (r + 1) * WORDS + 4 + (e % 2) as usize
+    }
+
     /// The first word of rank `r`'s slot for agreement `e`.
     fn slot(&self, r: usize, e: u64) -> usize {
         // (the first WORDS hold the run's stamp)
@@ -149,6 +180,39 @@ mod tests {
             }
         }
         assert_eq!(boards[0].posted(), 5);
+    }
+
+    #[test]
+    fn news_is_read_alike_by_every_rank_and_only_for_its_point() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join(FILE);
+        Board::create(&p, 3, 9).unwrap();
+        let boards: Vec<Board> = (0..3).map(|r| Board::map(&p, 3, r, 9).unwrap()).collect();
+        // deferred points 1-6; rank 2 has news at 2, rank 0 at 5 and at 6
+        for e in 1..=6u64 {
+            if e == 2 {
+                boards[2].post_news(e);
+            }
+            if e >= 5 {
+                boards[0].post_news(e);
+            }
+            let want = [2, 5, 6].contains(&e);
+            assert!(boards.iter().all(|b| b.news(e) == want), "point {e}");
+        }
+        // a rank that posts for the next point before another read this one's (it left the
+        // collective, the others did not yet): the other slot, this point's news stands
+        boards[1].post_news(7);
+        boards[1].post_news(8);
+        assert!(boards.iter().all(|b| b.news(7) && b.news(8)));
+        assert!(!boards[0].news(9) && !boards[0].news(10), "stale slots are not news");
+        // an agreement's number is no news (other words of the rank's line)
+        let q = d.path().join("other");
+        Board::create(&q, 2, 4).unwrap();
+        let other: Vec<Board> = (0..2).map(|r| Board::map(&q, 2, r, 4).unwrap()).collect();
+        let (e0, e1) = (other[0].post(u64::MAX), other[1].post(u64::MAX));
+        assert_eq!((e0, e1), (1, 1));
+        assert!(!other[0].news(1) && !other[1].news(1));
+        assert_eq!(other[0].collect(1), Ok(u64::MAX));
     }
 
     #[test]

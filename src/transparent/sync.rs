@@ -15,7 +15,10 @@
 //! bitwise that of a plain run; a large or user-defined reduction) defers the agreement to a
 //! later sync point and runs it only when [`DEFER_LIMIT`] of them passed in a row
 //! ([`point_deferrable`]): on the node board around the collective when every rank is on one
-//! node ([`super::board`], [`point_on_board`], [`on_board`]), separately otherwise. Changes
+//! node ([`super::board`], [`point_on_board`], [`on_board`]), separately otherwise. On the
+//! board, a rank whose files changed posts news at the next deferred collective and every rank
+//! agrees at the one after ([`defer_on_board`]), so the deferral there lasts up to
+//! [`BOARD_WINDOW`] collectives. Changes
 //! (directory renames and removals) are then exchanged and applied by every rank to its own
 //! files. At a sync point
 //! where some rank has closed files or removed a cached file since the last attempt (a
@@ -39,7 +42,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::MutexGuard;
 
 use super::board::Board;
@@ -57,12 +60,23 @@ use crate::{scr_error, scr_warn};
 /// a row found nothing closed, removed or renamed, and lets at most this many world
 /// collectives pass in a row without an agreement (every barrier, carrying allreduce and
 /// `MPI_Finalize` runs it). So a checkpoint closed during a quiet run of floating-point sums
-/// is complete at most this many collectives after its last close, and whatever follows a
-/// completion (a rename into place, a late file) at the next collective.
+/// is complete at most this many collectives after its last close (on the node board, see
+/// [`BOARD_WINDOW`]), and whatever follows a completion (a rename into place, a late file) at
+/// the next collective.
 pub const DEFER_LIMIT: u32 = 8;
 
+/// The deferral's window on the node board when the front end posts news there
+/// ([`news_on_board`]): at most this many world collectives pass in a row without an
+/// agreement. A rank whose files changed since the last agreement (a file closed, removed or
+/// renamed) says so on the board at the next deferred collective ([`defer_on_board`]), and
+/// every rank runs the agreement at the one after. So a checkpoint closed during a quiet run of
+/// floating-point sums is complete by the second world collective after its last close, and
+/// this window bounds only what no file call of the rank reports (a file a child process
+/// removed, a file held open too long).
+pub const BOARD_WINDOW: u32 = 64;
+
 /// Sync points that may still defer their agreement before the next one must run it
-/// (`DEFER_LIMIT - 1` after an agreement that left `quiet` at [`DEFER_LIMIT`] or more, else 0),
+/// (the window less one after an agreement that left `quiet` at [`DEFER_LIMIT`] or more, else 0),
 /// and those that deferred since the last agreement: kept outside the sync state's lock, so a
 /// deferred point costs two atomic operations ([`try_defer`]). Every rank computes the same
 /// numbers from the same agreements.
@@ -70,6 +84,12 @@ static BUDGET: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
 /// Deferred sync points in the run (`SCR_DEBUG=1` reports them).
 static DEFERRED: AtomicU64 = AtomicU64::new(0);
+/// Whether the deferral's window is [`BOARD_WINDOW`] ([`news_on_board`]; the same on every
+/// rank).
+static NEWS: AtomicBool = AtomicBool::new(false);
+/// Sync points deferred on the node board so far (the same count on every rank): the number a
+/// rank's news is posted under ([`defer_on_board`]).
+static ON_BOARD: AtomicU64 = AtomicU64::new(0);
 
 /// A world collective that cannot carry the agreement, where [`point_deferrable`]'s rule lets
 /// its sync point defer the agreement: counted, and `true` (the caller runs its collective
@@ -88,7 +108,41 @@ pub fn try_defer() -> bool {
 
 /// After an agreement: how many sync points may defer theirs now.
 fn allow_deferral(quiet: u32) {
-    BUDGET.store(if quiet >= DEFER_LIMIT { DEFER_LIMIT - 1 } else { 0 }, Ordering::Relaxed);
+    let window = if NEWS.load(Ordering::Relaxed) { BOARD_WINDOW } else { DEFER_LIMIT };
+    BUDGET.store(if quiet >= DEFER_LIMIT { window - 1 } else { 0 }, Ordering::Relaxed);
+}
+
+/// At start, after [`setup_board`] (on every rank alike): the front end makes its MPI calls
+/// one at a time and runs every deferred world collective of at least one element through
+/// [`defer_on_board`] and [`deferred_on_board`], so that news travels on the node board and
+/// the deferral's window is [`BOARD_WINDOW`]. Nothing changes without a board.
+pub fn news_on_board() {
+    NEWS.store(board().is_some(), Ordering::Relaxed);
+}
+
+/// [`try_defer`] at a world collective of at least one element on the node board `b`:
+/// `Some(e)` when its agreement is deferred, after this rank posted news for deferred point
+/// `e` if its files changed since the last agreement ([`super::table::stirred`]). The caller
+/// runs its collective, then [`deferred_on_board`] with `e`.
+pub fn defer_on_board(b: &Board) -> Option<u64> {
+    if !try_defer() {
+        return None;
+    }
+    let e = ON_BOARD.load(Ordering::Relaxed) + 1;
+    ON_BOARD.store(e, Ordering::Relaxed);
+    if super::table::stirred() {
+        b.post_news(e);
+    }
+    Some(e)
+}
+
+/// After the collective of deferred point `e` returned: when some rank posted news for it,
+/// the next sync point runs the agreement. Every rank reads the same news, since none leaves
+/// the collective before every rank entered it, after posting.
+pub fn deferred_on_board(b: &Board, e: u64) {
+    if b.news(e) {
+        BUDGET.store(0, Ordering::Relaxed);
+    }
 }
 
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
@@ -97,6 +151,8 @@ pub(super) fn setup() {
     BUDGET.store(0, Ordering::Relaxed);
     SKIPPED.store(0, Ordering::Relaxed);
     DEFERRED.store(0, Ordering::Relaxed);
+    NEWS.store(false, Ordering::Relaxed);
+    ON_BOARD.store(0, Ordering::Relaxed);
     *state::sync() = Some(SyncState::new(Comm::world_dup()));
 }
 
@@ -328,6 +384,8 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
             super::writes::clear();
         }
     }
+    // (the agreement heard this rank's news, and the completion's own changes are none)
+    super::table::calm();
     super::view::publish(s, &t);
     st.via[via as usize] += 1;
     Point::Done

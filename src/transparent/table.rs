@@ -19,6 +19,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::prefix::under;
 
@@ -115,6 +116,28 @@ pub struct Counts {
     pub removed: u64,
     /// Namespace changes not yet shared.
     pub changes: u64,
+}
+
+/// Set by every change of the file table (its generation) and of its shared files since the
+/// last sync point that agreed: whether this rank has news for the others at a deferred sync
+/// point ([`super::sync::defer_on_board`]). Kept outside the table's lock, so that the deferred
+/// point reads it for the cost of a load (one table per process; a false alarm only costs an
+/// agreement).
+static STIRRED: AtomicBool = AtomicBool::new(false);
+
+/// The table or its shared files changed ([`STIRRED`]).
+pub(super) fn stir() {
+    STIRRED.store(true, Ordering::Relaxed);
+}
+
+/// Whether the table changed since the last [`calm`].
+pub(super) fn stirred() -> bool {
+    STIRRED.load(Ordering::Relaxed)
+}
+
+/// A sync point agreed on what the table holds now (its caller holds the table's lock).
+pub(super) fn calm() {
+    STIRRED.store(false, Ordering::Relaxed);
 }
 
 #[derive(Debug, Default)]
@@ -260,14 +283,14 @@ impl Table {
     pub fn taken_from_peer(&mut self, rel: &Path) {
         self.peers.hide(rel);
         self.changes.push(Change::RemovedFile { rel: rel.to_path_buf() });
-        self.generation += 1;
+        self.changed();
     }
 
     /// Other ranks' files now, from the runtime. Whether they changed.
     pub fn set_peers(&mut self, list: Vec<crate::runtime::PeerFile>) -> bool {
         let changed = self.peers.set(list);
         if changed {
-            self.generation += 1;
+            self.changed();
             self.gather_tops();
         }
         changed
@@ -276,6 +299,12 @@ impl Table {
     /// Other ranks' files (for pruning their stand-ins, [`super::peers::prune`]).
     pub fn peers(&self) -> &super::peers::PeerFiles {
         &self.peers
+    }
+
+    /// A change of the table: listings derived from it are stale, and this rank has news.
+    fn changed(&mut self) {
+        self.generation += 1;
+        stir();
     }
 
     /// Changes whenever the table does.
@@ -294,13 +323,13 @@ impl Table {
     }
 
     pub fn get_mut(&mut self, id: u32) -> Option<&mut Pending> {
-        self.generation += 1;
+        self.changed();
         self.pending.get_mut(&id)
     }
 
     /// A new pending file at `rel` (it replaces what `rel` stood for). Its id.
     pub fn add(&mut self, rel: &Path, cache: PathBuf, shares_committed: bool) -> u32 {
-        self.generation += 1;
+        self.changed();
         let dataset = match self.held(rel) {
             Some(Held::Committed(c)) => Some(c.name.clone()),
             Some(Held::Pending(_, p)) => p.dataset.clone(),
@@ -334,7 +363,7 @@ impl Table {
     /// dropped (at its last close if still open), a committed one is hidden. Returns the
     /// pending file's bytes to delete, and whether SCR held anything at `rel`.
     pub fn remove(&mut self, rel: &Path) -> (Option<PathBuf>, bool) {
-        self.generation += 1;
+        self.changed();
         self.settled += 1;
         let mut bytes = None;
         let mut held = false;
@@ -359,7 +388,7 @@ impl Table {
     /// Pending file `id` is now called `to`, its bytes at `cache` (what `to` stood for is
     /// replaced; `id`'s old name is free).
     pub fn rename(&mut self, id: u32, to: &Path, cache: PathBuf) {
-        self.generation += 1;
+        self.changed();
         self.settled += 1;
         let Some(from) = self.pending.get(&id).map(|p| p.rel.clone()) else { return };
         if self.by_path.get(&from) == Some(&id) {
@@ -377,7 +406,7 @@ impl Table {
     /// A descriptor of `id` closed: drop a deleted file at its last close. Whether the file
     /// is now closed and still named.
     pub fn closed(&mut self, id: u32, ok: bool) -> bool {
-        self.generation += 1;
+        self.changed();
         let Some(p) = self.pending.get_mut(&id) else { return false };
         p.writers = p.writers.saturating_sub(1);
         p.failed |= !ok;
@@ -412,7 +441,7 @@ impl Table {
 
     /// Forget pending file `id` (it joined a dataset, or went to the prefix).
     pub fn forget(&mut self, id: u32) {
-        self.generation += 1;
+        self.changed();
         if let Some(p) = self.pending.remove(&id) {
             if self.by_path.get(&p.rel) == Some(&id) {
                 self.by_path.remove(&p.rel);
@@ -465,7 +494,7 @@ impl Table {
     /// The committed files now, from the runtime (oldest dataset first: a later entry for a
     /// path is the newer file). Removed files whose dataset left the cache are forgotten.
     pub fn set_committed(&mut self, files: impl IntoIterator<Item = (PathBuf, Committed)>) {
-        self.generation += 1;
+        self.changed();
         self.committed.clear();
         for (rel, c) in files {
             self.committed.insert(rel, c);
@@ -537,6 +566,7 @@ impl Table {
     }
 
     pub fn record(&mut self, c: Change) {
+        stir();
         self.changes.push(c);
     }
 

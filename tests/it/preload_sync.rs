@@ -16,8 +16,8 @@ use crate::common::{app, Job};
 /// many in a row). Reductions on a duplicate of the world carry the agreement too; those on
 /// halves of it do not.
 /// On one node the reductions that cannot carry it agree on the node board instead, around
-/// the application's own reduction (in quiet stretches they defer it, as elsewhere): none has
-/// a separate one.
+/// the application's own reduction (in quiet stretches they defer it, longer than elsewhere
+/// but ended by a rank's news, see the test of news below): none has a separate one.
 #[test]
 fn allreduce_results_stay_exact_while_carrying_the_agreement() {
     exact(false, None);
@@ -286,4 +286,64 @@ fn a_removal_waiting_for_an_open_file_is_attempted_once() {
     assert_eq!(job.cached_files("ckpt.1/held.dat").len(), 1, "{:?}", job.cached_files("ckpt.1/"));
     let got = job.run_exe(4, &exe, &["list".into(), p]);
     assert!(got.has("KEPT held.dat rank_0.dat rank_2.dat rank_3.dat"), "{}", got.dump());
+}
+
+/// OpenFOAM's shape on one node: long quiet stretches of floating-point sums (300 each) with
+/// checkpoint files closed or removed by a single rank in between. The sums that cannot carry
+/// the agreement defer it for up to `BOARD_WINDOW` (64) in a row, yet each change is complete
+/// by the second sum after it: the rank that changed its files says so on the node board at
+/// the next sum, and every rank agrees at the one after (whichever rank it is, a close or a
+/// removal). The sums' results are those of a run without the preload.
+#[test]
+fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
+    let exe = vec![app("quiet_sums.c", &[]).display().to_string()];
+    let args = |job: &Job| vec![job.prefix.display().to_string(), job.root.join("out").display().to_string()];
+    let plain = Job::new();
+    let p = plain.run_exe(4, &exe, &args(&plain));
+    assert_eq!(p.code, Some(0), "without the preload: {}", p.dump());
+    let mut job = Job::new();
+    job.preload()
+        .set("SCR_PRELOAD_PATTERNS", "ckpt.*/**")
+        .set("SCR_FLUSH", "0")
+        .set("SCR_DEBUG", "1")
+        .set("SCR_CACHE_SIZE", "8");
+    let r = job.run_exe(4, &exe, &args(&job));
+    assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
+    assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
+    for rank in 0..4 {
+        let name = format!("out.{rank}");
+        let (a, b) = (
+            std::fs::read_to_string(plain.root.join(&name)).unwrap(),
+            std::fs::read_to_string(job.root.join(&name)).unwrap(),
+        );
+        assert_eq!(a.lines().count(), 4 * 302, "rank {rank}: one line per sum");
+        assert_eq!(a, b, "rank {rank}: without (left) and with (right) the preload");
+    }
+    // each change complete before rank 0 left the second sum after it
+    let at = |needle: &str, nth: usize| {
+        r.stderr
+            .match_indices(needle)
+            .nth(nth)
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("no {needle:?} #{nth}: {}", r.dump()))
+    };
+    for (round, name, nth) in [(1, "ckpt.1", 0), (2, "ckpt.2", 0), (3, "ckpt.3", 0), (4, "ckpt.3", 1)] {
+        let done = at(&format!("({name}, checkpoint) complete"), nth);
+        assert!(done < at(&format!("SYNCED {round}\n"), 0), "round {round}: {name} late: {}", r.dump());
+        if round > 1 {
+            assert!(done > at(&format!("SYNCED {}\n", round - 1), 0), "round {round}: {}", r.dump());
+        }
+    }
+    // the removal made a version of ckpt.3 without rank 2's file
+    assert!(job.cached_files("ckpt.3/rank_2.dat").is_empty(), "{:?}", job.cached_files("ckpt.3/"));
+    assert_eq!(job.cached_files("ckpt.3/rank_").len(), 3, "{:?}", job.cached_files("ckpt.3/"));
+    assert_eq!(job.cached_files("ckpt.1/rank_3.dat").len(), 1, "{:?}", job.cached_files("ckpt.1/"));
+    // 1208 sums: after each change 8 agreements make a quiet stretch again, then one agreement
+    // per 64 sums (about 5 per stretch of 300) where a window of 8 would have needed 37
+    let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
+    let [total, _, _, board, separate, deferred] = via_counts(line);
+    assert_eq!(total, 4 * 302 + 1, "{line}");
+    assert!(separate <= 1, "{line}");
+    assert!(board <= 80, "{line}");
+    assert_eq!(board + separate + deferred, total, "{line}");
 }
