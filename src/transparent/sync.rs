@@ -100,9 +100,11 @@ pub fn try_defer() -> bool {
     if left == 0 || crate::reentry::inside() {
         return false;
     }
+    // (loads and stores, no read-modify-write: a locked instruction would wait for the
+    // stores of the collective before, to cache lines another core reads, to drain)
     BUDGET.store(left - 1, Ordering::Relaxed);
-    SKIPPED.fetch_add(1, Ordering::Relaxed);
-    DEFERRED.fetch_add(1, Ordering::Relaxed);
+    SKIPPED.store(SKIPPED.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    DEFERRED.store(DEFERRED.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     true
 }
 
