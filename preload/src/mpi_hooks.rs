@@ -169,8 +169,8 @@ fn on_board(board: &transparent::board::Board, mut real: impl FnMut() -> c_int) 
 }
 
 /// After a successful collective on `comm`: a sync point if `comm` spans the world, with the
-/// agreement as a separate allreduce (a barrier's always; an allreduce's only every
-/// [`transparent::sync::DEFER_LIMIT`]-th in a row, [`transparent::sync::point_deferrable`]).
+/// agreement as a separate allreduce (a barrier's always; in quiet stretches an allreduce's
+/// only at the end of the deferral's window, [`transparent::sync::point_deferrable`]).
 fn collective_done(comm: MPI_Comm, barrier: bool) {
     if !spans_world(comm) {
         return;
@@ -319,9 +319,7 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
         // news posted before it, if it has any, and every rank's read after it)
         if let Some(e) = transparent::sync::defer_on_board(board) {
             let rc = real();
-            if rc == MPI_SUCCESS {
-                transparent::sync::deferred_on_board(board, e);
-            }
+            transparent::sync::deferred_on_board(board, e);
             return rc;
         }
         if let Some(rc) = on_board(board, real) {

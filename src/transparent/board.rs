@@ -132,7 +132,10 @@ impl Board {
     /// on every rank). A rank posts for `e + 2` only after it left the collective of `e + 1`,
     /// which no rank leaves before every rank read `e`'s news, so each slot (two per rank,
     /// by parity) holds `e` from the post until every rank read it. The collective's own
-    /// messages order the post before this read, as they do [`Board::post`]'s.
+    /// messages order the post before this read, as they do [`Board::post`]'s; unlike
+    /// [`Board::collect`], which waits for a slot, this reads once: a read that missed a post
+    /// would make this rank alone defer the next sync point, and the others' agreement there
+    /// would end the run ([`Board::collect`]'s stall), so the same ordering carries both.
     pub fn news(&self, e: u64) -> bool {
         fence(Ordering::Acquire);
         (0..self.ranks).any(|r| self.words.word(self.news_slot(r, e)).load(Ordering::Relaxed) == e)
@@ -200,7 +203,10 @@ mod tests {
             assert!(boards.iter().all(|b| b.news(e) == want), "point {e}");
         }
         // a rank that posts for the next point before another read this one's (it left the
-        // collective, the others did not yet): the other slot, this point's news stands
+        // collective, the others did not yet): the other slot, this point's news stands (a
+        // post for the point after next cannot come before every rank read this one: it
+        // follows the next point's collective, which needs every rank, so one process cannot
+        // show that hazard; the slots' independence is what is checked here)
         boards[1].post_news(7);
         boards[1].post_news(8);
         assert!(boards.iter().all(|b| b.news(7) && b.news(8)));

@@ -78,7 +78,7 @@ pub const BOARD_WINDOW: u32 = 64;
 /// Sync points that may still defer their agreement before the next one must run it
 /// (the window less one after an agreement that left `quiet` at [`DEFER_LIMIT`] or more, else 0),
 /// and those that deferred since the last agreement: kept outside the sync state's lock, so a
-/// deferred point costs two atomic operations ([`try_defer`]). Every rank computes the same
+/// deferred point costs a few loads and stores ([`try_defer`]). Every rank computes the same
 /// numbers from the same agreements.
 static BUDGET: AtomicU32 = AtomicU32::new(0);
 static SKIPPED: AtomicU32 = AtomicU32::new(0);
@@ -138,9 +138,10 @@ pub fn defer_on_board(b: &Board) -> Option<u64> {
     Some(e)
 }
 
-/// After the collective of deferred point `e` returned: when some rank posted news for it,
-/// the next sync point runs the agreement. Every rank reads the same news, since none leaves
-/// the collective before every rank entered it, after posting.
+/// After the collective of deferred point `e` (whatever it returned, so that no rank's
+/// decision depends on a local error): when some rank posted news for it, the next sync point
+/// runs the agreement. Every rank reads the same news, since none leaves the collective before
+/// every rank entered it, after posting.
 pub fn deferred_on_board(b: &Board, e: u64) {
     if b.news(e) {
         BUDGET.store(0, Ordering::Relaxed);
@@ -291,9 +292,9 @@ pub fn point(last: bool) -> bool {
 /// agreement (a floating-point SUM or PROD, a large or user-defined reduction, any under
 /// `MPI_THREAD_MULTIPLE`): once [`DEFER_LIMIT`] agreements in a row found nothing closed,
 /// removed or renamed, it runs the separate agreement only when [`DEFER_LIMIT`] world
-/// collectives passed without one, so a quiet run of them costs one small allreduce per
-/// [`DEFER_LIMIT`] instead of one each (OpenFOAM's sums). Every rank defers the same points.
-/// Returns `true` as [`point`] does.
+/// collectives passed without one (the window, [`BOARD_WINDOW`] with news on the node board),
+/// so a quiet run of them costs one small allreduce per [`DEFER_LIMIT`] instead of one each
+/// (OpenFOAM's sums). Every rank defers the same points. Returns `true` as [`point`] does.
 pub fn point_deferrable() -> bool {
     run(false, Via::Separate, true, |comm, mine| Some(agree(comm, mine))) == Point::Halt
 }
@@ -347,6 +348,9 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     let before = t.epoch;
     t.epoch += 1 + u64::from(SKIPPED.swap(0, Ordering::Relaxed));
     let c = t.counts();
+    // (what this rank tells now is its news: a change after this, by the completion below or
+    // by another thread while the completion has the table unlocked, is news again)
+    super::table::calm();
     // closed and removed files flag only what changed since the last attempt (those waiting
     // for a file open for writing would make every sync point attempt again: QE removes a
     // file of out/ while it writes another), except at the last point
@@ -386,8 +390,6 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
             super::writes::clear();
         }
     }
-    // (the agreement heard this rank's news, and the completion's own changes are none)
-    super::table::calm();
     super::view::publish(s, &t);
     st.via[via as usize] += 1;
     Point::Done
