@@ -182,8 +182,17 @@ pub(super) fn table() -> MutexGuard<'static, Table> {
 
 /// Absorb what this rank's children removed (unless a completion runs: a removed file is a
 /// committed one, whose calls wait for it anyway; the next call or sync point absorbs it).
-fn absorbed(mut t: MutexGuard<'static, Table>) -> MutexGuard<'static, Table> {
-    if let Some(s) = STATE.session.get().filter(|s| s.is_owner() && t.completing.is_none()) {
+fn absorbed(t: MutexGuard<'static, Table>) -> MutexGuard<'static, Table> {
+    match STATE.session.get().filter(|s| s.is_owner()) {
+        Some(s) => absorbed_by(s, t),
+        None => t,
+    }
+}
+
+/// [`absorbed`] for a caller whose session `s` resolved its path, which only the process that
+/// started does ([`Session::resolve_any`]): no second system call to ask which process this is.
+fn absorbed_by(s: &Session, mut t: MutexGuard<'static, Table>) -> MutexGuard<'static, Table> {
+    if STATE.session.get().is_some_and(|rank| std::ptr::eq(rank, s)) && t.completing.is_none() {
         super::view::absorb(s, &mut t, false);
     }
     t
@@ -200,6 +209,11 @@ pub(super) fn table_now() -> MutexGuard<'static, Table> {
 /// takes `rel` or `rel` is a committed file.
 pub(super) fn table_for_file(rel: &Path) -> MutexGuard<'static, Table> {
     absorbed(table_unless(|t, c| c.rels.contains(rel) || t.is_committed(rel)))
+}
+
+/// [`table_for_file`] for `rel` as session `s` resolved it ([`absorbed_by`]).
+pub(super) fn table_for_resolved(s: &Session, rel: &Path) -> MutexGuard<'static, Table> {
+    absorbed_by(s, table_unless(|t, c| c.rels.contains(rel) || t.is_committed(rel)))
 }
 
 /// [`table`] for a call on a descriptor of tracked file `id`: it waits for another thread's
