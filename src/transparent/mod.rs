@@ -30,6 +30,7 @@
 //! | | [`naming`] | dataset names agreed at a sync point; warnings about names that cannot work |
 //! | | [`writes`] | the write journal: which pending files a killed run was still writing |
 //! | | [`board`] | the node board: a sync point's agreement in shared memory when every rank is on one node |
+//! | | `news` | whether this rank's files changed since the last agreement (posted on the board at deferred points) |
 //!
 //! Files under the prefix that match a checkpoint pattern (`config::patterns`) are written in
 //! node-local cache (real kernel descriptors; only the path changes), become SCR datasets at
@@ -44,6 +45,7 @@ mod lifecycle;
 pub mod listing;
 pub mod names;
 pub(crate) mod naming;
+mod news;
 mod peers;
 mod plain;
 pub(crate) mod prefix;

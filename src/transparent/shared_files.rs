@@ -39,7 +39,7 @@ impl SharedFiles {
 
     /// Record `rel` as shared, written at `staging` (its new id).
     pub(super) fn add(&mut self, rel: &Path, staging: PathBuf, epoch: u64) -> u32 {
-        super::table::stir();
+        super::news::stir();
         self.next += 1;
         let id = SHARED_BIT | self.next;
         self.files.insert(id, Entry { rel: rel.to_path_buf(), staging, writers: 0, failed: false, epoch });
@@ -68,7 +68,7 @@ impl SharedFiles {
         if let Some(e) = self.files.get_mut(&id) {
             e.writers += 1;
             e.epoch = epoch;
-            super::table::stir();
+            super::news::stir();
         }
     }
 
@@ -86,7 +86,7 @@ impl SharedFiles {
             e.failed |= !ok;
             if e.writers == 0 {
                 self.settled += 1;
-                super::table::stir();
+                super::news::stir();
             }
         }
     }

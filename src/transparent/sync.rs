@@ -124,7 +124,7 @@ pub fn news_on_board() {
 
 /// [`try_defer`] at a world collective of at least one element on the node board `b`:
 /// `Some(e)` when its agreement is deferred, after this rank posted news for deferred point
-/// `e` if its files changed since the last agreement ([`super::table::stirred`]). The caller
+/// `e` if its files changed since the last agreement ([`super::news::stirred`]). The caller
 /// runs its collective, then [`deferred_on_board`] with `e`.
 pub fn defer_on_board(b: &Board) -> Option<u64> {
     if !try_defer() {
@@ -132,7 +132,7 @@ pub fn defer_on_board(b: &Board) -> Option<u64> {
     }
     let e = ON_BOARD.load(Ordering::Relaxed) + 1;
     ON_BOARD.store(e, Ordering::Relaxed);
-    if super::table::stirred() {
+    if super::news::stirred() {
         b.post_news(e);
     }
     Some(e)
@@ -350,7 +350,7 @@ fn run(last: bool, via: Via, defer: bool, agree: impl FnOnce(&Comm, Flags) -> Op
     let c = t.counts();
     // (what this rank tells now is its news: a change after this, by the completion below or
     // by another thread while the completion has the table unlocked, is news again)
-    super::table::calm();
+    super::news::calm();
     // closed and removed files flag only what changed since the last attempt (those waiting
     // for a file open for writing would make every sync point attempt again: QE removes a
     // file of out/ while it writes another), except at the last point

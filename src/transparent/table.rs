@@ -19,7 +19,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::prefix::under;
 
@@ -116,28 +115,6 @@ pub struct Counts {
     pub removed: u64,
     /// Namespace changes not yet shared.
     pub changes: u64,
-}
-
-/// Set by every change of the file table (its generation) and of its shared files since the
-/// last sync point that agreed: whether this rank has news for the others at a deferred sync
-/// point ([`super::sync::defer_on_board`]). Kept outside the table's lock, so that the deferred
-/// point reads it for the cost of a load (one table per process; a false alarm only costs an
-/// agreement).
-static STIRRED: AtomicBool = AtomicBool::new(false);
-
-/// The table or its shared files changed ([`STIRRED`]).
-pub(super) fn stir() {
-    STIRRED.store(true, Ordering::Relaxed);
-}
-
-/// Whether the table changed since the last [`calm`].
-pub(super) fn stirred() -> bool {
-    STIRRED.load(Ordering::Relaxed)
-}
-
-/// A sync point agreed on what the table holds now (its caller holds the table's lock).
-pub(super) fn calm() {
-    STIRRED.store(false, Ordering::Relaxed);
 }
 
 #[derive(Debug, Default)]
@@ -304,7 +281,7 @@ impl Table {
     /// A change of the table: listings derived from it are stale, and this rank has news.
     fn changed(&mut self) {
         self.generation += 1;
-        stir();
+        super::news::stir();
     }
 
     /// Changes whenever the table does.
@@ -566,7 +543,7 @@ impl Table {
     }
 
     pub fn record(&mut self, c: Change) {
-        stir();
+        super::news::stir();
         self.changes.push(c);
     }
 
