@@ -7,11 +7,15 @@
 #   MPI_Allreduce of 1 double on a duplicate of MPI_COMM_WORLD (congruent)      [ratio <= 1.2]
 #   MPI_Allreduce of 1024 doubles (8 KiB, above the 512-byte limit): followed by a separate
 #     agreement (reported, no target)
+#   stat of a plain file in the prefix by its absolute path (OpenFOAM's dictionaries at every
+#     time step; no target)
 # Each figure alternates the plain and the preloaded run PAIRS times (default 7) in this one
 # invocation and reports the median, min and max of the per-pair ratio, with the medians of
 # both sides (microseconds per call, the slowest rank's mean over N calls after 1,000 not
 # timed). The release build of libscr_preload.so is reused when it is newer than every source
-# file; otherwise it is built.
+# file; otherwise it is built. SCR_BENCH_BEFORE=<another libscr_preload.so> (e.g. a worktree's
+# release build of an earlier commit) adds its run to each pair (plain, this, before) and
+# prints its median and the median of the per-pair ratio this/before.
 # Usage: scripts/bench-sync.sh [calls] [pairs]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -28,14 +32,21 @@ fi
 work=$(mktemp -d /dev/shm/scr-bench-sync.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/bench" examples/preload/bench_preload.c 2>/dev/null
+before=${SCR_BENCH_BEFORE:-}
+unset SCR_BENCH_BEFORE # not passed on: the library warns about unknown SCR_* variables
+if [ -n "$before" ] && [ ! -f "$before" ]; then
+  echo "SCR_BENCH_BEFORE=$before: no such file" >&2
+  exit 2
+fi
 export SCR_PREFIX=$work/prefix SCR_CACHE_BASE=$work/cache SCR_CNTL_BASE=$work/cntl SCR_JOB_ID=bench
 export SCR_PRELOAD_PATTERNS='ckpt.*/**' SCR_FLUSH=0 SCR_COPY_TYPE=SINGLE
 mkdir -p "$SCR_PREFIX"
 
-run() { # run <preload 0|1> args... -> the RESULT value
-  local pre=$1
+run() { # run <preload 0|1|2 (2: SCR_BENCH_BEFORE's library)> args... -> the RESULT value
+  local pre=$1 l=$lib
   shift
-  if [ "$pre" = 1 ]; then mpirun -np 2 -x LD_PRELOAD="$lib" "$work/bench" "$@"; else mpirun -np 2 "$work/bench" "$@"; fi |
+  [ "$pre" = 2 ] && l=$before
+  if [ "$pre" = 0 ]; then mpirun -np 2 "$work/bench" "$@"; else mpirun -np 2 -x LD_PRELOAD="$l" "$work/bench" "$@"; fi |
     awk '/^RESULT/ { print $3 }'
 }
 
@@ -47,13 +58,16 @@ pairs() {
     rm -rf "$work/cache" "$work/cntl"
     x=$(run 0 "$@")
     y=$(run 1 "$@")
-    echo "$x $y"
+    z=
+    [ -n "$before" ] && z=$(run 2 "$@")
+    echo "$x $y $z"
   done | awk -v name="$name" '
     function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                                     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-    { n++; a[n] = $1; b[n] = $2; r[n] = $2 / $1 }
+    { n++; a[n] = $1; b[n] = $2; r[n] = $2 / $1; if (NF > 2) { nc++; c[n] = $3; q[n] = $2 / $3 } }
     END { ma = med(a, n); mb = med(b, n); mr = med(r, n); lo = r[1]; hi = r[n]
-          printf "  %-44s %10.3f %10.3f   ratio %.3f (min %.3f, max %.3f, %d pairs)\n", name, ma, mb, mr, lo, hi, n }'
+          printf "  %-44s %10.3f %10.3f   ratio %.3f (min %.3f, max %.3f, %d pairs)\n", name, ma, mb, mr, lo, hi, n
+          if (nc) { mc = med(c, n); mq = med(q, n); printf "  %-44s %10s %10.3f   this/before %.3f (min %.3f, max %.3f)\n", "  before", "", mc, mq, q[1], q[n] } }'
 }
 
 echo "sync points in transparent mode, 2 ranks, $calls calls per run; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -62,4 +76,5 @@ pairs "allreduce 1 double, world" allreduce "$SCR_PREFIX" "$calls" 1
 pairs "barrier, world" barrier "$SCR_PREFIX" "$calls"
 pairs "allreduce 1 double, dup of world" allreduce "$SCR_PREFIX" "$calls" 1 dup
 pairs "allreduce 1024 doubles, world" allreduce "$SCR_PREFIX" "$((calls / 10))" 1024
+pairs "stat, prefix, no pattern" stat "$SCR_PREFIX" "$((calls * 10))"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); targets: ratio <= 1.2 for the first three"
