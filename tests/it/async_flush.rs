@@ -44,7 +44,7 @@ fn gate(job: &Job) -> PathBuf {
 }
 
 fn resume(g: &Path, step: u32, how: &str) {
-    std::fs::write(g.join(format!("resume.{step}")), how).unwrap();
+    common::resume_gate(g, step, how);
 }
 
 /// The index entry of dataset `id` (null if absent or the index does not exist yet).

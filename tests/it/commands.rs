@@ -66,7 +66,7 @@ fn gate(job: &Job) -> PathBuf {
 }
 
 fn resume(g: &Path, step: u32, how: &str) {
-    std::fs::write(g.join(format!("resume.{step}")), how).unwrap();
+    common::resume_gate(g, step, how);
 }
 
 fn halt_json(job: &Job) -> serde_json::Value {

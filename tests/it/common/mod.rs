@@ -105,6 +105,16 @@ pub fn app(file: &str, extra: &[&str]) -> PathBuf {
     out
 }
 
+/// Let a program paused at `DIR/paused.<step>` (`test_api --pause-before`) go on: `how` is
+/// `crash` to make it die there. The file appears whole (written aside, then renamed): the
+/// program polls for it and reads it at once, so a file made empty and then written could be
+/// read before its word is in it.
+pub fn resume_gate(g: &Path, step: u32, how: &str) {
+    let tmp = g.join(format!(".resume.{step}.tmp"));
+    std::fs::write(&tmp, how).unwrap();
+    std::fs::rename(&tmp, g.join(format!("resume.{step}"))).unwrap();
+}
+
 /// Compile `examples/c/<name>.c` once per test process.
 pub fn program(name: &str) -> PathBuf {
     static BUILT: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
