@@ -17,7 +17,7 @@ use super::prefix::reserved;
 use super::rules::{self, Disk, Open};
 use super::session::Session;
 pub use super::state::concerns;
-use super::state::{self, owner, routing, table_for_file, table_for_id, table_for_resolved, table_now};
+use super::state::{self, owner, routing, table_for_file, table_for_id, table_now};
 use super::table::{Held, Seen, Table};
 use crate::reentry::Inside;
 
@@ -32,7 +32,7 @@ pub fn open(dirfd: i32, path: &CStr, flags: i32) -> Opening {
     super::plain::test_panic(path);
     let _inside = Inside::enter();
     // (an open for reading only looks at what SCR holds for `rel`)
-    let mut t = if rules::writing(flags) || reserved(&rel) { table_now() } else { table_for_resolved(s, &rel) };
+    let mut t = if rules::writing(flags) || reserved(&rel) { table_now() } else { table_for_file(s, &rel) };
     let abs = s.prefix.join(&rel);
     let disk = || Disk { at: on_disk(&abs), parent: abs.parent().map_or(OnDisk::Dir, on_disk) };
     match rules::open(&t, &rel, flags, || s.routed(&rel), || s.declared_shared(&rel), &abs, disk) {
@@ -327,7 +327,7 @@ pub fn held(dirfd: i32, path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = s.resolve_file(dirfd, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    let t = table_for_resolved(s, &rel);
+    let t = table_for_file(s, &rel);
     match t.seen(&rel) {
         Some(Seen::Held(h)) => c_path(h.cache()),
         Some(Seen::Peer(p)) => {
@@ -372,7 +372,7 @@ pub fn statfs(path: &CStr) -> Call {
     let Some(s) = routing() else { return Call::Pass };
     let Some(rel) = s.resolve_file(libc::AT_FDCWD, path) else { return Call::Pass };
     let _inside = Inside::enter();
-    if table_for_file(&rel).seen(&rel).is_none() {
+    if table_for_file(s, &rel).seen(&rel).is_none() {
         return Call::Pass;
     }
     match s.prefix.join(&rel).parent() {
@@ -387,7 +387,7 @@ pub fn realpath(path: &CStr) -> Option<Result<PathBuf, i32>> {
     let s = routing()?;
     let rel = s.resolve_file(libc::AT_FDCWD, path)?;
     let _inside = Inside::enter();
-    table_for_file(&rel).seen(&rel)?;
+    table_for_file(s, &rel).seen(&rel)?;
     let abs = s.prefix.join(&rel);
     let (dir, name) = (abs.parent()?, abs.file_name()?);
     Some(std::fs::canonicalize(dir).map(|d| d.join(name)).map_err(|e| errno_of(&e)))

@@ -204,16 +204,16 @@ pub(super) fn table_now() -> MutexGuard<'static, Table> {
     absorbed(table())
 }
 
-/// [`table_now`] for a call that only reads what SCR holds for the file `rel` (a stat, an
-/// open for reading): it waits for another thread's completion only when that completion
-/// takes `rel` or `rel` is a committed file.
-pub(super) fn table_for_file(rel: &Path) -> MutexGuard<'static, Table> {
-    absorbed(table_unless(|t, c| c.rels.contains(rel) || t.is_committed(rel)))
+/// [`table_now`] for a call that only reads what SCR holds for the file `rel`, as session `s`
+/// resolved it (a stat, an open for reading; [`absorbed_by`]): it waits for another thread's
+/// completion only when that completion takes `rel` or `rel` is a committed file.
+pub(super) fn table_for_file(s: &Session, rel: &Path) -> MutexGuard<'static, Table> {
+    absorbed_by(s, table_for_reading(rel))
 }
 
-/// [`table_for_file`] for `rel` as session `s` resolved it ([`absorbed_by`]).
-pub(super) fn table_for_resolved(s: &Session, rel: &Path) -> MutexGuard<'static, Table> {
-    absorbed_by(s, table_unless(|t, c| c.rels.contains(rel) || t.is_committed(rel)))
+/// [`table_for_file`]'s lock, before any absorption.
+fn table_for_reading(rel: &Path) -> MutexGuard<'static, Table> {
+    table_unless(|t, c| c.rels.contains(rel) || t.is_committed(rel))
 }
 
 /// [`table`] for a call on a descriptor of tracked file `id`: it waits for another thread's
@@ -374,12 +374,12 @@ mod tests {
         let (r, t) = without_table(t, taken, || {
             // this thread's own calls do not wait for its completion
             drop(table());
-            let free = spawn("", || table_for_file(Path::new("input.dat")));
+            let free = spawn("", || table_for_reading(Path::new("input.dat")));
             // the call on another file returns while the work runs
             let got = done_rx.recv_timeout(Duration::from_secs(30)).expect("a call on another file is not held back");
             free.join().unwrap();
             let held = [
-                spawn("file", || table_for_file(Path::new("ckpt.1/a"))),
+                spawn("file", || table_for_reading(Path::new("ckpt.1/a"))),
                 spawn("id", || table_for_id(7)),
                 spawn("any", table),
             ];

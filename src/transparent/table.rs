@@ -154,8 +154,9 @@ fn first(p: &Path) -> &[u8] {
 
 /// Add `p`'s first component to `tops` (allocating only when it is new).
 fn add_top(tops: &mut HashSet<Vec<u8>>, p: &Path) {
-    if !tops.contains(first(p)) {
-        tops.insert(first(p).to_vec());
+    let top = first(p);
+    if !tops.contains(top) {
+        tops.insert(top.to_vec());
     }
 }
 
