@@ -55,6 +55,23 @@ fn via_counts(line: &str) -> [u64; 6] {
     counts[counts.len() - 6..].try_into().unwrap_or_else(|_| panic!("{line}"))
 }
 
+/// Each of the 4 ranks wrote `lines` results (one per reduction) to `out.<rank>` in the job's
+/// root, the same without (`plain`) and with (`job`) the preload.
+fn same_results(plain: &Job, job: &Job, lines: usize) {
+    for rank in 0..4 {
+        let name = format!("out.{rank}");
+        let (a, b) = (
+            std::fs::read_to_string(plain.root.join(&name)).unwrap(),
+            std::fs::read_to_string(job.root.join(&name)).unwrap(),
+        );
+        assert_eq!(a.lines().count(), lines, "rank {rank}: one line per reduction");
+        for (x, y) in a.lines().zip(b.lines()) {
+            assert_eq!(x, y, "rank {rank}: without (left) and with (right) the preload");
+        }
+        assert_eq!(a, b, "rank {rank}");
+    }
+}
+
 fn exact(threads: bool, nodes: Option<&[&str]>) {
     let exe = vec![app("allreduce_exact.c", &[]).display().to_string()];
     let args = |job: &Job, out: &str| vec![job.prefix.display().to_string(), job.root.join(out).display().to_string()];
@@ -72,18 +89,7 @@ fn exact(threads: bool, nodes: Option<&[&str]>) {
     }
     let r = job.run_exe(4, &exe, &args(&job, "out"));
     assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
-    for rank in 0..4 {
-        let name = format!("out.{rank}");
-        let (a, b) = (
-            std::fs::read_to_string(plain.root.join(&name)).unwrap(),
-            std::fs::read_to_string(job.root.join(&name)).unwrap(),
-        );
-        assert_eq!(a.lines().count(), 1248 + 30, "rank {rank}: one line per reduction");
-        for (x, y) in a.lines().zip(b.lines()) {
-            assert_eq!(x, y, "rank {rank}: without (left) and with (right) the preload");
-        }
-        assert_eq!(a, b, "rank {rank}");
-    }
+    same_results(&plain, &job, 1248 + 30);
     assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
     let n: usize = r.stderr.lines().find_map(|l| l.strip_prefix("CHECKPOINTS ")).and_then(|v| v.parse().ok()).unwrap();
     assert_eq!(n, 31, "{}", r.dump());
@@ -310,15 +316,7 @@ fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
     let r = job.run_exe(4, &exe, &args(&job));
     assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
     assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
-    for rank in 0..4 {
-        let name = format!("out.{rank}");
-        let (a, b) = (
-            std::fs::read_to_string(plain.root.join(&name)).unwrap(),
-            std::fs::read_to_string(job.root.join(&name)).unwrap(),
-        );
-        assert_eq!(a.lines().count(), 4 * 302, "rank {rank}: one line per sum");
-        assert_eq!(a, b, "rank {rank}: without (left) and with (right) the preload");
-    }
+    same_results(&plain, &job, 4 * 302);
     // each change complete before rank 0 left the second sum after it
     let at = |needle: &str, nth: usize| {
         r.stderr
