@@ -9,7 +9,7 @@
 //! the prefix through some other symbolic link is not recognised: it goes to the file system.
 
 use std::ffi::OsStr;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::paths::Prefix;
@@ -68,6 +68,33 @@ fn unusual(p: &[u8]) -> bool {
     len > 0 && len == dots && dots <= 2
 }
 
+/// `path` taken against directory `base` (ignored when `path` is absolute; a relative `base`
+/// is read from the root) in normal form, by its bytes: absolute, without empty, `.` or `..`
+/// components (`..` at the root stays there) and without a `/` at the end; what
+/// [`crate::paths::normalize`] gives, in one buffer.
+fn normal_bytes(base: &[u8], path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(base.len() + path.len() + 1);
+    out.push(b'/');
+    let base = if path.first() == Some(&b'/') { &[][..] } else { base };
+    for c in base.split(|&b| b == b'/').chain(path.split(|&b| b == b'/')) {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                // (the last `/`, kept when it is the root's)
+                let at = out.iter().rposition(|&b| b == b'/').unwrap_or(0);
+                out.truncate(at.max(1));
+            }
+            name => {
+                if out.len() > 1 {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(name);
+            }
+        }
+    }
+    out
+}
+
 impl PrefixPaths {
     /// The prefix as the configuration spells it (the form paths are reported in).
     pub fn path(&self) -> &Path {
@@ -104,24 +131,34 @@ impl PrefixPaths {
         // an absolute path in normal form already (no empty, `.` or `..` component, no `/` at
         // the end: most arguments) that names the prefix or a path below it by its bytes is
         // cut there, without normalising it again (a stat of a file in the prefix per time
-        // step, OpenFOAM's, costs less); anything else takes the long way
-        if self.byte_cut && path.first() == Some(&b'/') && path.last() != Some(&b'/') && !unusual(path) {
-            for f in self.forms() {
-                if path == f {
-                    return Some(PathBuf::new());
-                }
-                if below(path, f) {
-                    return Some(PathBuf::from(OsStr::from_bytes(&path[f.len() + 1..])));
-                }
-            }
+        // step, OpenFOAM's, costs less); anything else is normalised first, by its bytes into
+        // one buffer (QE's `./out/si.EXIT`, twice per iteration, costs less too)
+        let absolute = path.first() == Some(&b'/');
+        if self.byte_cut && absolute && path.last() != Some(&b'/') && !unusual(path) {
+            return self.cut_at(path).map(|at| PathBuf::from(OsStr::from_bytes(&path[at..])));
         }
-        let p = Path::new(OsStr::from_bytes(path));
-        let abs = if p.is_absolute() {
-            crate::paths::normalize(p, Path::new("/"))
-        } else {
-            crate::paths::normalize(p, Path::new(OsStr::from_bytes(base?)))
-        };
+        let mut abs = normal_bytes(if absolute { b"/" } else { base? }, path);
+        if self.byte_cut {
+            // (the buffer becomes the relative path)
+            abs.drain(..self.cut_at(&abs)?);
+            return Some(PathBuf::from(std::ffi::OsString::from_vec(abs)));
+        }
+        let abs = Path::new(OsStr::from_bytes(&abs));
         [self.path(), self.canonical()].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
+    }
+
+    /// Where normal absolute path `abs` becomes relative to the prefix, by its bytes (both
+    /// forms normal: `byte_cut`): its length for the prefix itself, `None` outside it.
+    fn cut_at(&self, abs: &[u8]) -> Option<usize> {
+        self.forms().into_iter().find_map(
+            |f| {
+                if abs == f {
+                    Some(abs.len())
+                } else {
+                    below(abs, f).then_some(f.len() + 1)
+                }
+            },
+        )
     }
 
     /// The application's path of `rel` (the prefix itself for `""`, without a trailing `/`).
@@ -139,12 +176,15 @@ impl PrefixPaths {
 /// [`super::shared`]) or a file the MPI library makes beside one (a lock file that starts
 /// with it). Such paths always reach the prefix.
 pub fn reserved(rel: &Path) -> bool {
+    // by the bytes of a relative path in normal form (what `relative` gives): its first and
+    // its last component
+    let b = rel.as_os_str().as_bytes();
+    let b = b.strip_suffix(b"/").unwrap_or(b);
+    let first = b.split(|&c| c == b'/').next().unwrap_or(b);
+    let name = b.rsplit(|&c| c == b'/').next().unwrap_or(b);
     let staging = crate::paths::STAGING_SUFFIX.as_bytes();
-    let staging = rel.file_name().is_some_and(|n| {
-        let n = n.as_bytes();
-        n.first() == Some(&b'.') && n.windows(staging.len()).any(|w| w == staging)
-    });
-    staging || crate::paths::in_scr_dir(rel)
+    first == crate::paths::SCR_DIR.as_bytes()
+        || (name.first() == Some(&b'.') && name.windows(staging.len()).any(|w| w == staging))
 }
 
 /// Whether normalised relative path `p` is strictly below `dir` (`""`: the prefix itself).
@@ -236,6 +276,84 @@ mod tests {
         }
         assert_eq!(checked, (1..=8).map(|n| 3usize.pow(n)).sum::<usize>());
         assert!(!unusual(b""));
+    }
+
+    /// Every string of up to `n` of `tokens`, concatenated.
+    fn strings(tokens: &[&[u8]], n: usize) -> Vec<Vec<u8>> {
+        let mut all: Vec<Vec<u8>> = vec![Vec::new()];
+        let mut last = all.clone();
+        for _ in 0..n {
+            last = last.iter().flat_map(|p| tokens.iter().map(move |t| [&p[..], t].concat())).collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    #[test]
+    fn normalising_by_bytes_is_what_normalising_by_components_gives() {
+        // what `relative` did before it normalised by bytes: components, then strip_prefix
+        let by_components = |p: &PrefixPaths, path: &[u8], base: Option<&[u8]>| {
+            let path = Path::new(OsStr::from_bytes(path));
+            let abs = if path.is_absolute() {
+                crate::paths::normalize(path, Path::new("/"))
+            } else {
+                crate::paths::normalize(path, Path::new(OsStr::from_bytes(base?)))
+            };
+            [p.path(), p.canonical()].iter().find_map(|f| abs.strip_prefix(f).ok().map(Path::to_path_buf))
+        };
+        let root = PrefixPaths::from(Prefix { path: "/".into(), canonical: "/".into() });
+        let odd = PrefixPaths::from(Prefix { path: "/run/job/".into(), canonical: "/run//job".into() });
+        let mixed = PrefixPaths::from(Prefix { path: "/".into(), canonical: "/lustre/u/job".into() });
+        let bases: [Option<&[u8]>; 7] = [
+            None,
+            Some(b"/"),
+            Some(b"/run"),
+            Some(b"/run/job"),
+            Some(b"/run/job/a"),
+            Some(b"/lustre/u"),
+            Some(b"pipe:[7]"),
+        ];
+        // every string of up to 6 of these: relative and absolute, with `.`, `..`, `//`, a `/`
+        // at the end, the prefix's own components and names that only start like them
+        let paths = strings(&[b"/", b".", b"job", b"run", b"a", b"jo"], 6);
+        let mut checked = 0;
+        for p in [p(), root, odd, mixed] {
+            for base in bases {
+                for path in &paths {
+                    let (show, b) = (String::from_utf8_lossy(path), base.map(String::from_utf8_lossy));
+                    assert_eq!(
+                        p.relative(path, base),
+                        by_components(&p, path, base),
+                        "{show} from {b:?} below {:?}",
+                        p.path()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert_eq!(checked, 4 * 7 * (1..=6).map(|n| 6usize.pow(n)).sum::<usize>() + 4 * 7);
+    }
+
+    #[test]
+    fn reserved_by_bytes_is_what_reserved_by_components_was() {
+        let by_components = |rel: &Path| {
+            let staging = crate::paths::STAGING_SUFFIX.as_bytes();
+            let staging = rel.file_name().is_some_and(|n| {
+                let n = n.as_bytes();
+                n.first() == Some(&b'.') && n.windows(staging.len()).any(|w| w == staging)
+            });
+            staging || crate::paths::in_scr_dir(rel)
+        };
+        // every relative path of up to 4 of these without `.`, `..` or empty components (the
+        // paths `relative` gives, and with a `/` at the end)
+        let paths = strings(&[b"/", b".scr", b"a", b".x.scrshared", b".scrshared", b"x.scrshared.lock", b".scrs"], 4);
+        let mut checked = 0;
+        for path in paths.iter().filter(|p| p.first() != Some(&b'/') && !unusual(p)) {
+            let rel = Path::new(OsStr::from_bytes(path));
+            assert_eq!(reserved(rel), by_components(rel), "{}", rel.display());
+            checked += 1;
+        }
+        assert!(checked > 1000, "{checked}");
     }
 
     #[test]
