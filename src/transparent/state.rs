@@ -192,8 +192,8 @@ fn absorbed(t: MutexGuard<'static, Table>) -> MutexGuard<'static, Table> {
 /// [`absorbed`] for a caller whose session `s` resolved its path, which only the process that
 /// started does ([`Session::resolve_any`]): no second system call to ask which process this is.
 fn absorbed_by(s: &Session, mut t: MutexGuard<'static, Table>) -> MutexGuard<'static, Table> {
-    if STATE.session.get().is_some_and(|rank| std::ptr::eq(rank, s)) && t.completing.is_none() {
-        super::view::absorb(s, &mut t, false);
+    if let Some(rank) = STATE.session.get().filter(|rank| std::ptr::eq(*rank, s) && t.completing.is_none()) {
+        super::view::absorb(rank, &mut t, false);
     }
     t
 }

@@ -182,14 +182,17 @@ const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The rank: apply what its children removed since the last look (`now`: whatever the time
 /// since the last look; otherwise at most every [`LOOK_EVERY`], no system call in between).
-pub(super) fn absorb(s: &Session, t: &mut Table, now: bool) {
+pub(super) fn absorb(s: &'static Session, t: &mut Table, now: bool) {
     use std::os::unix::ffi::OsStrExt;
     // the count children keep: the journal is read only when it moved (u64::MAX: never read);
     // without it (it could not be mapped), at most every LOOK_EVERY unless `now`
-    static COUNTER: OnceLock<(PathBuf, Option<Counter>)> = OnceLock::new();
+    // (with the session it was mapped for, which lives as long as the process: recognised
+    // by its address, without comparing the journal's path)
+    static COUNTER: OnceLock<(usize, PathBuf, Option<Counter>)> = OnceLock::new();
     static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
-    let (of, counter) = COUNTER.get_or_init(|| (s.journal.clone(), Counter::map(s)));
-    if let Some(c) = counter.as_ref().filter(|_| of.as_os_str() == s.journal.as_os_str()) {
+    let (by, of, counter) = COUNTER.get_or_init(|| (s as *const Session as usize, s.journal.clone(), Counter::map(s)));
+    let same = *by == s as *const Session as usize || of.as_os_str() == s.journal.as_os_str();
+    if let Some(c) = counter.as_ref().filter(|_| same) {
         let n = c.get().load(Ordering::SeqCst);
         if SEEN.load(Ordering::Relaxed) == n {
             return;
@@ -246,20 +249,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let journal = dir.path().join("removed.0");
         let base: BaseFn = |_, _| None;
-        let s = Session::child(
+        let s: &'static Session = Box::leak(Box::new(Session::child(
             0,
             PrefixPaths::from(Prefix { path: "/p".into(), canonical: "/p".into() }),
             journal.clone(),
             base,
-        );
+        )));
         let mut t = Table::default();
         let c = |n: &str| Committed { cache: dir.path().join(n), dataset: 1, name: "ckpt.1".into() };
         t.set_committed([(PathBuf::from("ckpt.1/a"), c("a")), (PathBuf::from("ckpt.1/b"), c("b"))]);
-        absorb(&s, &mut t, true); // no journal: nothing happens
+        absorb(s, &mut t, true); // no journal: nothing happens
         assert!(t.held(Path::new("ckpt.1/a")).is_some());
-        removed_file(&s, Path::new("ckpt.1/a"));
-        removed_dir(&s, Path::new("ckpt.1/sub"));
-        absorb(&s, &mut t, true);
+        removed_file(s, Path::new("ckpt.1/a"));
+        removed_dir(s, Path::new("ckpt.1/sub"));
+        absorb(s, &mut t, true);
         assert!(t.held(Path::new("ckpt.1/a")).is_none());
         assert!(t.held(Path::new("ckpt.1/b")).is_some());
         assert_eq!(t.removed_by_name().get("ckpt.1"), Some(&vec![PathBuf::from("ckpt.1/a")]));
@@ -267,10 +270,10 @@ mod tests {
         assert!(!journal.exists(), "the journal is taken once");
         // the rank reads the journal only when the children's count moved
         std::fs::write(&journal, b"fckpt.1/b\0").unwrap();
-        absorb(&s, &mut t, true);
+        absorb(s, &mut t, true);
         assert!(journal.exists() && t.held(Path::new("ckpt.1/b")).is_some(), "not counted: not looked at");
-        removed_dir(&s, Path::new("ckpt.1/other"));
-        absorb(&s, &mut t, true);
+        removed_dir(s, Path::new("ckpt.1/other"));
+        absorb(s, &mut t, true);
         assert!(!journal.exists() && t.held(Path::new("ckpt.1/b")).is_none());
         assert_eq!(std::fs::read(dir.path().join("view.0.removals")).unwrap(), 3u64.to_ne_bytes());
     }
