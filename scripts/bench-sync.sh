@@ -9,6 +9,8 @@
 #     agreement (reported, no target)
 #   stat of a plain file in the prefix by its absolute path (OpenFOAM's dictionaries at every
 #     time step; no target)
+#   stat of an absent file below a pattern's directory by a relative path with a `.` component
+#     (`./ckpt.q<rank>/x.EXIT`: Quantum ESPRESSO's exit file, at every SCF iteration; no target)
 # Each figure alternates the plain and the preloaded run PAIRS times (default 7) in this one
 # invocation and reports the median, min and max of the per-pair ratio, with the medians of
 # both sides (microseconds per call, the slowest rank's mean over N calls after 1,000 not
@@ -77,4 +79,5 @@ pairs "barrier, world" barrier "$SCR_PREFIX" "$calls"
 pairs "allreduce 1 double, dup of world" allreduce "$SCR_PREFIX" "$calls" 1 dup
 pairs "allreduce 1024 doubles, world" allreduce "$SCR_PREFIX" "$((calls / 10))" 1024
 pairs "stat, prefix, no pattern" stat "$SCR_PREFIX" "$((calls * 10))"
+pairs "stat ./ckpt.q/x.EXIT, absent" inquire "$SCR_PREFIX" "$((calls * 5))"
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg); targets: ratio <= 1.2 for the first three"

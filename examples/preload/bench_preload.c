@@ -3,6 +3,9 @@
  *   bench_preload create DIR N   N x open(O_CREAT|O_TRUNC)+write 1 byte+close of DIR/bench.<rank>
  *   bench_preload stat DIR N     N x stat of DIR/bench.<rank> by its absolute path (created
  *                                first; OpenFOAM stats its dictionaries so every time step)
+ *   bench_preload inquire DIR N  N x stat of ./ckpt.q<rank>/x.EXIT (absent) from DIR, by a
+ *                                relative path with a `.` component (Quantum ESPRESSO looks for
+ *                                its exit file so, with access(), at every SCF iteration)
  *   bench_preload write DIR MIB  each rank writes MIB MiB to DIR/rank_<r>.dat, then a barrier
  *   bench_preload list DIR N     each rank writes 1,000 files into DIR/r<rank>/, passes a
  *                                barrier, then lists that directory N times (readdir); N=1
@@ -57,6 +60,22 @@ int main(int argc, char **argv) {
       }
       if (create && write(fd, "x", 1) != 1) MPI_Abort(MPI_COMM_WORLD, 1);
       close(fd);
+    }
+    double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
+    MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("RESULT %s_us %.3f\n", mode, max);
+  } else if (!strcmp(mode, "inquire")) {
+    snprintf(path, sizeof path, "%s/ckpt.q%d", dir, rank);
+    mkdir(path, 0755);
+    if (chdir(dir) != 0) {
+      perror(dir);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    snprintf(path, sizeof path, "./ckpt.q%d/x.EXIT", rank);
+    double t0 = MPI_Wtime();
+    for (long i = 0; i < n; i++) {
+      struct stat st;
+      if (stat(path, &st) == 0) MPI_Abort(MPI_COMM_WORLD, 1);
     }
     double us = (MPI_Wtime() - t0) / n * 1e6, max = 0;
     MPI_Reduce(&us, &max, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
