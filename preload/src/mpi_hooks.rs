@@ -4,9 +4,10 @@
 //! calling the next `PMPI_*` implementation, never our own. After the real `PMPI_Init*`
 //! succeeded, transparent mode starts; `MPI_Finalize` finishes it before the real one; a
 //! world-spanning barrier or allreduce is a sync point: the barrier is replaced by the
-//! sync point's agreement, a small allreduce with a predefined operation and type carries
-//! it ([`crate::piggyback`]), any other allreduce agrees on the node board around it when
-//! every rank is on one node, and is followed by it otherwise.
+//! sync point's agreement (on one node, in quiet stretches, it defers it and posts news on
+//! the node board), a small allreduce with a predefined operation and type carries it
+//! ([`crate::piggyback`]), any other allreduce agrees on the node board around it when every
+//! rank is on one node, and is followed by it otherwise.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 
@@ -267,7 +268,12 @@ unsafe fn finalize() -> c_int {
 }
 
 /// `MPI_Barrier`: on a world-spanning communicator the agreement replaces it (an
-/// allreduce over every rank synchronises them as a barrier does).
+/// allreduce over every rank synchronises them as a barrier does), except in a quiet stretch
+/// on the node board: there the barrier is the application's own and defers the agreement as
+/// a floating-point sum does ([`transparent::sync::defer_on_board`]); when some rank posted
+/// news for it, the agreement runs right after it ([`transparent::sync::barrier_news`]), so
+/// that what every rank closed before the barrier is complete when it returns, as where the
+/// agreement replaces it.
 unsafe fn barrier(comm: MPI_Comm) -> c_int {
     let f = next_or!(PMPI_Barrier: fn(MPI_Comm) -> c_int, MPI_ERR_OTHER);
     if app_threads() {
@@ -279,7 +285,20 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
         return rc;
     }
     if spans_world(comm) {
-        if let Some(rc) = sync_with(Via::Barrier, |c, mine| Ok(transparent::sync::agree(c, mine))) {
+        let agreement = || sync_with(Via::Barrier, |c, mine| Ok(transparent::sync::agree(c, mine)));
+        if let Some(board) = transparent::sync::board() {
+            if let Some(e) = transparent::sync::defer_on_board(board) {
+                // SAFETY: as above.
+                let rc = unsafe { f(comm) };
+                if !transparent::sync::barrier_news(board, e) {
+                    return rc;
+                }
+                // (news, read alike by every rank: the agreement, a collective of its own)
+                let agreed = agreement();
+                return if rc == MPI_SUCCESS { agreed.unwrap_or(rc) } else { rc };
+            }
+        }
+        if let Some(rc) = agreement() {
             return rc;
         }
     }
@@ -319,6 +338,7 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
         // news posted before it, if it has any, and every rank's read after it)
         if let Some(e) = transparent::sync::defer_on_board(board) {
             let rc = real();
+            // (news: the next sync point runs the agreement)
             transparent::sync::deferred_on_board(board, e);
             return rc;
         }

@@ -9,8 +9,10 @@
 //! for writing, pending files closed, files of cached datasets removed, namespace changes not
 //! yet shared): in one small allreduce on SCR's own communicator, or carried by the
 //! application's own collective so that a sync point where nothing is pending costs next to
-//! nothing (the preload's MPI hooks: a world barrier *is* the agreement, a small world
-//! allreduce with a predefined operation carries the flags as extra elements). A world
+//! nothing (the preload's MPI hooks: a world barrier *is* the agreement, except in a quiet
+//! stretch on the node board, where it defers it and runs it right after itself when a rank
+//! posted news; a small world allreduce with a predefined operation carries the flags as
+//! extra elements). A world
 //! allreduce that cannot carry them (a floating-point SUM or PROD, whose result must stay
 //! bitwise that of a plain run; a large or user-defined reduction) defers the agreement to a
 //! later sync point and runs it only when [`DEFER_LIMIT`] of them passed in a row
@@ -58,21 +60,24 @@ use crate::{scr_error, scr_warn};
 
 /// Deferral of the agreement ([`point_deferrable`]): it starts after this many agreements in
 /// a row found nothing closed, removed or renamed, and lets at most this many world
-/// collectives pass in a row without an agreement (every barrier, carrying allreduce and
-/// `MPI_Finalize` runs it). So a checkpoint closed during a quiet run of floating-point sums
-/// is complete at most this many collectives after its last close (on the node board, see
-/// [`BOARD_WINDOW`]), and whatever follows a completion (a rename into place, a late file) at
-/// the next collective.
+/// collectives pass in a row without an agreement (every carrying allreduce and
+/// `MPI_Finalize` runs it, and every barrier except on the node board, [`BOARD_WINDOW`]: on
+/// several nodes or under `MPI_THREAD_MULTIPLE`). So a
+/// checkpoint closed during a quiet run of floating-point sums is complete at most this many
+/// collectives after its last close (on the node board, see [`BOARD_WINDOW`]), and whatever
+/// follows a completion (a rename into place, a late file) at the next collective.
 pub const DEFER_LIMIT: u32 = 8;
 
 /// The deferral's window on the node board when the front end posts news there
-/// ([`news_on_board`]): at most this many world collectives pass in a row without an
-/// agreement. A rank whose files changed since the last agreement (a file closed, removed or
-/// renamed) says so on the board at the next deferred collective ([`defer_on_board`]), and
-/// every rank runs the agreement at the one after. So a checkpoint closed during a quiet run of
-/// floating-point sums is complete by the second world collective after its last close, and
-/// this window bounds only what no file call of the rank reports (a file a child process
-/// removed, a file held open too long).
+/// ([`news_on_board`]): at most this many world collectives (those that cannot carry the
+/// agreement, and barriers) pass in a row without an agreement. A rank whose files changed
+/// since the last agreement (a file closed, removed or renamed) says so on the board at the
+/// next deferred collective ([`defer_on_board`]), and every rank runs the agreement at the one
+/// after, or right after it when it is a barrier. So a checkpoint closed during a quiet run of
+/// floating-point sums is complete by the second world collective after its last close, one
+/// closed before a barrier when the barrier returns (as where the agreement replaces it), and
+/// this window bounds only what no rank can tell at a collective (a file held open too long;
+/// a removal by a child process is news too, [`super::view::children_moved`]).
 pub const BOARD_WINDOW: u32 = 64;
 
 /// Sync points that may still defer their agreement before the next one must run it
@@ -115,24 +120,27 @@ fn allow_deferral(quiet: u32) {
 }
 
 /// At start, after [`setup_board`] (on every rank alike): the front end makes its MPI calls
-/// one at a time and runs every deferred world collective of at least one element through
-/// [`defer_on_board`] and [`deferred_on_board`], so that news travels on the node board and
-/// the deferral's window is [`BOARD_WINDOW`]. Nothing changes without a board.
+/// one at a time and runs every world barrier and every deferred world collective of at least
+/// one element through [`defer_on_board`] and [`deferred_on_board`], so that news travels on
+/// the node board and the deferral's window is [`BOARD_WINDOW`]. Nothing changes without a
+/// board.
 pub fn news_on_board() {
     NEWS.store(board().is_some(), Ordering::Relaxed);
 }
 
-/// [`try_defer`] at a world collective of at least one element on the node board `b`:
-/// `Some(e)` when its agreement is deferred, after this rank posted news for deferred point
-/// `e` if its files changed since the last agreement ([`super::news::stirred`]). The caller
-/// runs its collective, then [`deferred_on_board`] with `e`.
+/// [`try_defer`] at a world barrier or a world collective of at least one element on the node
+/// board `b` (no rank leaves either before every rank entered it): `Some(e)` when its
+/// agreement is deferred, after this rank posted news for deferred point `e` if its files
+/// changed since the last agreement ([`super::news::stirred`]) or its children removed some
+/// ([`super::view::children_moved`]). The caller runs its collective, then
+/// [`deferred_on_board`] with `e` ([`barrier_news`] after a barrier).
 pub fn defer_on_board(b: &Board) -> Option<u64> {
     if !try_defer() {
         return None;
     }
     let e = ON_BOARD.load(Ordering::Relaxed) + 1;
     ON_BOARD.store(e, Ordering::Relaxed);
-    if super::news::stirred() {
+    if super::news::stirred() || super::view::children_moved() {
         b.post_news(e);
     }
     Some(e)
@@ -140,12 +148,27 @@ pub fn defer_on_board(b: &Board) -> Option<u64> {
 
 /// After the collective of deferred point `e` (whatever it returned, so that no rank's
 /// decision depends on a local error): when some rank posted news for it, the next sync point
-/// runs the agreement. Every rank reads the same news, since none leaves the collective before
-/// every rank entered it, after posting.
-pub fn deferred_on_board(b: &Board, e: u64) {
-    if b.news(e) {
+/// runs the agreement, and `true` (after a barrier, [`barrier_news`]). Every rank reads the
+/// same news, since none leaves the collective before every rank entered it, after posting.
+pub fn deferred_on_board(b: &Board, e: u64) -> bool {
+    let news = b.news(e);
+    if news {
         BUDGET.store(0, Ordering::Relaxed);
     }
+    news
+}
+
+/// [`deferred_on_board`] after a world barrier: when some rank posted news for it, `true`, and
+/// the barrier's sync point is no longer a deferred one (the caller runs the agreement at once,
+/// [`point_with`]: one sync point, counted once, for the barrier and it).
+pub fn barrier_news(b: &Board, e: u64) -> bool {
+    if !deferred_on_board(b, e) {
+        return false;
+    }
+    // (the application's one MPI thread, as in try_defer)
+    SKIPPED.store(SKIPPED.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+    DEFERRED.store(DEFERRED.load(Ordering::Relaxed).saturating_sub(1), Ordering::Relaxed);
+    true
 }
 
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
@@ -207,7 +230,8 @@ pub enum Point {
 pub enum Via {
     /// A separate allreduce on SCR's communicator after the application's collective.
     Separate,
-    /// In place of the application's world barrier.
+    /// In place of the application's world barrier, or (on the node board) right after one
+    /// some rank posted news for ([`barrier_news`]).
     Barrier,
     /// As extra elements of the application's world allreduce.
     Allreduce,

@@ -180,16 +180,27 @@ pub(super) fn removed_dir(s: &Session, rel: &Path) {
 /// than this to start, so a removal made by a command the rank waited for is always seen.
 const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
+/// The count the rank's children keep ([`absorb`]): the journal is read only when it moved
+/// (`SEEN`, `u64::MAX`: never read); without it (it could not be mapped), at most every
+/// [`LOOK_EVERY`] unless `now`. With the session it was mapped for, which lives as long as the
+/// process (recognised by its address, without comparing the journal's path).
+static COUNTER: OnceLock<(usize, PathBuf, Option<Counter>)> = OnceLock::new();
+static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Whether the rank's children removed something it has not absorbed yet: one load of their
+/// count (false before the rank's first look, and without a mapped count). A deferred sync
+/// point on the node board posts it as news ([`super::sync::defer_on_board`]).
+pub(super) fn children_moved() -> bool {
+    COUNTER
+        .get()
+        .and_then(|(_, _, c)| c.as_ref())
+        .is_some_and(|c| c.get().load(Ordering::SeqCst) != SEEN.load(Ordering::Relaxed))
+}
+
 /// The rank: apply what its children removed since the last look (`now`: whatever the time
 /// since the last look; otherwise at most every [`LOOK_EVERY`], no system call in between).
 pub(super) fn absorb(s: &'static Session, t: &mut Table, now: bool) {
     use std::os::unix::ffi::OsStrExt;
-    // the count children keep: the journal is read only when it moved (u64::MAX: never read);
-    // without it (it could not be mapped), at most every LOOK_EVERY unless `now`
-    // (with the session it was mapped for, which lives as long as the process: recognised
-    // by its address, without comparing the journal's path)
-    static COUNTER: OnceLock<(usize, PathBuf, Option<Counter>)> = OnceLock::new();
-    static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
     let (by, of, counter) = COUNTER.get_or_init(|| (s as *const Session as usize, s.journal.clone(), Counter::map(s)));
     let same = *by == s as *const Session as usize || of.as_os_str() == s.journal.as_os_str();
     if let Some(c) = counter.as_ref().filter(|_| same) {

@@ -1,6 +1,7 @@
 //! Transparent mode's sync points inside the application's own collectives: a small world
 //! `MPI_Allreduce` with a predefined operation carries the agreement as extra elements, a
-//! world `MPI_Barrier` is replaced by it, and on one node any other world allreduce agrees on
+//! world `MPI_Barrier` is replaced by it (on one node, in quiet stretches, it defers it and is
+//! followed by it when a rank posted news), and on one node any other world allreduce agrees on
 //! the node board around it. The application's results must be exactly what
 //! they are without the preload, and the checkpoints must complete at the same collectives
 //! as with a separate agreement (under real `mpirun`, 4 ranks).
@@ -112,7 +113,8 @@ fn exact(threads: bool, nodes: Option<&[&str]>) {
     }
     // the agreement travelled in the application's collectives: every reduction of at most
     // 512 bytes (812 of the 1248, and the 30 on duplicates of the world) carried it, except
-    // float and double SUM and PROD (76), the final barrier was it; the larger reductions and
+    // float and double SUM and PROD (76), the final barrier was it (or, deferred with news,
+    // was followed by it at once); the larger reductions and
     // those 76 (436) had a separate one or deferred it (and MPI_Finalize's sync point, when
     // it runs one, had one); the 30 on halves of the world were no sync points. Under
     // MPI_THREAD_MULTIPLE nothing carries it: the 1248 + 30 reductions have it separately or
@@ -136,7 +138,8 @@ fn exact(threads: bool, nodes: Option<&[&str]>) {
         assert_eq!(board, 0, "{line}");
         separate
     };
-    // (the barrier, and MPI_Finalize's point when it runs one, never defer); deferral only
+    // (the final barrier comes after rank 0 closed its held file: with news, the agreement
+    // follows it at once; MPI_Finalize's point, when it runs one, never defers); deferral only
     // between checkpoints (after 8 agreements that found nothing closed, removed or renamed),
     // so about half of them (the checkpoint every 40 reductions makes 3 events)
     let at_end = agreed + deferred - deferrable;
@@ -344,4 +347,57 @@ fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
     assert!(separate <= 1, "{line}");
     assert!(board <= 80, "{line}");
     assert_eq!(board + separate + deferred, total, "{line}");
+}
+
+/// On one node, a world barrier in a quiet stretch is the application's own and defers the
+/// agreement (posting news on the node board, as a sum does); one after which some rank's files
+/// changed runs the agreement right after it, so a checkpoint every rank closed before it is
+/// complete when it returns, whichever rank changed it, a close or a removal (the last one by
+/// a child process of the rank, `system("rm ...")`).
+#[test]
+fn a_quiet_barrier_on_the_node_board_defers_and_one_after_a_change_completes_it() {
+    let exe = vec![app("quiet_sums.c", &[]).display().to_string()];
+    let args = |job: &Job| {
+        vec![job.prefix.display().to_string(), job.root.join("out").display().to_string(), "barrier".to_string()]
+    };
+    let plain = Job::new();
+    let p = plain.run_exe(4, &exe, &args(&plain));
+    assert_eq!(p.code, Some(0), "without the preload: {}", p.dump());
+    let mut job = Job::new();
+    job.preload()
+        .set("SCR_PRELOAD_PATTERNS", "ckpt.*/**")
+        .set("SCR_FLUSH", "0")
+        .set("SCR_DEBUG", "1")
+        .set("SCR_CACHE_SIZE", "8");
+    let r = job.run_exe(4, &exe, &args(&job));
+    assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
+    assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
+    same_results(&plain, &job, 4 * 301);
+    let at = |needle: &str, nth: usize| {
+        r.stderr
+            .match_indices(needle)
+            .nth(nth)
+            .map(|(i, _)| i)
+            .unwrap_or_else(|| panic!("no {needle:?} #{nth}: {}", r.dump()))
+    };
+    // each change complete before rank 0 left the first barrier after it
+    for (round, name, nth) in [(1, "ckpt.1", 0), (2, "ckpt.2", 0), (3, "ckpt.3", 0), (4, "ckpt.3", 1)] {
+        let done = at(&format!("({name}, checkpoint) complete"), nth);
+        assert!(done < at(&format!("SYNCED {round}\n"), 0), "round {round}: {name} late: {}", r.dump());
+        if round > 1 {
+            assert!(done > at(&format!("SYNCED {}\n", round - 1), 0), "round {round}: {}", r.dump());
+        }
+    }
+    assert!(job.cached_files("ckpt.3/rank_2.dat").is_empty(), "{:?}", job.cached_files("ckpt.3/"));
+    assert_eq!(job.cached_files("ckpt.3/rank_").len(), 3, "{:?}", job.cached_files("ckpt.3/"));
+    // 1204 barriers: after each change 8 agreements make a quiet stretch again, then one per
+    // 64 barriers; the other barriers deferred theirs (where every one was the agreement), except
+    // the 4 with news, each followed by the agreement (one sync point, a barrier's)
+    let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
+    let [total, barriers, _, board, separate, deferred] = via_counts(line);
+    assert_eq!(total, 4 * 301 + 1, "{line}");
+    assert_eq!(board, 0, "{line}");
+    assert!(separate <= 1, "{line}");
+    assert!(barriers <= 80 && deferred >= 4 * 301 - 80, "{line}");
+    assert_eq!(barriers + separate + deferred, total, "{line}");
 }
