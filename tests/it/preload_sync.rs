@@ -297,16 +297,18 @@ fn a_removal_waiting_for_an_open_file_is_attempted_once() {
     assert!(got.has("KEPT held.dat rank_0.dat rank_2.dat rank_3.dat"), "{}", got.dump());
 }
 
-/// OpenFOAM's shape on one node: long quiet stretches of floating-point sums (300 each) with
-/// checkpoint files closed or removed by a single rank in between. The sums that cannot carry
-/// the agreement defer it for up to `BOARD_WINDOW` (64) in a row, yet each change is complete
-/// by the second sum after it: the rank that changed its files says so on the node board at
-/// the next sum, and every rank agrees at the one after (whichever rank it is, a close or a
-/// removal). The sums' results are those of a run without the preload.
-#[test]
-fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
+/// `quiet_sums.c` (with `mode`, its optional last argument) on one node, 4 ranks, without and
+/// with the preload: each rank's `lines` results are the same, and each of its 4 changes is
+/// complete before rank 0 says `SYNCED` for its round (and after the round before's); the
+/// removal made a version of ckpt.3 without rank 2's file. The job, and the counts of
+/// `SCR_DEBUG=1`'s sync-point line ([`via_counts`]).
+fn quiet_run(mode: &[&str], lines: usize) -> (Job, [u64; 6]) {
     let exe = vec![app("quiet_sums.c", &[]).display().to_string()];
-    let args = |job: &Job| vec![job.prefix.display().to_string(), job.root.join("out").display().to_string()];
+    let args = |job: &Job| {
+        let mut a = vec![job.prefix.display().to_string(), job.root.join("out").display().to_string()];
+        a.extend(mode.iter().map(|m| m.to_string()));
+        a
+    };
     let plain = Job::new();
     let p = plain.run_exe(4, &exe, &args(&plain));
     assert_eq!(p.code, Some(0), "without the preload: {}", p.dump());
@@ -319,8 +321,7 @@ fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
     let r = job.run_exe(4, &exe, &args(&job));
     assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
     assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
-    same_results(&plain, &job, 4 * 302);
-    // each change complete before rank 0 left the second sum after it
+    same_results(&plain, &job, lines);
     let at = |needle: &str, nth: usize| {
         r.stderr
             .match_indices(needle)
@@ -335,14 +336,27 @@ fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
             assert!(done > at(&format!("SYNCED {}\n", round - 1), 0), "round {round}: {}", r.dump());
         }
     }
-    // the removal made a version of ckpt.3 without rank 2's file
     assert!(job.cached_files("ckpt.3/rank_2.dat").is_empty(), "{:?}", job.cached_files("ckpt.3/"));
     assert_eq!(job.cached_files("ckpt.3/rank_").len(), 3, "{:?}", job.cached_files("ckpt.3/"));
+    let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
+    let counts = via_counts(line);
+    (job, counts)
+}
+
+/// OpenFOAM's shape on one node: long quiet stretches of floating-point sums (300 each) with
+/// checkpoint files closed or removed by a single rank in between. The sums that cannot carry
+/// the agreement defer it for up to `BOARD_WINDOW` (64) in a row, yet each change is complete
+/// by the second sum after it: the rank that changed its files says so on the node board at
+/// the next sum, and every rank agrees at the one after (whichever rank it is, a close or a
+/// removal). The sums' results are those of a run without the preload.
+#[test]
+fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
+    // each change complete before rank 0 left the second sum after it
+    let (job, [total, _, _, board, separate, deferred]) = quiet_run(&[], 4 * 302);
     assert_eq!(job.cached_files("ckpt.1/rank_3.dat").len(), 1, "{:?}", job.cached_files("ckpt.1/"));
     // 1208 sums: after each change 8 agreements make a quiet stretch again, then one agreement
     // per 64 sums (about 5 per stretch of 300) where a window of 8 would have needed 37
-    let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
-    let [total, _, _, board, separate, deferred] = via_counts(line);
+    let line = format!("total {total}, board {board}, separate {separate}, deferred {deferred}");
     assert_eq!(total, 4 * 302 + 1, "{line}");
     assert!(separate <= 1, "{line}");
     assert!(board <= 80, "{line}");
@@ -356,45 +370,12 @@ fn news_on_the_node_board_ends_a_long_deferral_at_the_next_sum() {
 /// a child process of the rank, `system("rm ...")`).
 #[test]
 fn a_quiet_barrier_on_the_node_board_defers_and_one_after_a_change_completes_it() {
-    let exe = vec![app("quiet_sums.c", &[]).display().to_string()];
-    let args = |job: &Job| {
-        vec![job.prefix.display().to_string(), job.root.join("out").display().to_string(), "barrier".to_string()]
-    };
-    let plain = Job::new();
-    let p = plain.run_exe(4, &exe, &args(&plain));
-    assert_eq!(p.code, Some(0), "without the preload: {}", p.dump());
-    let mut job = Job::new();
-    job.preload()
-        .set("SCR_PRELOAD_PATTERNS", "ckpt.*/**")
-        .set("SCR_FLUSH", "0")
-        .set("SCR_DEBUG", "1")
-        .set("SCR_CACHE_SIZE", "8");
-    let r = job.run_exe(4, &exe, &args(&job));
-    assert_eq!(r.code, Some(0), "under the preload: {}", r.dump());
-    assert!(!r.stderr.contains("SCR ERROR"), "{}", r.dump());
-    same_results(&plain, &job, 4 * 301);
-    let at = |needle: &str, nth: usize| {
-        r.stderr
-            .match_indices(needle)
-            .nth(nth)
-            .map(|(i, _)| i)
-            .unwrap_or_else(|| panic!("no {needle:?} #{nth}: {}", r.dump()))
-    };
     // each change complete before rank 0 left the first barrier after it
-    for (round, name, nth) in [(1, "ckpt.1", 0), (2, "ckpt.2", 0), (3, "ckpt.3", 0), (4, "ckpt.3", 1)] {
-        let done = at(&format!("({name}, checkpoint) complete"), nth);
-        assert!(done < at(&format!("SYNCED {round}\n"), 0), "round {round}: {name} late: {}", r.dump());
-        if round > 1 {
-            assert!(done > at(&format!("SYNCED {}\n", round - 1), 0), "round {round}: {}", r.dump());
-        }
-    }
-    assert!(job.cached_files("ckpt.3/rank_2.dat").is_empty(), "{:?}", job.cached_files("ckpt.3/"));
-    assert_eq!(job.cached_files("ckpt.3/rank_").len(), 3, "{:?}", job.cached_files("ckpt.3/"));
+    let (_, [total, barriers, _, board, separate, deferred]) = quiet_run(&["barrier"], 4 * 301);
     // 1204 barriers: after each change 8 agreements make a quiet stretch again, then one per
     // 64 barriers; the other barriers deferred theirs (where every one was the agreement), except
     // the 4 with news, each followed by the agreement (one sync point, a barrier's)
-    let line = r.stderr.lines().find(|l| l.contains(" sync points: ")).unwrap_or_else(|| panic!("{}", r.dump()));
-    let [total, barriers, _, board, separate, deferred] = via_counts(line);
+    let line = format!("total {total}, barriers {barriers}, board {board}, separate {separate}, deferred {deferred}");
     assert_eq!(total, 4 * 301 + 1, "{line}");
     assert_eq!(board, 0, "{line}");
     assert!(separate <= 1, "{line}");
