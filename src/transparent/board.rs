@@ -17,9 +17,10 @@
 //! ([`super::sync::defer_on_board`]): a rank whose files changed since the last agreement
 //! marks the deferred point's number in a news slot before it enters the collective, every
 //! rank looks at every rank's news slot after it returns, and if one is marked, all run the
-//! agreement at the next sync point (after a barrier, right away). A quiet stretch then costs each rank a load of its own
-//! flag and one of each rank's news slot (cache lines nobody writes) per collective, and the
-//! deferral can last far longer without a checkpoint waiting longer for its agreement.
+//! agreement at the next sync point (after a barrier, right away). A quiet stretch then costs
+//! each rank a load of its own flag and one of each rank's news slot (cache lines nobody
+//! writes) per collective, and the deferral can last far longer without a checkpoint waiting
+//! longer for its agreement.
 //!
 //! Each rank has two slots, used by agreement number parity: a rank writes agreement `e + 2`
 //! only after it left the collective of `e + 1`, which no rank leaves before every rank entered

@@ -12,15 +12,15 @@
 //! nothing (the preload's MPI hooks: a world barrier *is* the agreement, except in a quiet
 //! stretch on the node board, where it defers it and runs it right after itself when a rank
 //! posted news; a small world allreduce with a predefined operation carries the flags as
-//! extra elements). A world
-//! allreduce that cannot carry them (a floating-point SUM or PROD, whose result must stay
-//! bitwise that of a plain run; a large or user-defined reduction) defers the agreement to a
-//! later sync point and runs it only when [`DEFER_LIMIT`] of them passed in a row
-//! ([`point_deferrable`]): on the node board around the collective when every rank is on one
-//! node ([`super::board`], [`point_on_board`], [`on_board`]), separately otherwise. On the
-//! board, a rank whose files changed posts news at the next deferred collective and every rank
-//! agrees at the one after ([`defer_on_board`]), so the deferral there lasts up to
-//! [`BOARD_WINDOW`] collectives. Changes
+//! extra elements). A world allreduce that cannot carry them (a floating-point SUM or PROD,
+//! whose result must stay bitwise that of a plain run; a large or user-defined reduction)
+//! defers the agreement to a later sync point and runs it only when [`DEFER_LIMIT`] of them
+//! passed in a row ([`point_deferrable`]): on the node board around the collective when every
+//! rank is on one node ([`super::board`], [`point_on_board`], [`on_board`]), separately
+//! otherwise. On the board, a rank whose files changed posts news at the next deferred
+//! collective and every rank agrees at the one after ([`defer_on_board`]; after a barrier,
+//! right away, [`barrier_news`]), so the deferral there lasts up to [`BOARD_WINDOW`]
+//! collectives. Changes
 //! (directory renames and removals) are then exchanged and applied by every rank to its own
 //! files. At a sync point
 //! where some rank has closed files or removed a cached file since the last attempt (a
@@ -61,11 +61,11 @@ use crate::{scr_error, scr_warn};
 /// Deferral of the agreement ([`point_deferrable`]): it starts after this many agreements in
 /// a row found nothing closed, removed or renamed, and lets at most this many world
 /// collectives pass in a row without an agreement (every carrying allreduce and
-/// `MPI_Finalize` runs it, and every barrier except on the node board, [`BOARD_WINDOW`]: on
-/// several nodes or under `MPI_THREAD_MULTIPLE`). So a
-/// checkpoint closed during a quiet run of floating-point sums is complete at most this many
-/// collectives after its last close (on the node board, see [`BOARD_WINDOW`]), and whatever
-/// follows a completion (a rename into place, a late file) at the next collective.
+/// `MPI_Finalize` runs it, and so does every barrier on several nodes or under
+/// `MPI_THREAD_MULTIPLE`; on the node board, see [`BOARD_WINDOW`]). So a checkpoint closed
+/// during a quiet run of floating-point sums is complete at most this many collectives after
+/// its last close (on the node board, see [`BOARD_WINDOW`]), and whatever follows a completion
+/// (a rename into place, a late file) at the next collective.
 pub const DEFER_LIMIT: u32 = 8;
 
 /// The deferral's window on the node board when the front end posts news there
