@@ -6,6 +6,10 @@
 #     steps (default 100: 10 checkpoints, one per ~0.2 s of computation, far more often than a
 #     real run checkpoints), pattern 'processor*/[0-9]*/**' (config/README.md's); ~60 world
 #     allreduces per step, mostly one double SUM
+#     FOAM_CELLS=<n> (default 20, the tutorial's) cells along each side of the cavity: 20 makes
+#     a time step of ~0.3 ms with 2 ranks, a mesh far smaller than a real case's and so the
+#     per-step sync points weigh as they would not in one; 80 (Courant number 0.8 at deltaT
+#     0.001) makes a step of several ms
 #   Quantum ESPRESSO: pw.x molecular dynamics of 2 silicon atoms (quantum-espresso-data's
 #     pseudopotential), NSTEP steps (default 10), restart files each step (pattern 'out/**')
 # NP=<ranks> (default 4; on a 2-core machine 4 ranks are oversubscribed, and Open MPI's
@@ -68,10 +72,13 @@ mkdir -p "$work/foam" "$work/qe"
 cp -a "$cavity/." "$work/foam/"
 foam_steps=${FOAM_STEPS:-1000}
 foam_every=${FOAM_EVERY:-100}
+foam_cells=${FOAM_CELLS:-20}
 sed -i -e 's/^deltaT .*/deltaT          0.001;/' -e "s/^endTime .*/endTime         $(awk -v n="$foam_steps" 'BEGIN { print n / 1000 }');/" \
   -e "s/^writeInterval .*/writeInterval   $foam_every;/" "$work/foam/system/controlDict"
 printf '%s\n' 'FoamFile { version 2.0; format ascii; class dictionary; object decomposeParDict; }' \
   "numberOfSubdomains $np;" 'method simple;' "coeffs { n ($split); }" >"$work/foam/system/decomposeParDict"
+sed -i "s/(20 20 1)/($foam_cells $foam_cells 1)/" "$work/foam/system/blockMeshDict"
+grep -q "($foam_cells $foam_cells 1)" "$work/foam/system/blockMeshDict" || { echo "FOAM_CELLS: the cavity's blockMeshDict has no (20 20 1) block" >&2; exit 2; }
 (cd "$work/foam" && blockMesh >/dev/null && decomposePar >/dev/null)
 cat >"$work/qe/md.in" <<EOF
 &control
@@ -195,7 +202,7 @@ timing() { # timing <app>: one more preloaded run with SCR_PRELOAD_TIMING=1, and
 }
 control=${CONTROL:-0}
 if [[ $apps == *" foam "* ]]; then
-  pairs foam "icoFoam cavity, $foam_steps steps/$foam_every"
+  pairs foam "icoFoam cavity $foam_cells^2, $foam_steps steps/$foam_every"
   same foam 'Solving for|Courant Number'
   if [ "$control" = 1 ]; then before='' pairs foam "  control: plain/plain" 0; fi
   timing foam
