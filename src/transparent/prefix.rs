@@ -73,7 +73,8 @@ fn unusual(p: &[u8]) -> bool {
 /// components (`..` at the root stays there) and without a `/` at the end; what
 /// [`crate::paths::normalize`] gives, in one buffer.
 fn normal_bytes(base: &[u8], path: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(base.len() + path.len() + 1);
+    // (a `/` before the base, which may be relative, and one between base and path)
+    let mut out = Vec::with_capacity(base.len() + path.len() + 2);
     out.push(b'/');
     let base = if path.first() == Some(&b'/') { &[][..] } else { base };
     for c in base.split(|&b| b == b'/').chain(path.split(|&b| b == b'/')) {
