@@ -9,7 +9,7 @@
 #     FOAM_CELLS=<n> (default 20, the tutorial's) cells along each side of the cavity: 20 makes
 #     a time step of ~0.3 ms with 2 ranks, a mesh far smaller than a real case's and so the
 #     per-step sync points weigh as they would not in one; 80 (Courant number 0.8 at deltaT
-#     0.001) makes a step of several ms
+#     0.001) makes a step of ~10 ms
 #   Quantum ESPRESSO: pw.x molecular dynamics of 2 silicon atoms (quantum-espresso-data's
 #     pseudopotential), NSTEP steps (default 10), restart files each step (pattern 'out/**')
 # NP=<ranks> (default 4; on a 2-core machine 4 ranks are oversubscribed, and Open MPI's
@@ -73,6 +73,7 @@ cp -a "$cavity/." "$work/foam/"
 foam_steps=${FOAM_STEPS:-1000}
 foam_every=${FOAM_EVERY:-100}
 foam_cells=${FOAM_CELLS:-20}
+case $foam_cells in '' | *[!0-9]*) echo "FOAM_CELLS=$foam_cells: a number of cells is expected" >&2; exit 2 ;; esac
 sed -i -e 's/^deltaT .*/deltaT          0.001;/' -e "s/^endTime .*/endTime         $(awk -v n="$foam_steps" 'BEGIN { print n / 1000 }');/" \
   -e "s/^writeInterval .*/writeInterval   $foam_every;/" "$work/foam/system/controlDict"
 printf '%s\n' 'FoamFile { version 2.0; format ascii; class dictionary; object decomposeParDict; }' \
