@@ -132,9 +132,11 @@ pub const SCR_DIR: &str = ".scr";
 /// The end of a shared file's staging name, `.<name>.scrshared` beside its place.
 pub(crate) const STAGING_SUFFIX: &str = ".scrshared";
 
-/// Whether `rel` (relative to the prefix) is [`SCR_DIR`] or inside it.
+/// Whether `rel` (relative to the prefix) is [`SCR_DIR`] or inside it: its first component,
+/// by its bytes (transparent mode asks for every path argument under the prefix).
 pub(crate) fn in_scr_dir(rel: &Path) -> bool {
-    rel.components().next().is_some_and(|c| c.as_os_str() == SCR_DIR)
+    use std::os::unix::ffi::OsStrExt;
+    rel.as_os_str().as_bytes().split(|&c| c == b'/').next() == Some(SCR_DIR.as_bytes())
 }
 
 /// The current directory, or `/` if it cannot be read.
@@ -573,6 +575,20 @@ mod tests {
         assert!(in_scr_dir(Path::new(".scr")) && in_scr_dir(Path::new(".scr/index.scr")));
         assert!(!in_scr_dir(Path::new("ckpt.1/.scr")) && !in_scr_dir(Path::new(".scrx/a")));
         assert!(!in_scr_dir(Path::new("")));
+        // by its bytes, what its first component gives, for every path of up to 5 of these
+        use std::os::unix::ffi::OsStrExt;
+        let tokens: [&[u8]; 5] = [b"/", b".", b".scr", b"a", b".scrx"];
+        let (mut paths, mut last): (Vec<Vec<u8>>, Vec<Vec<u8>>) = (vec![Vec::new()], vec![Vec::new()]);
+        for _ in 0..5 {
+            last = last.iter().flat_map(|p| tokens.iter().map(move |t| [&p[..], t].concat())).collect();
+            paths.extend(last.iter().cloned());
+        }
+        for p in &paths {
+            let rel = Path::new(std::ffi::OsStr::from_bytes(p));
+            let by_components = rel.components().next().is_some_and(|c| c.as_os_str() == SCR_DIR);
+            assert_eq!(in_scr_dir(rel), by_components, "{}", rel.display());
+        }
+        assert_eq!(paths.len(), (0..=5).map(|n| 5usize.pow(n)).sum::<usize>());
     }
 
     #[test]

@@ -177,15 +177,13 @@ impl PrefixPaths {
 /// [`super::shared`]) or a file the MPI library makes beside one (a lock file that starts
 /// with it). Such paths always reach the prefix.
 pub fn reserved(rel: &Path) -> bool {
-    // by the bytes of a relative path in normal form (what `relative` gives): its first and
-    // its last component
+    // by the bytes of a relative path in normal form (what `relative` gives): its last
+    // component
     let b = rel.as_os_str().as_bytes();
     let b = b.strip_suffix(b"/").unwrap_or(b);
-    let first = b.split(|&c| c == b'/').next().unwrap_or(b);
     let name = b.rsplit(|&c| c == b'/').next().unwrap_or(b);
     let staging = crate::paths::STAGING_SUFFIX.as_bytes();
-    first == crate::paths::SCR_DIR.as_bytes()
-        || (name.first() == Some(&b'.') && name.windows(staging.len()).any(|w| w == staging))
+    crate::paths::in_scr_dir(rel) || (name.first() == Some(&b'.') && name.windows(staging.len()).any(|w| w == staging))
 }
 
 /// Whether normalised relative path `p` is strictly below `dir` (`""`: the prefix itself).
@@ -343,7 +341,7 @@ mod tests {
                 let n = n.as_bytes();
                 n.first() == Some(&b'.') && n.windows(staging.len()).any(|w| w == staging)
             });
-            staging || crate::paths::in_scr_dir(rel)
+            staging || rel.components().next().is_some_and(|c| c.as_os_str() == crate::paths::SCR_DIR)
         };
         // every relative path of up to 4 of these without `.`, `..` or empty components (the
         // paths `relative` gives, and with a `/` at the end)
