@@ -182,9 +182,10 @@ const LOOK_EVERY: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// The count the rank's children keep ([`absorb`]): the journal is read only when it moved
 /// (`SEEN`, `u64::MAX`: never read); without it (it could not be mapped), at most every
-/// [`LOOK_EVERY`] unless `now`. With the session it was mapped for, which lives as long as the
-/// process (recognised by its address, without comparing the journal's path).
-static COUNTER: OnceLock<(usize, PathBuf, Option<Counter>)> = OnceLock::new();
+/// [`LOOK_EVERY`] unless `now`. With the address of the session it was mapped for, the
+/// rank's, which lives as long as the process; any other session (only tests make one) looks
+/// as without a count.
+static COUNTER: OnceLock<(usize, Option<Counter>)> = OnceLock::new();
 static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// Whether the rank's children removed something it has not absorbed yet: one load of their
@@ -193,7 +194,7 @@ static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
 pub(super) fn children_moved() -> bool {
     COUNTER
         .get()
-        .and_then(|(_, _, c)| c.as_ref())
+        .and_then(|(_, c)| c.as_ref())
         .is_some_and(|c| c.get().load(Ordering::SeqCst) != SEEN.load(Ordering::Relaxed))
 }
 
@@ -201,9 +202,9 @@ pub(super) fn children_moved() -> bool {
 /// since the last look; otherwise at most every [`LOOK_EVERY`], no system call in between).
 pub(super) fn absorb(s: &'static Session, t: &mut Table, now: bool) {
     use std::os::unix::ffi::OsStrExt;
-    let (by, of, counter) = COUNTER.get_or_init(|| (s as *const Session as usize, s.journal.clone(), Counter::map(s)));
-    let same = *by == s as *const Session as usize || of.as_os_str() == s.journal.as_os_str();
-    if let Some(c) = counter.as_ref().filter(|_| same) {
+    let by = s as *const Session as usize;
+    let (of, counter) = COUNTER.get_or_init(|| (by, Counter::map(s)));
+    if let Some(c) = counter.as_ref().filter(|_| *of == by) {
         let n = c.get().load(Ordering::SeqCst);
         if SEEN.load(Ordering::Relaxed) == n {
             return;
