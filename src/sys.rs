@@ -59,6 +59,20 @@ pub(crate) fn lock_whole_file(fd: BorrowedFd<'_>, cmd: libc::c_int, l_type: libc
     }
 }
 
+/// Whether `fd` is on a file system held in memory (tmpfs, ramfs): there populating a mapping
+/// costs no I/O, and `fsync` does nothing (`noop_fsync`), so a durable write can skip it.
+/// `false` when that cannot be told.
+pub(crate) fn in_memory_fs(fd: BorrowedFd<'_>) -> bool {
+    // SAFETY: an all-zero statfs is a valid value of this plain C struct; fstatfs fills it
+    // for a descriptor borrowed for the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) } != 0 {
+        return false;
+    }
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+    matches!(st.f_type as libc::c_long, libc::TMPFS_MAGIC | RAMFS_MAGIC)
+}
+
 /// `flock(2)` with operation `op` (`LOCK_EX`, `LOCK_UN`) on `fd`; the error carries errno.
 pub(crate) fn flock(fd: BorrowedFd<'_>, op: libc::c_int) -> io::Result<()> {
     // SAFETY: flock on a borrowed (so open) descriptor has no memory effects.

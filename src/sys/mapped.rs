@@ -19,7 +19,7 @@
 use std::cell::UnsafeCell;
 use std::fs::File;
 use std::mem::MaybeUninit;
-use std::os::unix::io::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -81,7 +81,7 @@ pub(crate) fn window(f: &File, off: u64, len: u64) -> Option<Window> {
             std::ptr::null_mut(),
             len,
             libc::PROT_READ,
-            libc::MAP_SHARED | if in_memory(f) { libc::MAP_POPULATE } else { 0 },
+            libc::MAP_SHARED | if super::in_memory_fs(f.as_fd()) { libc::MAP_POPULATE } else { 0 },
             f.as_raw_fd(),
             off as libc::off_t,
         )
@@ -129,18 +129,6 @@ impl Drop for Window {
 // thread-bound.
 unsafe impl Send for Window {}
 unsafe impl Sync for Window {}
-
-/// Whether `f` is on a file system held in memory (tmpfs, ramfs), where populating a mapping
-/// costs no I/O.
-fn in_memory(f: &File) -> bool {
-    // SAFETY: fstatfs fills the struct for a descriptor we hold.
-    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) } != 0 {
-        return false;
-    }
-    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
-    matches!(st.f_type as libc::c_long, libc::TMPFS_MAGIC | RAMFS_MAGIC)
-}
 
 /// Make our handler the installed one (chaining to the one found); false if it cannot be.
 fn install() -> bool {
