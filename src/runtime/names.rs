@@ -102,15 +102,15 @@ impl Runtime {
     /// there are any.
     ///
     /// [`Comm::decide_at`]: crate::comm::Comm::decide_at
-    pub(super) fn agree_names(&self, id: u64, failed: Option<String>, bytes: u64, files: u64) -> Result<Agreed> {
+    pub(super) fn agree_names(&self, id: u64, local: super::output::Validated, bytes: u64, files: u64) -> Result<Agreed> {
         let rec = &self.filemap.datasets[&id];
         let (bypass, mode) = (rec.reddesc.bypass, self.mode);
         let transparent = mode == Mode::Transparent;
         let routed = Routed {
             private: rec.files.iter().map(|f| hash(&f.rel)).collect(),
-            listed: if transparent { super::peers::list_of(rec, self.world.size() as usize) } else { None },
+            listed: local.listed,
             shared: rec.desc.shared.iter().map(|s| s.rel.clone()).collect(),
-            failed,
+            failed: local.err,
             bytes,
             files,
         };

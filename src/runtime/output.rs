@@ -33,6 +33,15 @@ struct Completion {
     deferred: bool,
 }
 
+/// What stage validate found on this rank, for the exchange of stage agree.
+pub(super) struct Validated {
+    /// What is wrong here, if anything.
+    pub(super) err: Option<String>,
+    /// Transparent mode: this rank's files as the other ranks list them (`None`: too many,
+    /// one that cannot be described, or API mode).
+    pub(super) listed: super::peers::Part,
+}
+
 /// A stage of a completion found the dataset invalid on every rank (and said why): it is
 /// discarded.
 struct Discarded;
@@ -462,8 +471,8 @@ impl Runtime {
     /// the dataset is recorded complete ([`Runtime::record_complete`]). Returns the victims
     /// of its eviction every rank already agreed on, if any.
     fn complete_stages(&mut self, c: &Completion, valid: bool) -> std::result::Result<Option<Vec<u64>>, Discarded> {
-        let local_err = self.validate_files(c, valid);
-        let (total, files) = self.agree_valid(c, local_err)?;
+        let local = self.validate_files(c, valid);
+        let (total, files) = self.agree_valid(c, local)?;
         self.encode_complete(c, total)?;
         self.record_complete(c, total, files)
     }
@@ -471,8 +480,9 @@ impl Runtime {
     /// Stage validate (local): each file of this rank's exists; its size (and its CRC32, when
     /// computed at completion: `SCR_CRC_ON_COPY=1`, or the few small files of a dataset the
     /// background would checksum, [`super::checksums::small_enough`]) is recorded. Returns
-    /// what is wrong here, if anything.
-    fn validate_files(&mut self, c: &Completion, valid: bool) -> Option<String> {
+    /// what is wrong here, if anything, and in transparent mode this rank's listing of the
+    /// files for the other ranks, from the same `lstat` (one per file).
+    fn validate_files(&mut self, c: &Completion, valid: bool) -> Validated {
         use crate::config::CrcOnCopy;
         // A redundancy encoder reads every byte anyway and records the CRC32 then.
         let crc = self.settings.crc_on_copy == CrcOnCopy::AtCompletion && !c.encodes;
@@ -486,18 +496,32 @@ impl Runtime {
                 "the application reported valid=0".to_string()
             });
         }
+        let ranks = self.world.size() as usize;
         let rec = self.filemap.datasets.get_mut(&c.id).expect("the open dataset is recorded");
         let mut found = Vec::with_capacity(rec.files.len());
+        let listing = self.mode == super::Mode::Transparent && super::peers::listable(rec.files.len(), ranks);
+        let mut listed = listing.then(|| Vec::with_capacity(rec.files.len()));
         for f in rec.files.iter_mut() {
-            match std::fs::metadata(&f.path) {
-                Ok(md) => {
-                    f.size = md.len();
+            // (a symbolic link, which SCR never places itself, is sized through: its target's
+            // bytes are what a restart reads)
+            let md = std::fs::symlink_metadata(&f.path).and_then(|l| {
+                let size = if l.file_type().is_symlink() { std::fs::metadata(&f.path)?.len() } else { l.len() };
+                Ok((l, size))
+            });
+            match md {
+                Ok((lstat, size)) => {
+                    f.size = size;
                     f.complete = true;
                     found.push(true);
+                    if let Some(l) = listed.as_mut() {
+                        l.push(super::peers::Listed::from_lstat(&f.rel, &lstat));
+                    }
                 }
                 Err(e) => {
                     problems.push(format!("{} (routed as {}): {e}", f.path.display(), f.rel.display()));
                     found.push(false);
+                    // (a part with a file that cannot be described is not listed)
+                    listed = None;
                 }
             }
         }
@@ -514,17 +538,17 @@ impl Runtime {
                 }
             }
         }
-        (!problems.is_empty()).then(|| problems.join("; "))
+        Validated { err: (!problems.is_empty()).then(|| problems.join("; ")), listed }
     }
 
     /// Stage agree (collective): one exchange of every rank's outcome, bytes and files, and
     /// the names it routed; the dataset's shared files and totals are recorded. Returns the
     /// totals (bytes, files) over every rank.
-    fn agree_valid(&mut self, c: &Completion, local_err: Option<String>) -> std::result::Result<(u64, u64), Discarded> {
+    fn agree_valid(&mut self, c: &Completion, local: Validated) -> std::result::Result<(u64, u64), Discarded> {
         let id = c.id;
         let rec = &self.filemap.datasets[&id];
         let (bytes, nfiles) = (rec.bytes(), rec.files.len() as u64);
-        let checked = self.complete_shared(id, local_err, bytes, nfiles);
+        let checked = self.complete_shared(id, local, bytes, nfiles);
         // transparent mode: what its start marked for deletion (every rank saved its marks
         // before the exchange) leaves now
         self.bury();

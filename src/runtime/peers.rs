@@ -57,21 +57,26 @@ impl From<Listed> for Wire {
 impl Listed {
     /// `rel`'s description from the file at `path` (`None`: it cannot be read).
     pub(crate) fn of(rel: &Path, path: &Path) -> Option<Listed> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::symlink_metadata(path).ok()?;
-        Some(Listed {
-            rel: rel.to_path_buf(),
-            size: m.len(),
-            mode: m.mode(),
-            mtime: (m.mtime(), m.mtime_nsec() as u32),
-        })
+        std::fs::symlink_metadata(path).ok().map(|m| Listed::from_lstat(rel, &m))
     }
+
+    /// `rel`'s description from its file's `lstat`.
+    pub(super) fn from_lstat(rel: &Path, m: &std::fs::Metadata) -> Listed {
+        use std::os::unix::fs::MetadataExt;
+        Listed { rel: rel.to_path_buf(), size: m.len(), mode: m.mode(), mtime: (m.mtime(), m.mtime_nsec() as u32) }
+    }
+}
+
+/// Whether a rank's part of `files` files is listed on the others among `ranks` (its share
+/// of [`MAX_LISTED`]).
+pub(super) fn listable(files: usize, ranks: usize) -> bool {
+    files <= MAX_LISTED / ranks.max(1)
 }
 
 /// This rank's list for dataset `rec` (`None` when it holds more files than its share of
 /// [`MAX_LISTED`] among `ranks`, or a file cannot be described).
 pub(super) fn list_of(rec: &crate::state::filemap::DatasetRecord, ranks: usize) -> Part {
-    if rec.files.len() > MAX_LISTED / ranks.max(1) {
+    if !listable(rec.files.len(), ranks) {
         return None;
     }
     rec.files.iter().map(|f| Listed::of(&f.rel, &f.path)).collect()

@@ -118,12 +118,12 @@ impl Runtime {
     }
 
     /// `SCR_Complete_output` of dataset `id` (collective): in one exchange, every rank's outcome
-    /// (`local_err`), its bytes and files, and the names it routed; then check the names and
-    /// complete the shared files (in a bypass dataset, the names several ranks routed become
-    /// shared files: the caller drops them from the ranks' own files). The same answer on
-    /// every rank; a misuse is said once, by rank 0.
-    pub(super) fn complete_shared(&self, id: u64, local_err: Option<String>, bytes: u64, files: u64) -> Checked {
-        let agreed = match self.agree_names(id, local_err, bytes, files) {
+    /// (`local`, with its listing in transparent mode), its bytes and files, and the names it
+    /// routed; then check the names and complete the shared files (in a bypass dataset, the
+    /// names several ranks routed become shared files: the caller drops them from the ranks'
+    /// own files). The same answer on every rank; a misuse is said once, by rank 0.
+    pub(super) fn complete_shared(&self, id: u64, local: super::output::Validated, bytes: u64, files: u64) -> Checked {
+        let agreed = match self.agree_names(id, local, bytes, files) {
             Ok(a) => a,
             Err(e) => return Checked::Failed(format!("dataset {id}: {e}")),
         };
