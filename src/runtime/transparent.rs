@@ -427,12 +427,25 @@ impl Runtime {
             problems.push(e.to_string());
             placements.clear();
         }
-        let mut made = std::collections::HashSet::new();
+        // directories made, with their parents (each once: most files of a dataset share a
+        // few, and `out/si.save` made first makes `out` too)
+        let mut made: std::collections::HashSet<PathBuf> = std::collections::HashSet::new();
         for (current, target, link) in placements {
-            // (each directory once: most files of a dataset share a few)
-            let parent = target.parent().map(Path::to_path_buf);
-            let fresh = parent.is_some_and(|p| made.insert(p));
-            let placed = if fresh { self.make_parent_of(&target) } else { Ok(()) }.and_then(|_| {
+            let parent = target.parent().unwrap_or(Path::new(""));
+            let fresh = !made.contains(parent);
+            let dirs = if fresh {
+                self.make_parent_of(&target).map(|_| {
+                    // (a directory already known has its parents known too)
+                    for d in parent.ancestors() {
+                        if !made.insert(d.to_path_buf()) {
+                            break;
+                        }
+                    }
+                })
+            } else {
+                Ok(())
+            };
+            let placed = dirs.and_then(|_| {
                 if link {
                     link_file(current, &target)
                 } else {
