@@ -18,9 +18,11 @@
 //! removed pending file left open (no `C`) and the file system gives to a later file without
 //! records makes that file count as cut short.
 //!
-//! The journal is removed when the table holds no pending file (after a completion), so it
-//! stays as small as the pending area; while a file stays pending longer (held open across
-//! sync points), it is rewritten with only the records that matter once it passes
+//! The journal is emptied when the table holds no pending file (after a completion), so it
+//! stays as small as the pending area: truncated and kept open for the next record (one
+//! `ftruncate` per completion, where a removal cost an `unlink`, and the next record a
+//! directory check, an open and an `fstat`). While a file stays pending longer (held open
+//! across sync points), it is rewritten with only the records that matter once it passes
 //! [`COMPACT_AT`] bytes. A failure to append (a full cache) is reported once; the journal may
 //! then lack records, and a file whose record is missing is recovered as it is.
 
@@ -153,10 +155,16 @@ fn compact(path: &Path) -> std::io::Result<File> {
     super::plain::open_journal(path)
 }
 
-/// The table holds no pending file: no record is needed any more (the journal is removed;
-/// the next record starts a new one).
+/// The table holds no pending file: no record is needed any more (the journal is emptied and
+/// stays open for the next one; one that cannot be emptied is removed).
 pub(super) fn clear() {
     let mut g = JOURNAL.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, f, len, limit)) = g.as_mut() {
+        if *len == 0 || f.set_len(0).is_ok() {
+            (*len, *limit) = (0, COMPACT_AT);
+            return;
+        }
+    }
     if let Some((path, ..)) = g.take() {
         let _ = std::fs::remove_file(path);
     }
@@ -233,6 +241,14 @@ mod tests {
         assert_eq!(cut_short(pending), [ino].into_iter().collect());
         closed(pending, &cache, true);
         assert!(cut_short(pending).is_empty());
+        // emptied after a completion, and kept open: the next record starts it again
+        opened(pending, &cache);
+        clear();
+        assert_eq!(std::fs::metadata(&j).unwrap().len(), 0);
+        assert!(cut_short(pending).is_empty());
+        opened(pending, &cache);
+        assert_eq!(std::fs::metadata(&j).unwrap().len(), RECORD);
+        assert_eq!(cut_short(pending), [ino].into_iter().collect());
         forget();
     }
 }

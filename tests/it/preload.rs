@@ -46,11 +46,15 @@ fn checkpoints_go_to_cache_and_a_killed_run_restarts_from_the_last_one() {
     let cached = job.cached_files("ckpt.6/rank_");
     assert_eq!(cached.len(), 4, "{cached:?}\n{}", r.dump());
     // nothing pending (each rank's view for its child processes, and the node board, stay
-    // beside the pending area)
+    // beside the pending area; so does each rank's write journal, emptied at the completion)
+    let journal = |f: &String| f.ends_with("/.scr/writes");
+    for j in job.cached_files("scr.pending/").iter().filter(|f| journal(f)) {
+        assert_eq!(std::fs::metadata(j).map(|m| m.len()).ok(), Some(0), "{j}");
+    }
     let pending: Vec<String> = job
         .cached_files("scr.pending/")
         .into_iter()
-        .filter(|f| !f.contains("scr.pending/view.") && !f.ends_with("scr.pending/board"))
+        .filter(|f| !f.contains("scr.pending/view.") && !f.ends_with("scr.pending/board") && !journal(f))
         .collect();
     assert!(pending.is_empty(), "{pending:?}");
     // the application finds checkpoint 6 through its pointer file and reads it from cache
