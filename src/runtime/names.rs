@@ -88,6 +88,16 @@ impl From<NameError> for RuntimeError {
     }
 }
 
+/// What a completion's stage validate found on this rank, for the exchange here
+/// ([`Runtime::agree_names`]).
+pub(super) struct Validated {
+    /// What is wrong here, if anything.
+    pub(super) err: Option<String>,
+    /// Transparent mode: this rank's files as the other ranks list them (`None`: too many,
+    /// one that cannot be described, or API mode).
+    pub(super) listed: super::peers::Part,
+}
+
 fn hash(rel: &Path) -> u64 {
     crate::identity::fnv1a(rel.as_os_str().as_encoded_bytes())
 }
@@ -102,7 +112,7 @@ impl Runtime {
     /// there are any.
     ///
     /// [`Comm::decide_at`]: crate::comm::Comm::decide_at
-    pub(super) fn agree_names(&self, id: u64, local: super::output::Validated, bytes: u64, files: u64) -> Result<Agreed> {
+    pub(super) fn agree_names(&self, id: u64, local: Validated, bytes: u64, files: u64) -> Result<Agreed> {
         let rec = &self.filemap.datasets[&id];
         let (bypass, mode) = (rec.reddesc.bypass, self.mode);
         let transparent = mode == Mode::Transparent;

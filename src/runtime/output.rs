@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use super::names::Validated;
 use super::{Phase, Runtime, FLAG_CHECKPOINT, FLAG_OUTPUT};
 use crate::error::{Error, Result};
 use crate::identity;
@@ -31,15 +32,6 @@ struct Completion {
     /// It has a redundancy encoder, and encodes in the background (`SCR_ENCODE_ASYNC`).
     encodes: bool,
     deferred: bool,
-}
-
-/// What stage validate found on this rank, for the exchange of stage agree.
-pub(super) struct Validated {
-    /// What is wrong here, if anything.
-    pub(super) err: Option<String>,
-    /// Transparent mode: this rank's files as the other ranks list them (`None`: too many,
-    /// one that cannot be described, or API mode).
-    pub(super) listed: super::peers::Part,
 }
 
 /// A stage of a completion found the dataset invalid on every rank (and said why): it is

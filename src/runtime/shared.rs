@@ -122,7 +122,7 @@ impl Runtime {
     /// routed; then check the names and complete the shared files (in a bypass dataset, the
     /// names several ranks routed become shared files: the caller drops them from the ranks'
     /// own files). The same answer on every rank; a misuse is said once, by rank 0.
-    pub(super) fn complete_shared(&self, id: u64, local: super::output::Validated, bytes: u64, files: u64) -> Checked {
+    pub(super) fn complete_shared(&self, id: u64, local: super::names::Validated, bytes: u64, files: u64) -> Checked {
         let agreed = match self.agree_names(id, local, bytes, files) {
             Ok(a) => a,
             Err(e) => return Checked::Failed(format!("dataset {id}: {e}")),
