@@ -40,6 +40,11 @@
 # TIMING=1 adds, after each application's rounds, one more preloaded run with
 # SCR_PRELOAD_TIMING=1 and prints its table: the time each hook and the sync points spent in
 # SCR, per hook over every rank (README, transparent mode).
+# TIMING=<n> (n > 1) with SCR_BENCH_BEFORE: n rounds of two SCR_PRELOAD_TIMING=1 runs, that
+# library's and this one's (in reversed order every other round), and for each the median, min
+# and max of the slowest rank's milliseconds in the completions, in all sync points and in the
+# hooks' sum. The time in SCR spreads far less than the wall clock on this VM, so it shows a
+# change to the library's own cost that the run-time ratios cannot resolve.
 # Needs: openfoam openfoam-examples quantum-espresso quantum-espresso-data (apt).
 # Usage: scripts/bench-apps.sh [runs] [qe md steps]
 set -euo pipefail
@@ -113,12 +118,17 @@ if [ -n "$before" ] && [ ! -f "$before" ]; then
   echo "SCR_BENCH_BEFORE=$before: no such file" >&2
   exit 2
 fi
+case ${TIMING:-0} in
+  0 | 1) ;;
+  *[!0-9]*) echo "TIMING=$TIMING: 0, 1 or a number of rounds is expected" >&2; exit 2 ;;
+  *) [ -n "$before" ] || { echo "TIMING=$TIMING (rounds of both libraries) needs SCR_BENCH_BEFORE=<the other libscr_preload.so>" >&2; exit 2; } ;;
+esac
 
-# one <app> <preload 0|1|2|3> -> wall seconds of one run in a fresh copy (2: SCR_BENCH_BEFORE's
-# library; 3: this one with SCR_PRELOAD_TIMING=1)
+# one <app> <preload 0|1|2|3|4> -> wall seconds of one run in a fresh copy (2: SCR_BENCH_BEFORE's
+# library; 3: this one with SCR_PRELOAD_TIMING=1; 4: SCR_BENCH_BEFORE's with it)
 one() {
   local app=$1 pre=$2 run=$work/run lib=$lib
-  [ "$pre" = 2 ] && lib=$before
+  if [ "$pre" = 2 ] || [ "$pre" = 4 ]; then lib=$before; fi
   rm -rf "$run"
   # (a plain run leaves the last preloaded run's cache for `same` to count)
   [ "$pre" = 0 ] || rm -rf "$work/cache" "$work/cntl"
@@ -138,7 +148,7 @@ one() {
     env=(-x LD_PRELOAD="$lib")
   fi
   [ "$pre" != 0 ] && env+=(-x SCR_PREFIX="$run" -x SCR_PRELOAD_PATTERNS="$pattern")
-  [ "$pre" = 3 ] && env+=(-x SCR_PRELOAD_TIMING=1)
+  if [ "$pre" = 3 ] || [ "$pre" = 4 ]; then env+=(-x SCR_PRELOAD_TIMING=1); fi
   local t0 t1
   t0=$(date +%s.%N)
   (cd "$run" && mpirun -np "$np" "${env[@]}" -x FOAM_ETC -x WM_PROJECT_DIR "${wrap[@]}" "${cmd[@]}" >"$work/out.$app.$pre" 2>&1) ||
@@ -193,8 +203,38 @@ same() { # same <app> <grep pattern>: the last runs with and without the preload
     echo "  ($1: SOLVER OUTPUT DIFFERS with the preload)"
   fi
 }
+# in_scr <log>: the slowest rank's ms of a SCR_PRELOAD_TIMING table: completions, sync points, all rows
+in_scr() {
+  awk '/transparent mode timing/ { p = 1; next }
+       p == 1 { p = 2; next }
+       p == 2 && !/[(]rank [0-9]+[)]$/ { p = 3 }
+       p == 2 && /MPI sync point: completion/ { c = $(NF - 2) }
+       p == 2 && /^ *MPI sync point  / { s = $(NF - 2) }
+       p == 2 && !/MPI sync point:/ { all += $(NF - 2) }
+       END { if (!p) { print "no SCR_PRELOAD_TIMING table in " FILENAME > "/dev/stderr"; exit 1 }
+             printf "%s %s %.3f\n", c + 0, s + 0, all }' "$1"
+}
+timing_ab() { # timing_ab <app> <rounds>: SCR_PRELOAD_TIMING=1 runs of both libraries, alternating
+  for i in $(seq "$2"); do
+    if [ $((i % 2)) = 1 ]; then one "$1" 4 >/dev/null; b=$(in_scr "$work/out.$1.4"); one "$1" 3 >/dev/null; t=$(in_scr "$work/out.$1.3")
+    else one "$1" 3 >/dev/null; t=$(in_scr "$work/out.$1.3"); one "$1" 4 >/dev/null; b=$(in_scr "$work/out.$1.4"); fi
+    echo "$b $t"
+  done | awk -v n="$2" '
+    function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
+                                    return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
+    { k++; for (f = 1; f <= 6; f++) v[f, k] = $f }
+    END { split("completions,sync points,all hooks", name, ",")
+          for (f = 1; f <= 3; f++) { for (s = 0; s <= 3; s += 3) { for (i = 1; i <= k; i++) a[i] = v[f + s, i]; m[s] = med(a, k); lo[s] = a[1]; hi[s] = a[k] }
+            printf "    %-14s before %8.1f (%.1f-%.1f)   this %8.1f (%.1f-%.1f)   this/before %.3f\n", name[f], m[0], lo[0], hi[0], m[3], lo[3], hi[3], m[0] ? m[3] / m[0] : 0 } }'
+}
 timing() { # timing <app>: one more preloaded run with SCR_PRELOAD_TIMING=1, and its table
-  [ "${TIMING:-0}" = 1 ] || return 0
+  local t=${TIMING:-0}
+  if [ "$t" -gt 1 ] 2>/dev/null && [ -n "$before" ]; then
+    echo "  ms in SCR, the slowest rank per row, median (min-max) of $t rounds with SCR_PRELOAD_TIMING=1:"
+    timing_ab "$1" "$t"
+    return 0
+  fi
+  [ "$t" = 1 ] || return 0
   echo "  one more preloaded run with SCR_PRELOAD_TIMING=1: $(one "$1" 3) s"
   awk '/transparent mode timing/ { p = 1; sub(/^.*transparent mode timing/, "transparent mode timing"); print "    " $0; next }
        p == 1 { p = 2; print "  " $0; next }
