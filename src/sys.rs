@@ -278,6 +278,18 @@ mod tests {
     }
 
     #[test]
+    fn a_file_on_tmpfs_is_in_memory_and_one_of_procfs_is_not() {
+        // (the skipped fsyncs of metadata files depend on it: crate::persist)
+        let proc = std::fs::File::open("/proc/self/stat").unwrap();
+        assert!(!in_memory_fs(proc.as_fd()));
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap();
+        if mounts.lines().any(|l| l.split(' ').nth(1) == Some("/dev/shm") && l.split(' ').nth(2) == Some("tmpfs")) {
+            let f = tempfile::tempfile_in("/dev/shm").unwrap();
+            assert!(in_memory_fs(f.as_fd()));
+        }
+    }
+
+    #[test]
     fn errno_is_kept() {
         // no such process (pid_max is below 2^22 on Linux)
         assert_eq!(kill(i32::MAX, 0).unwrap_err().raw_os_error(), Some(libc::ESRCH));
