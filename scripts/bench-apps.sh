@@ -219,7 +219,7 @@ timing_ab() { # timing_ab <app> <rounds>: SCR_PRELOAD_TIMING=1 runs of both libr
     if [ $((i % 2)) = 1 ]; then one "$1" 4 >/dev/null; b=$(in_scr "$work/out.$1.4"); one "$1" 3 >/dev/null; t=$(in_scr "$work/out.$1.3")
     else one "$1" 3 >/dev/null; t=$(in_scr "$work/out.$1.3"); one "$1" 4 >/dev/null; b=$(in_scr "$work/out.$1.4"); fi
     echo "$b $t"
-  done | awk -v n="$2" '
+  done | awk '
     function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                                     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
     { k++; for (f = 1; f <= 6; f++) v[f, k] = $f }
