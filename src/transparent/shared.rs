@@ -312,6 +312,9 @@ fn adopt_private(
     let &Agreed { shared, high, lowest, .. } = agreed;
     let abs = s.prefix.join(rel);
     if refused(s, rel, &abs, agreed) {
+        // every rank refuses alike: one more reduction, so that no rank fails its open (and
+        // lets the application abort the job) before the rank at fault said why
+        let _ = agree(&[0]);
         return None;
     }
     let (known, id, staging) = {
