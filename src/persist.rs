@@ -118,7 +118,7 @@ fn replace<T: Serialize>(path: &Path, kind: &str, value: &T, durable: bool) -> R
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = crate::paths::temp_name(
         &dir.join(path.file_name().unwrap_or_default()),
-        &format!(".tmp.{}.{seq}", std::process::id()),
+        &format!(".tmp.{}.{seq}", crate::sys::pid()),
     );
     // (on tmpfs, where SCR's control directory usually is, an fsync does nothing: the file's
     // and its directory's are skipped, three system calls fewer per write)

@@ -121,7 +121,7 @@ fn go_live(setup: crate::runtime::TransparentSetup, patterns: PatternSet, shared
     let (view, journal) = view::paths(&setup.pending, setup.rank);
     let session = Session {
         rank: setup.rank,
-        pid: std::process::id(),
+        pid: crate::sys::pid(),
         prefix: PrefixPaths::from(setup.prefix.clone()),
         pending: setup.pending.join(setup.rank.to_string()),
         patterns,

@@ -37,7 +37,7 @@ impl Session {
     pub(super) fn child(rank: u32, prefix: PrefixPaths, journal: PathBuf, base: BaseFn) -> Session {
         Session {
             rank,
-            pid: std::process::id(),
+            pid: crate::sys::pid(),
             prefix,
             pending: PathBuf::new(),
             patterns: PatternSet::compile(&[]).expect("an empty pattern list always compiles"),
@@ -50,10 +50,12 @@ impl Session {
         }
     }
 
-    /// Whether this is the process that started (not a fork or vfork child, which shares or
-    /// copies this memory but must not act on it).
+    /// Whether this is the process that started (not a forked child, which copies this memory
+    /// but must not act on it). No system call: [`crate::sys::pid`] keeps the id, and forgets it
+    /// in a child of `fork`; a `vfork` child, which shares this memory, may only call `exec` or
+    /// `_exit` (POSIX), which reach no hook that asks.
     pub fn is_owner(&self) -> bool {
-        std::process::id() == self.pid
+        crate::sys::pid() == self.pid
     }
 
     /// Where this rank's pending copy of `rel` lives, its directory created.
