@@ -6,7 +6,8 @@
  * (under transparent mode the checkpoint is complete and in cache there), exercises the
  * family on its files, passes another barrier (a sync point: SCR forms a new version) and
  * looks again. Families: truncate chmod utimes link readlink realpath statfs rename-out
- * listing tree, close-range (f2 written through two descriptors that close_range closes, one
+ * listing tree, chdir (relative paths after chdir/fchdir and after renaming the working
+ * directory), close-range (f2 written through two descriptors that close_range closes, one
  * of them as high as the descriptor limit allows, up to 70000), child (a shell lists, reads and removes the files), and panic (a file whose
  * name makes a test build of the preload panic inside its open hook). Lines: "r<rank> <what> <values>", paths relative to DIR. */
 #define _GNU_SOURCE
@@ -272,6 +273,36 @@ static void family(const char *fam, int after) {
   } else if (!strcmp(fam, "panic")) {
     if (!after) put(at("SCR_TEST_PANIC"), "still written");
     show("panic", at("SCR_TEST_PANIC"));
+  } else if (!strcmp(fam, "chdir")) {
+    /* relative paths after each change of the working directory: into the rank's directory,
+     * into a new subdirectory that is then renamed while it is the working directory, out of
+     * the prefix (where the same relative names must not reach the checkpoint) and back */
+    char rel[4096];
+    snprintf(rel, sizeof rel, "ckpt.1/r%d/f", rank);
+    if (!after) {
+      rc("chdir-dir", chdir(dir));
+      int home = open(".", O_RDONLY | O_DIRECTORY);
+      show("f-rel-home", rel);
+      rc("chdir-mine", chdir(mine));
+      show("f-rel-mine", "f");
+      put("rel", "via-chdir");
+      rc("mkdir-sub2", mkdir("sub2", 0755));
+      rc("chdir-sub2", chdir("sub2"));
+      put("deep", "deep");
+      rc("rename-cwd", rename(at("sub2"), at("moved")));
+      put("after-move", "moved");
+      show("after-move-rel", "after-move");
+      rc("chdir-root", chdir("/"));
+      show("f-rel-root", rel);
+      show("f-leaf-root", "f");
+      rc("fchdir-home", fchdir(home));
+      show("f-rel-back", rel);
+      close(home);
+    }
+    show("rel", at("rel"));
+    show("deep", at("moved/deep"));
+    show("after-move", at("moved/after-move"));
+    show("sub2-deep", at("sub2/deep"));
   } else if (!strcmp(fam, "tree")) {
     if (!after) rc("remove-tree", nftw(mine, remove_cb, 8, FTW_DEPTH | FTW_PHYS));
     show("f", f);

@@ -5,7 +5,7 @@
 //! real call (the path goes to the file system as the application named it). The default
 //! panic message is suppressed for fenced panics, and nothing unwinds into C.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::ffi::{c_char, c_int, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -173,13 +173,47 @@ pub fn perform(
     }
 }
 
+/// Longest working directory path a thread keeps ([`base`]); a longer one is read each time.
+const CWD_KEPT: usize = 512;
+
+thread_local! {
+    /// This thread's copy of the working directory's path: (the generation it was read at,
+    /// its length, its bytes). Const-initialised, no destructor: usable in any hook.
+    static CWD: RefCell<(u64, usize, [u8; CWD_KEPT])> = const { RefCell::new((u64::MAX, 0, [0; CWD_KEPT])) };
+}
+
 /// The base directory of a relative path argument, into `buf`: the working directory for
-/// `AT_FDCWD`, else the directory `dirfd` refers to (read from `/proc/self/fd`).
+/// `AT_FDCWD`, else the directory `dirfd` refers to (read from `/proc/self/fd`). The working
+/// directory is read with `getcwd` once per thread and kept until
+/// `scr::transparent::cwd_generation` moves on (the `chdir`/`fchdir` hooks, renames and
+/// removals move it); a relative path under the prefix then costs no system call to resolve.
 pub fn base(dirfd: c_int, buf: &mut [u8; PATH_MAX]) -> Option<usize> {
     if dirfd == libc::AT_FDCWD {
+        // (read before getcwd: a change after it makes the copy stale, never the reverse)
+        let generation = scr::transparent::cwd_generation();
+        let kept = CWD.try_with(|c| {
+            let c = c.try_borrow().ok()?;
+            (c.0 == generation).then(|| {
+                buf[..c.1].copy_from_slice(&c.2[..c.1]);
+                c.1
+            })
+        });
+        if let Ok(Some(n)) = kept {
+            return Some(n);
+        }
         // SAFETY: buf is writable for its length.
         let p = unsafe { libc::getcwd(buf.as_mut_ptr() as *mut c_char, buf.len()) };
-        return if p.is_null() { None } else { buf.iter().position(|&b| b == 0) };
+        let n = if p.is_null() { None } else { buf.iter().position(|&b| b == 0) }?;
+        if n <= CWD_KEPT {
+            let _ = CWD.try_with(|c| {
+                if let Ok(mut c) = c.try_borrow_mut() {
+                    c.0 = generation;
+                    c.1 = n;
+                    c.2[..n].copy_from_slice(&buf[..n]);
+                }
+            });
+        }
+        return Some(n);
     }
     if dirfd < 0 {
         return None;

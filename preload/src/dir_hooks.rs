@@ -32,6 +32,26 @@ fn opened(
     d
 }
 
+/// `chdir`/`fchdir`: the real call, then the kept working directory is stale
+/// ([`crate::detour::base`]).
+#[no_mangle]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    let f = next_or!(chdir: fn(*const c_char) -> c_int, -1);
+    // SAFETY: the real chdir with the application's argument.
+    let r = unsafe { f(path) };
+    scr::transparent::cwd_may_have_moved();
+    r
+}
+
+#[no_mangle]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    let f = next_or!(fchdir: fn(c_int) -> c_int, -1);
+    // SAFETY: the real fchdir with the application's argument.
+    let r = unsafe { f(fd) };
+    scr::transparent::cwd_may_have_moved();
+    r
+}
+
 #[no_mangle]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
     let f = next_or!(opendir: fn(*const c_char) -> *mut DIR, std::ptr::null_mut());

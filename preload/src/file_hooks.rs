@@ -297,10 +297,14 @@ macro_rules! perform_hook {
             let old = unsafe { CStr::from_ptr($p) };
             // SAFETY: as above.
             let _new = old $(; let _new = unsafe { CStr::from_ptr($q) })?;
-            if !calls::concerns(old) && !calls::concerns(_new) {
-                return real();
-            }
-            perform(stringify!($name), $p, |r| ($core)(libc::AT_FDCWD, old, _new, r), real)
+            let r = if !calls::concerns(old) && !calls::concerns(_new) {
+                real()
+            } else {
+                perform(stringify!($name), $p, |r| ($core)(libc::AT_FDCWD, old, _new, r), real)
+            };
+            // (a renamed or removed directory may be, or hold, the working directory)
+            scr::transparent::cwd_may_have_moved();
+            r
         }
     )*};
 }

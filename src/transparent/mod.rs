@@ -68,7 +68,7 @@ mod agreement_tests;
 pub use calls::{Call, Done, Opening};
 pub use lifecycle::{at_exit, finish, start, stop};
 pub use plain::{test_panic, TEST_PANIC};
-pub use prefix::{BaseFn, PATH_MAX};
+pub use prefix::{cwd_generation, cwd_may_have_moved, BaseFn, PATH_MAX};
 pub use state::routing;
 
 /// The communicator a sync point's agreement runs on ([`sync::point_with`] hands it to the

@@ -21,6 +21,25 @@ pub const PATH_MAX: usize = 4096;
 /// directory, else a directory descriptor) into `buf`; its length, or `None`.
 pub type BaseFn = fn(dirfd: i32, buf: &mut [u8; PATH_MAX]) -> Option<usize>;
 
+/// Bumped whenever the working directory may have changed or moved (a `chdir`/`fchdir`, a
+/// rename or removal of a directory by this process, one another rank made, applied at a sync
+/// point): a front end that keeps the working directory's path for [`BaseFn`] reads it again
+/// when this differs from the generation it read it at. A rename of one of its ancestors by a
+/// process outside the job is not seen (`getcwd` would name the moved directory; the kept path
+/// still names the old place).
+static CWD_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The working directory's generation ([`CWD_GENERATION`]).
+#[inline]
+pub fn cwd_generation() -> u64 {
+    CWD_GENERATION.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// The working directory may have changed or moved: a kept path of it is stale.
+pub fn cwd_may_have_moved() {
+    CWD_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+}
+
 /// The prefix directory ([`Prefix`]: as spelled in the configuration and with symbolic links
 /// resolved), with the tests hooked calls make on path arguments.
 #[derive(Debug, Clone)]

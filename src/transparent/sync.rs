@@ -434,6 +434,10 @@ fn share_changes(s: &Session, comm: &Comm, t: &mut Table) {
         if r as u32 == s.rank {
             continue;
         }
+        if list.iter().any(|c| !matches!(c, Change::RemovedFile { .. })) {
+            // (another rank renamed or removed a directory: it may hold the working directory)
+            super::prefix::cwd_may_have_moved();
+        }
         for c in list {
             match c {
                 Change::RenamedDir { from, to } => {

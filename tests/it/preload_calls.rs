@@ -83,6 +83,16 @@ fn links_readlink_realpath_and_statfs_of_checkpoint_files() {
 }
 
 #[test]
+fn relative_paths_follow_chdir_fchdir_and_a_renamed_working_directory() {
+    // the preload keeps the working directory's path per thread: each change must be seen
+    let (job, _) = compare(&calls(), &["chdir"], &[]);
+    assert_eq!(std::fs::read(cached(&job, "rel")).unwrap(), b"via-chdir");
+    assert_eq!(std::fs::read(cached(&job, "moved/deep")).unwrap(), b"deep");
+    assert_eq!(std::fs::read(cached(&job, "moved/after-move")).unwrap(), b"moved");
+    assert!(!job.prefix.join("ckpt.1/r0/rel").exists() && !job.prefix.join("ckpt.1/r0/moved/after-move").exists());
+}
+
+#[test]
 fn descriptors_closed_by_close_range_complete_their_file() {
     // f2 is written through a low descriptor and a duplicate as high as the limit allows (up
     // to 70000), both closed by close_range only: it joins ckpt.1 at the sync point (compare
