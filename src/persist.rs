@@ -4,7 +4,10 @@
 //! **Format.** A one-line header followed by a JSON body:
 //! `SCRMETA 1 <kind> <length> <crc32-hex>\n{...}`. The header names the file's kind (a
 //! filemap is never read as an index), the body's byte length (a truncated file is detected)
-//! and its CRC32 (a flipped byte is detected). The body stays readable with `tail -n +2`.
+//! and its CRC32 (a flipped byte is detected). The body is compact JSON on one line (a filemap
+//! is saved several times per completion in transparent mode: no indentation to write, and
+//! fewer pages to free when it is replaced); `tail -n +2 <file> | python3 -m json.tool` shows
+//! it indented. Readers take either form.
 //!
 //! **Crash safety.** [`write_atomic`] writes a temporary file in the same directory, fsyncs it,
 //! renames it over the target and fsyncs the directory: a reader sees the old content or the
@@ -62,7 +65,7 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Met
 
 /// Encode `value` as a metadata file of `kind`.
 pub(crate) fn encode<T: Serialize>(kind: &str, value: &T) -> Vec<u8> {
-    let body = serde_json::to_vec_pretty(value).expect("metadata serialises");
+    let body = serde_json::to_vec(value).expect("metadata serialises");
     let crc = crc32fast::hash(&body);
     let mut out = format!("{MAGIC} {VERSION} {kind} {} {crc:08x}\n", body.len()).into_bytes();
     out.extend_from_slice(&body);
@@ -390,6 +393,19 @@ where
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn the_body_is_one_line_and_an_indented_one_reads_too() {
+        let v: BTreeMap<String, Vec<u32>> = [("a".to_string(), vec![1, 2]), ("b".to_string(), vec![])].into();
+        let bytes = encode("T", &v);
+        assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 1, "header line, then the body on one line");
+        assert_eq!(decode::<BTreeMap<String, Vec<u32>>>("T", &bytes, Path::new("t")).unwrap(), v);
+        // (files written before, or by hand, with an indented body)
+        let body = serde_json::to_vec_pretty(&v).unwrap();
+        let mut old = format!("{MAGIC} {VERSION} T {} {:08x}\n", body.len(), crc32fast::hash(&body)).into_bytes();
+        old.extend_from_slice(&body);
+        assert_eq!(decode::<BTreeMap<String, Vec<u32>>>("T", &old, Path::new("t")).unwrap(), v);
+    }
 
     #[test]
     fn an_update_that_changes_nothing_writes_nothing() {
