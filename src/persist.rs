@@ -112,6 +112,70 @@ pub(crate) fn write_atomic_unsynced<T: Serialize>(path: &Path, kind: &str, value
     replace(path, kind, value, false)
 }
 
+/// [`write_atomic`] for a file one writer replaces often (a rank's filemap, saved several times
+/// per transparent-mode completion): the new content is written over a spare file kept beside
+/// it (`.<name>.spare`, holding the content before last), which then trades places with the
+/// file in one `renameat2(RENAME_EXCHANGE)`. A reader sees the old content or the new, as with
+/// [`write_atomic`], and a crash while the spare is written leaves the file as it was; but no
+/// file is made and none freed per save (on tmpfs, replacing a file freed its pages, half of a
+/// save's time). Where the file is missing or the file system cannot exchange, the spare is
+/// renamed over it as [`write_atomic`]'s temporary is. The caller must let one thread of one
+/// process at a time write `path` (the runtime's lock, for the rank's own filemap). A spare
+/// that cannot be written over is removed and that save is [`write_atomic`]'s.
+pub(crate) fn write_swapped<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<(), MetaError> {
+    let bytes = encode(kind, value);
+    let spare = spare_path(path);
+    let write = || -> io::Result<bool> {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&spare)?;
+        if !f.metadata()?.is_file() {
+            return Err(io::Error::other("not a regular file"));
+        }
+        // (written over from the start, then cut to length: a crash in between leaves a spare
+        // that no reader takes, the file itself untouched)
+        f.write_all(&bytes)?;
+        f.set_len(bytes.len() as u64)?;
+        let sync = !crate::sys::in_memory_fs(std::os::fd::AsFd::as_fd(&f));
+        if sync {
+            f.sync_all()?;
+        }
+        Ok(sync)
+    };
+    let synced = match write() {
+        Ok(synced) => synced,
+        // (a spare that cannot be written over, such as a symbolic link planted at its name,
+        // which O_NOFOLLOW refused: the name goes, never its target, and this save takes
+        // write_atomic's way)
+        Err(_) => {
+            let _ = fs::remove_file(&spare);
+            return write_atomic(path, kind, value);
+        }
+    };
+    let placed = match crate::sys::rename_exchange(&spare, path) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::EINVAL | libc::ENOSYS)) => {
+            fs::rename(&spare, path)
+        }
+        r => r,
+    };
+    placed.map_err(io_err("rename into place", path))?;
+    if synced {
+        if let Ok(d) = File::open(path.parent().unwrap_or(Path::new("."))) {
+            let _ = d.sync_all();
+        }
+    }
+    Ok(())
+}
+
+/// The spare file [`write_swapped`] keeps beside `path` (hidden: `.<name>.spare`).
+pub(crate) fn spare_path(path: &Path) -> PathBuf {
+    crate::paths::temp_name(path, ".spare")
+}
+
 fn replace<T: Serialize>(path: &Path, kind: &str, value: &T, durable: bool) -> Result<(), MetaError> {
     let bytes = encode(kind, value);
     let dir = path.parent().unwrap_or(Path::new("."));
@@ -393,6 +457,51 @@ where
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+
+    #[test]
+    fn a_swapped_write_trades_places_with_its_spare_and_never_follows_a_link_there() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("filemap_0.scrinfo");
+        let spare = spare_path(&p);
+        assert_eq!(spare, dir.path().join(".filemap_0.scrinfo.spare"));
+        let v = |n: u32| -> BTreeMap<String, u32> { [("n".to_string(), n)].into() };
+        let got = || read::<BTreeMap<String, u32>>(&p, "T").unwrap().unwrap();
+        // the first write renames the spare into place: no spare is left
+        write_swapped(&p, "T", &v(1)).unwrap();
+        assert_eq!(got(), v(1));
+        assert!(!spare.exists());
+        // then each write goes over the spare, which trades places with the file
+        write_swapped(&p, "T", &v(2)).unwrap();
+        let (file_ino, spare_ino) = (fs::metadata(&p).unwrap().ino(), fs::metadata(&spare).unwrap().ino());
+        assert_eq!(got(), v(2));
+        assert_eq!(
+            read::<BTreeMap<String, u32>>(&spare, "T").unwrap().unwrap(),
+            v(1),
+            "the spare holds the content before"
+        );
+        write_swapped(&p, "T", &v(3)).unwrap();
+        assert_eq!(got(), v(3));
+        assert_eq!(fs::metadata(&p).unwrap().ino(), spare_ino, "the spare's file is the file now");
+        assert_eq!(fs::metadata(&spare).unwrap().ino(), file_ino);
+        // a spare longer than the new content (torn by a crash while it was written) is written
+        // over and cut to length
+        fs::write(&spare, vec![b'x'; 100_000]).unwrap();
+        write_swapped(&p, "T", &v(4)).unwrap();
+        assert_eq!(got(), v(4));
+        // a symbolic link planted at the spare's name is never followed: it goes, and the save
+        // is write_atomic's
+        fs::remove_file(&spare).unwrap();
+        let target = dir.path().join("elsewhere");
+        fs::write(&target, b"keep").unwrap();
+        std::os::unix::fs::symlink(&target, &spare).unwrap();
+        write_swapped(&p, "T", &v(5)).unwrap();
+        assert_eq!(got(), v(5));
+        assert_eq!(fs::read(&target).unwrap(), b"keep");
+        assert!(!spare.exists() && fs::symlink_metadata(&spare).is_err(), "the link is gone");
+        write_swapped(&p, "T", &v(6)).unwrap();
+        assert_eq!(got(), v(6));
+    }
 
     #[test]
     fn the_body_is_one_line_and_an_indented_one_reads_too() {

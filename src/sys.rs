@@ -9,6 +9,7 @@ pub(crate) mod mapped;
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::Path;
 use std::sync::atomic::AtomicU64;
 
 /// The effective user id of this process (`geteuid(2)`).
@@ -211,6 +212,21 @@ pub(crate) fn pid() -> u32 {
         PID.store(p, Ordering::Relaxed);
     }
     p
+}
+
+/// Swap the files at `a` and `b` in one step (`renameat2(2)` with `RENAME_EXCHANGE`): each
+/// name then holds the other's file; a reader of either sees one whole file, never none. Fails
+/// with `ENOENT` when either is missing and `EINVAL` where the file system cannot exchange.
+pub(crate) fn rename_exchange(a: &Path, b: &Path) -> io::Result<()> {
+    let c = |p: &Path| std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).map_err(io::Error::other);
+    let (a, b) = (c(a)?, c(b)?);
+    // SAFETY: two NUL-terminated paths that live through the call.
+    let r = unsafe { libc::renameat2(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), libc::RENAME_EXCHANGE) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Run `child` in the child process after every `fork` (`pthread_atfork`). `child` runs in

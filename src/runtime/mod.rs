@@ -475,7 +475,7 @@ impl Runtime {
     }
 
     fn save_filemap(&self) -> Result<()> {
-        self.filemap.save(&self.layout.filemap(self.world.rank())).map_err(Error::from)
+        self.filemap.save_own(&self.layout.filemap(self.world.rank())).map_err(Error::from)
     }
 
     /// Record (or forget) where a dataset stands; node leaders persist the flush file.

@@ -108,6 +108,7 @@ impl Runtime {
                     let path = self.layout.filemap(owner);
                     // (the names its routes log held went with the record)
                     let _ = crate::paths::remove_file_if_exists(&crate::state::filemap::routes_path(&path));
+                    let _ = crate::paths::remove_file_if_exists(&crate::persist::spare_path(&path));
                     let r = if fm.datasets.is_empty() {
                         crate::paths::remove_file_if_exists(&path).map_err(crate::error::Error::from)
                     } else {

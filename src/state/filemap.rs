@@ -122,6 +122,13 @@ impl Filemap {
         persist::write_atomic(path, KIND, self)
     }
 
+    /// [`Filemap::save`] of a rank's own filemap by its process, which alone writes it while it
+    /// runs (under the runtime's lock): through the spare file beside it
+    /// ([`persist::write_swapped`]; a transparent-mode completion saves it three times).
+    pub(crate) fn save_own(&self, path: &Path) -> Result<(), MetaError> {
+        persist::write_swapped(path, KIND, self)
+    }
+
     /// Mark dataset `id` as being deleted (its record leaves [`Filemap::datasets`]); false if
     /// this rank holds no record of it.
     pub(crate) fn mark_deleting(&mut self, id: u64) -> bool {
