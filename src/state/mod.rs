@@ -8,6 +8,7 @@
 //! | file | where | written by | content |
 //! |---|---|---|---|
 //! | `filemap_<rank>.scrinfo` | control dir | each rank | that rank's cached datasets: descriptor, redundancy descriptor, files with size/CRC/completeness |
+//! | `.filemap_<rank>.scrinfo.spare` | control dir | each rank | the filemap's content before last, over which the next save is written before the two trade places (`crate::persist::write_swapped`) |
 //! | `flush.scr` | control dir | node leader | location of each cached dataset: CACHE, FLUSHING, PFS |
 //! | `index.scr` | `<prefix>/.scr` | rank 0, `scr_index` | datasets in the prefix: complete, flushed time, failed, fetch attempts, current marker |
 //! | `halt.scr` | `<prefix>/.scr` | rank 0, `scr_halt` | halt conditions and exit reason |
