@@ -136,15 +136,10 @@ pub(crate) fn write_swapped<T: Serialize>(path: &Path, kind: &str, value: &T) ->
         if !f.metadata()?.is_file() {
             return Err(io::Error::other("not a regular file"));
         }
-        // (written over from the start, then cut to length: a crash in between leaves a spare
+        // (cut to length, then written over from the start: a crash in between leaves a spare
         // that no reader takes, the file itself untouched)
-        f.write_all(&bytes)?;
         f.set_len(bytes.len() as u64)?;
-        let sync = !crate::sys::in_memory_fs(std::os::fd::AsFd::as_fd(&f));
-        if sync {
-            f.sync_all()?;
-        }
-        Ok(sync)
+        write_synced(&mut f, &bytes, true)
     };
     let synced = match write() {
         Ok(synced) => synced,
@@ -164,11 +159,27 @@ pub(crate) fn write_swapped<T: Serialize>(path: &Path, kind: &str, value: &T) ->
     };
     placed.map_err(io_err("rename into place", path))?;
     if synced {
-        if let Ok(d) = File::open(path.parent().unwrap_or(Path::new("."))) {
-            let _ = d.sync_all();
-        }
+        sync_dir(path.parent().unwrap_or(Path::new(".")));
     }
     Ok(())
+}
+
+/// Write `bytes` to `f` and fsync it when `durable` (not on a file system held in memory, where
+/// an fsync does nothing); whether it was fsynced, and so its directory must be too.
+fn write_synced(f: &mut File, bytes: &[u8], durable: bool) -> io::Result<bool> {
+    f.write_all(bytes)?;
+    let sync = durable && !crate::sys::in_memory_fs(std::os::fd::AsFd::as_fd(f));
+    if sync {
+        f.sync_all()?;
+    }
+    Ok(sync)
+}
+
+/// fsync directory `dir`, so a rename in it lasts (best effort, as a reader never depends on it).
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
 }
 
 /// The spare file [`write_swapped`] keeps beside `path` (hidden: `.<name>.spare`).
@@ -191,12 +202,7 @@ fn replace<T: Serialize>(path: &Path, kind: &str, value: &T, durable: bool) -> R
     // and its directory's are skipped, three system calls fewer per write)
     let write = || -> io::Result<bool> {
         let mut f = crate::paths::create_temp(&tmp, 0o600)?;
-        f.write_all(&bytes)?;
-        let sync = durable && !crate::sys::in_memory_fs(std::os::fd::AsFd::as_fd(&f));
-        if sync {
-            f.sync_all()?;
-        }
-        Ok(sync)
+        write_synced(&mut f, &bytes, durable)
     };
     let synced = match write() {
         Ok(synced) => synced,
@@ -210,9 +216,7 @@ fn replace<T: Serialize>(path: &Path, kind: &str, value: &T, durable: bool) -> R
         MetaError::Io { op: "rename into place", path: path.to_path_buf(), source: e }
     })?;
     if synced {
-        if let Ok(d) = File::open(dir) {
-            let _ = d.sync_all();
-        }
+        sync_dir(dir);
     }
     Ok(())
 }
