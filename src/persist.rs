@@ -13,7 +13,9 @@
 //! renames it over the target and fsyncs the directory: a reader sees the old content or the
 //! new one, never a mix. The temporary is created `O_EXCL|O_NOFOLLOW`
 //! ([`crate::paths::create_temp`]); metadata and lock files are opened `O_NOFOLLOW`, so a
-//! symbolic link planted at one of SCR's names is refused, never followed. [`read`] reports damage as [`MetaError::Damaged`] naming the file.
+//! symbolic link planted at one of SCR's names is refused, never followed. [`write_swapped`],
+//! for a rank's own filemap, gives the same guarantee through a spare that trades places with
+//! the file. [`read`] reports damage as [`MetaError::Damaged`] naming the file.
 //!
 //! **Locking.** Files written by two parties (the halt file by `scr_halt` and the job, the
 //! index by the job and `scr_index`) are read-modified-written under [`Lock`], a POSIX record
