@@ -14,8 +14,8 @@
 //! new one, never a mix. The temporary is created `O_EXCL|O_NOFOLLOW`
 //! ([`crate::paths::create_temp`]); metadata and lock files are opened `O_NOFOLLOW`, so a
 //! symbolic link planted at one of SCR's names is refused, never followed. [`write_swapped`],
-//! for a rank's own filemap, gives the same guarantee through a spare that trades places with
-//! the file. [`read`] reports damage as [`MetaError::Damaged`] naming the file.
+//! for a rank's own filemap and its node's flush file, gives the same guarantee through a spare
+//! that trades places with the file. [`read`] reports damage as [`MetaError::Damaged`] naming the file.
 //!
 //! **Locking.** Files written by two parties (the halt file by `scr_halt` and the job, the
 //! index by the job and `scr_index`) are read-modified-written under [`Lock`], a POSIX record
@@ -115,15 +115,15 @@ pub(crate) fn write_atomic_unsynced<T: Serialize>(path: &Path, kind: &str, value
 }
 
 /// [`write_atomic`] for a file one writer replaces often (a rank's filemap, saved several times
-/// per transparent-mode completion): the new content is written over a spare file kept beside
-/// it (`.<name>.spare`, holding the content before last), which then trades places with the
-/// file in one `renameat2(RENAME_EXCHANGE)`. A reader sees the old content or the new, as with
-/// [`write_atomic`], and a crash while the spare is written leaves the file as it was; but no
-/// file is made and none freed per save (on tmpfs, replacing a file freed its pages, half of a
-/// save's time). Where the file is missing or the file system cannot exchange, the spare is
-/// renamed over it as [`write_atomic`]'s temporary is. The caller must let one thread of one
-/// process at a time write `path` (the runtime's lock, for the rank's own filemap). A spare
-/// that cannot be written over is removed and that save is [`write_atomic`]'s.
+/// per transparent-mode completion, and the node leader's flush file): the new content is
+/// written over a spare file kept beside it (`.<name>.spare`, holding the content before last),
+/// which then trades places with the file in one `renameat2(RENAME_EXCHANGE)`. A reader sees
+/// the old content or the new, as with [`write_atomic`], and a crash while the spare is written
+/// leaves the file as it was; but no file is made and none freed per save (on tmpfs, replacing
+/// a file freed its pages, half of a save's time). Where the file is missing or the file system
+/// cannot exchange, the spare is renamed over it as [`write_atomic`]'s temporary is. The caller
+/// must let one thread of one process at a time write `path` (the runtime's lock, for both). A
+/// spare that cannot be written over is removed and that save is [`write_atomic`]'s.
 pub(crate) fn write_swapped<T: Serialize>(path: &Path, kind: &str, value: &T) -> Result<(), MetaError> {
     let bytes = encode(kind, value);
     let spare = spare_path(path);

@@ -505,7 +505,7 @@ impl Runtime {
             }
         }
         if self.node.rank() == 0 {
-            if let Err(e) = self.flushes.save(&self.layout.flush_file()) {
+            if let Err(e) = self.flushes.save_by_leader(&self.layout.flush_file()) {
                 scr_warn!("cannot update the flush file: {e}");
             }
         }

@@ -55,6 +55,13 @@ impl FlushFile {
         persist::write_atomic(path, KIND, self)
     }
 
+    /// [`FlushFile::save`] by the node leader, which alone writes its node's flush file while it
+    /// runs (under the runtime's lock; twice per transparent-mode completion): through the spare
+    /// file beside it ([`persist::write_swapped`]).
+    pub(crate) fn save_by_leader(&self, path: &Path) -> Result<(), MetaError> {
+        persist::write_swapped(path, KIND, self)
+    }
+
     pub(crate) fn location(&self, id: u64) -> Option<Location> {
         self.datasets.get(&id).map(|e| e.location)
     }

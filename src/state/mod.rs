@@ -10,6 +10,7 @@
 //! | `filemap_<rank>.scrinfo` | control dir | each rank | that rank's cached datasets: descriptor, redundancy descriptor, files with size/CRC/completeness |
 //! | `.filemap_<rank>.scrinfo.spare` | control dir | each rank | the filemap's content before last, over which the next save is written before the two trade places (`crate::persist::write_swapped`) |
 //! | `flush.scr` | control dir | node leader | location of each cached dataset: CACHE, FLUSHING, PFS |
+//! | `.flush.scr.spare` | control dir | node leader | the flush file's content before last (as the filemap's spare) |
 //! | `index.scr` | `<prefix>/.scr` | rank 0, `scr_index` | datasets in the prefix: complete, flushed time, failed, fetch attempts, current marker |
 //! | `halt.scr` | `<prefix>/.scr` | rank 0, `scr_halt` | halt conditions and exit reason |
 //! | `summary.scr`, `rank2file.scr` | `<prefix>/.scr/scr.dataset.<id>` | rank 0 at flush, `scr_index --build` | dataset descriptor; each rank's files with size and CRC |

@@ -147,7 +147,7 @@ fn a_redundancy_file_left_under_its_temporary_name_is_published_when_its_set_pub
 /// Forget, in rank 1's filemap, that dataset `id` has redundancy (as a run killed before
 /// recording it leaves it).
 fn unrecord_redundancy(job: &Job, id: u64) {
-    let path = job.node_files("n1", "filemap_1.scrinfo").pop().expect("rank 1's filemap");
+    let path = job.node_files_named("n1", "filemap_1.scrinfo").pop().expect("rank 1's filemap");
     let mut fm = scr::state::filemap::Filemap::load(&path).unwrap();
     fm.datasets.get_mut(&id).expect("dataset recorded").red = None;
     fm.save(&path).unwrap();

@@ -707,13 +707,13 @@ fn scavenge_finishes_a_flush_that_was_cut_short() {
     // incomplete index entry, rank 0's file published, rank 1's half-written under its
     // temporary name.
     for n in ["n0", "n1", "n2", "n3"] {
-        let files = job.node_files(n, "flush.scr");
+        let files = job.node_files_named(n, "flush.scr");
         assert_eq!(files.len(), 1, "{n}: {files:?}");
         let mut f = FlushFile::load(&files[0]).unwrap();
         f.datasets.get_mut(&2).unwrap().location = Location::Flushing;
         f.save(&files[0]).unwrap();
     }
-    let fm = scr::state::filemap::Filemap::load(&job.node_files("n0", "filemap_0")[0]).unwrap();
+    let fm = scr::state::filemap::Filemap::load(&job.node_files_named("n0", "filemap_0.scrinfo")[0]).unwrap();
     let desc = fm.datasets[&2].desc.clone();
     scr::state::index::Index::update(&job.prefix.join(".scr/index.scr"), |ix| {
         let mut e = scr::ops::index::complete_entry(desc, None);

@@ -393,6 +393,14 @@ impl Job {
         out
     }
 
+    /// The files on `node` whose name is `name` exactly (not SCR's hidden spares and logs
+    /// beside them, such as `.flush.scr.spare` or `filemap_0.scrinfo.routes`), sorted.
+    pub fn node_files_named(&self, node: &str, name: &str) -> Vec<PathBuf> {
+        let mut v = self.node_files(node, name);
+        v.retain(|p| p.file_name() == Some(std::ffi::OsStr::new(name)));
+        v
+    }
+
     pub fn set(&mut self, k: &str, v: &str) -> &mut Job {
         self.env.retain(|(key, _)| key != k);
         self.env.push((k.to_string(), v.to_string()));
