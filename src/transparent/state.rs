@@ -46,11 +46,6 @@ pub(super) struct State {
     /// `MPI_Finalize` ran ([`super::lifecycle::finish`]): late closes send pending files to
     /// the prefix.
     finished: AtomicBool,
-    /// This process is a forked child of a rank (it copied the sync state but must not act
-    /// on it): set by a fork handler, which only stores to this atomic. Sync points test this
-    /// instead of the process id ([`owner`]'s system call): MPI is never called from a
-    /// `vfork` child, which shares the parent's memory.
-    forked: AtomicBool,
     /// The file table (made on first use).
     table: Apart<OnceLock<Mutex<Table>>>,
     /// Signalled when a completion ends (with the table mutex).
@@ -71,7 +66,6 @@ static STATE: State = State {
     child: OnceLock::new(),
     live: AtomicBool::new(false),
     finished: AtomicBool::new(false),
-    forked: AtomicBool::new(false),
     table: Apart(OnceLock::new()),
     completed: Apart(Condvar::new()),
     sync: Apart(Mutex::new(None)),
@@ -137,21 +131,11 @@ pub(super) fn sync() -> MutexGuard<'static, Option<SyncState>> {
     STATE.sync.0.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// From now on a forked child of this process knows it is one ([`forked`]); registered once.
-pub(super) fn watch_forks() {
-    extern "C" fn forked() {
-        STATE.forked.store(true, Ordering::Relaxed);
-    }
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    // the handler only stores to an atomic (a failure, ENOMEM, is ignored as before)
-    ONCE.call_once(|| {
-        let _ = crate::sys::at_fork_child(forked);
-    });
-}
-
-/// This process is a forked child of a rank ([`watch_forks`]).
+/// This process is a forked child of a rank: it copied the rank's session and sync state but
+/// must not act on them. No system call: [`Session::is_owner`] compares the id
+/// [`crate::sys::pid`] keeps, which a fork handler forgets in the child.
 pub(super) fn forked() -> bool {
-    STATE.forked.load(Ordering::Relaxed)
+    STATE.session.get().is_some_and(|s| !s.is_owner())
 }
 
 thread_local! {

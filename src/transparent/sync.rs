@@ -173,7 +173,6 @@ pub fn barrier_news(b: &Board, e: u64) -> bool {
 
 /// Create SCR's communicator for the agreement (collective, inside `MPI_Init`).
 pub(super) fn setup() {
-    state::watch_forks();
     BUDGET.store(0, Ordering::Relaxed);
     SKIPPED.store(0, Ordering::Relaxed);
     DEFERRED.store(0, Ordering::Relaxed);
