@@ -1,5 +1,6 @@
 //! MPI lifecycle and sync-point hooks: `MPI_Init`, `MPI_Init_thread`, `MPI_Finalize`,
-//! `MPI_Barrier`, `MPI_Allreduce`, and `MPI_File_open` (shared files), each exported under
+//! `MPI_Barrier`, `MPI_Allreduce`, `MPI_File_open` (shared files), and `MPI_Comm_free` and
+//! `MPI_Comm_disconnect` (which end what is known of a communicator), each exported under
 //! its `MPI_` and `PMPI_` name (Open MPI's Fortran bindings call `PMPI_*` directly) and
 //! calling the next `PMPI_*` implementation, never our own. After the real `PMPI_Init*`
 //! succeeded, transparent mode starts; `MPI_Finalize` finishes it before the real one; a
@@ -51,68 +52,89 @@ fn spans_world(comm: MPI_Comm) -> bool {
     if transparent::routing().is_none() {
         return false;
     }
-    // SAFETY: reading the handle constant; MPI_Comm_compare is local and `comm` is the
-    // application's (an invalid handle only makes it fail).
+    // SAFETY: reading the handle constant.
     let world = unsafe { mpi::ffi::RSMPI_COMM_WORLD };
     if comm == world {
         return true;
     }
-    // the answer is cached on the communicator (MPI_Comm_compare walks its group: O(ranks))
-    let key = congruence_key();
-    let mut cached: *mut c_void = std::ptr::null_mut();
-    let mut found: c_int = 0;
-    // SAFETY: local attribute calls on the application's communicator with our key.
-    if key != 0
-        && unsafe { mpi::ffi::MPI_Comm_get_attr(comm, key, &mut cached as *mut _ as *mut c_void, &mut found) }
-            == MPI_SUCCESS
-        && found != 0
-    {
-        return cached as usize == SPANS;
+    let key = comm.0 as usize;
+    if let Some(spans) = congruence::known(key) {
+        return spans;
     }
     let mut r: c_int = 0;
-    // SAFETY: MPI_Comm_compare is local; reading MPI's constant.
+    // SAFETY: MPI_Comm_compare is local and `comm` is the application's (an invalid handle
+    // only makes it fail); reading MPI's constant.
     let spans =
         unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT };
-    if key != 0 {
-        // SAFETY: as above; the value is a flag, not a pointer.
-        unsafe { mpi::ffi::MPI_Comm_set_attr(comm, key, if spans { SPANS } else { SPANS + 1 } as *mut c_void) };
-    }
+    congruence::learn(key, spans);
     spans
 }
 
-/// The cached attribute value of a communicator congruent to the world.
-const SPANS: usize = 1;
+/// What [`spans_world`] found for the application's other communicators, kept per thread by
+/// handle (`MPI_Comm_compare` walks the groups: O(ranks)). A handle means one communicator
+/// from its creation to its `MPI_Comm_free` or `MPI_Comm_disconnect`, after which MPI may give
+/// its value to a new one; so those calls move [`FREED`] on *before* the communicator goes
+/// (the application uses a communicator only before it frees it, and a new one only after it
+/// was made), and a thread that finds [`FREED`] moved forgets all it knew. A lookup is a
+/// thread-local read and one atomic load, where an attribute (`MPI_Comm_get_attr`, a lock and
+/// a hash lookup in Open MPI) cost as much as the rest of a deferred sync point.
+mod congruence {
+    use std::cell::Cell;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The attribute key caching [`spans_world`] on a communicator (0: none could be made). It
-/// is not copied to duplicates (they are compared again) and needs no cleanup.
-fn congruence_key() -> c_int {
-    unsafe extern "C" fn no_copy(
-        _: MPI_Comm,
-        _: c_int,
-        _: *mut c_void,
-        _: *mut c_void,
-        _: *mut c_void,
-        flag: *mut c_int,
-    ) -> c_int {
-        // SAFETY: MPI passes a valid flag pointer.
-        unsafe { *flag = 0 };
-        MPI_SUCCESS
+    /// Communicators freed or disconnected through this library so far.
+    pub(super) static FREED: AtomicU64 = AtomicU64::new(0);
+
+    /// Handles kept per thread (round robin): a solver's few communicators.
+    const KEPT: usize = 4;
+
+    /// What one thread knows.
+    #[derive(Clone, Copy)]
+    struct Seen {
+        /// (handle, spans the world); handle 0: empty.
+        handles: [(usize, bool); KEPT],
+        /// [`FREED`]'s count they were found under.
+        freed: u64,
+        /// The next entry to fill.
+        next: usize,
     }
-    unsafe extern "C" fn no_delete(_: MPI_Comm, _: c_int, _: *mut c_void, _: *mut c_void) -> c_int {
-        MPI_SUCCESS
+
+    thread_local! {
+        static SEEN: Cell<Seen> = const { Cell::new(Seen { handles: [(0, false); KEPT], freed: 0, next: 0 }) };
     }
-    static KEY: std::sync::OnceLock<c_int> = std::sync::OnceLock::new();
-    *KEY.get_or_init(|| {
-        let mut key: c_int = 0;
-        // SAFETY: MPI is initialised (routing is on); local call.
-        let rc =
-            unsafe { mpi::ffi::MPI_Comm_create_keyval(Some(no_copy), Some(no_delete), &mut key, std::ptr::null_mut()) };
-        if rc == MPI_SUCCESS {
-            key
-        } else {
-            0
-        }
-    })
+
+    /// The kept answer for `handle`, if this thread found one since the last free.
+    pub(super) fn known(handle: usize) -> Option<bool> {
+        let freed = FREED.load(Ordering::Acquire);
+        SEEN.try_with(|s| {
+            let seen = s.get();
+            if seen.freed != freed {
+                return None;
+            }
+            seen.handles.iter().find(|(h, _)| *h == handle && handle != 0).map(|(_, spans)| *spans)
+        })
+        .ok()
+        .flatten()
+    }
+
+    /// Keep `spans` for `handle`.
+    pub(super) fn learn(handle: usize, spans: bool) {
+        let freed = FREED.load(Ordering::Acquire);
+        let _ = SEEN.try_with(|s| {
+            let mut seen = s.get();
+            if seen.freed != freed {
+                seen = Seen { handles: [(0, false); KEPT], freed, next: 0 };
+            }
+            seen.handles[seen.next] = (handle, spans);
+            seen.next = (seen.next + 1) % KEPT;
+            s.set(seen);
+        });
+    }
+
+    /// A communicator is about to be freed or disconnected: every thread forgets its answers.
+    pub(super) fn forget() {
+        FREED.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// A sync point whose agreement `agree` runs (see [`transparent::sync::point_with`]):
@@ -419,6 +441,23 @@ unsafe fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI
     }
 }
 
+/// `MPI_Comm_free`: the handle may name another communicator afterwards
+/// ([`congruence`]).
+unsafe fn comm_free(comm: *mut MPI_Comm) -> c_int {
+    let f = next_or!(PMPI_Comm_free: fn(*mut MPI_Comm) -> c_int, MPI_ERR_OTHER);
+    congruence::forget();
+    // SAFETY: the real PMPI_Comm_free with the application's argument.
+    unsafe { f(comm) }
+}
+
+/// `MPI_Comm_disconnect`: as [`comm_free`].
+unsafe fn comm_disconnect(comm: *mut MPI_Comm) -> c_int {
+    let f = next_or!(PMPI_Comm_disconnect: fn(*mut MPI_Comm) -> c_int, MPI_ERR_OTHER);
+    congruence::forget();
+    // SAFETY: the real PMPI_Comm_disconnect with the application's argument.
+    unsafe { f(comm) }
+}
+
 /// Both names of each entry point, with the MPI standard's contract.
 macro_rules! export {
     ($($name:ident, $pname:ident => fn $imp:ident($($a:ident: $t:ty),*) -> $ret:ty;)*) => {
@@ -443,5 +482,7 @@ export! {
     MPI_Finalize, PMPI_Finalize => fn finalize() -> c_int;
     MPI_Barrier, PMPI_Barrier => fn barrier(comm: MPI_Comm) -> c_int;
     MPI_Allreduce, PMPI_Allreduce => fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype, op: MPI_Op, comm: MPI_Comm) -> c_int;
+    MPI_Comm_free, PMPI_Comm_free => fn comm_free(comm: *mut MPI_Comm) -> c_int;
+    MPI_Comm_disconnect, PMPI_Comm_disconnect => fn comm_disconnect(comm: *mut MPI_Comm) -> c_int;
     MPI_File_open, PMPI_File_open => fn file_open(comm: MPI_Comm, name: *const c_char, amode: c_int, info: MPI_Info, fh: *mut MPI_File) -> c_int;
 }
