@@ -1,6 +1,7 @@
 //! The MPI wrapper: the few collective and point-to-point operations the core needs, over a
-//! communicator the library owns (a duplicate of the application's world, never
-//! `MPI_COMM_WORLD` itself, so library traffic cannot match application messages).
+//! communicator the library owns (a copy of the application's world, never `MPI_COMM_WORLD`
+//! itself, so library traffic cannot match application messages; how it makes its
+//! communicators: [`CREATE_TAG`]).
 //!
 //! Variable-size data travels as bytes; typed data as JSON through [`Comm::bcast`],
 //! [`Comm::gather`], [`Comm::allgather`] and [`Comm::scatter`]. Data received from another
@@ -32,7 +33,7 @@
 
 use mpi::collective::SystemOperation;
 use mpi::datatype::{Partition, PartitionMut};
-use mpi::topology::{Color, SimpleCommunicator};
+use mpi::topology::SimpleCommunicator;
 use mpi::traits::*;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -274,10 +275,19 @@ pub fn finalize_mpi() {
 unsafe impl Send for Comm {}
 
 impl Comm {
-    /// Duplicate `MPI_COMM_WORLD`. MPI must be initialised.
+    /// Duplicate `MPI_COMM_WORLD` (`MPI_Comm_dup`). MPI must be initialised.
     pub fn world_dup() -> Comm {
         count(Kind::Create, 0);
         Comm::wrap(SimpleCommunicator::world().duplicate())
+    }
+
+    /// A copy of `MPI_COMM_WORLD` made inside the application's `MPI_Init` (transparent
+    /// mode), with `MPI_Comm_create_group` instead of `MPI_Comm_dup`: see [`CREATE_TAG`] for
+    /// why, and why its messages on the world cannot meet the application's there.
+    pub fn world_copy_in_init() -> Comm {
+        count(Kind::Create, 0);
+        let world = SimpleCommunicator::world();
+        Comm::wrap(create_group(&world, &world.group()))
     }
 
     /// One communicator per rank of the in-process world `hub` (rank order); each goes to
@@ -345,22 +355,32 @@ impl Comm {
         }
     }
 
-    /// A duplicate of this communicator (collective): the same processes, separate traffic.
+    /// A duplicate of this communicator (collective): the same processes, separate traffic
+    /// (made as [`CREATE_TAG`] says).
     pub fn dup(&self) -> Comm {
         count(Kind::Create, 0);
         match &self.imp {
-            Imp::Mpi(c) => Comm::wrap(c.duplicate()),
+            Imp::Mpi(c) => Comm::wrap(create_group(c, &c.group())),
             Imp::Local(_) => self.split(0, self.rank),
         }
     }
 
-    /// Split into sub-communicators of equal `color`, ordered by `key`.
+    /// Split into sub-communicators of equal `color`, ordered by `key` then rank, as
+    /// `MPI_Comm_split` orders them (made as [`CREATE_TAG`] says: an allgather of every rank's
+    /// color and key, then each color's group).
     pub fn split(&self, color: i32, key: i32) -> Comm {
         count(Kind::Create, 8);
         match &self.imp {
             Imp::Mpi(c) => {
-                let c = c.split_by_color_with_key(Color::with_value(color), key).expect("color is defined");
-                Comm::wrap(c)
+                let mut all = vec![0i32; 2 * self.size as usize];
+                c.all_gather_into(&[color, key][..], &mut all[..]);
+                let mut members: Vec<(i32, i32)> = (0..self.size)
+                    .filter(|r| all[2 * *r as usize] == color)
+                    .map(|r| (all[2 * r as usize + 1], r))
+                    .collect();
+                members.sort();
+                let ranks: Vec<i32> = members.into_iter().map(|(_, r)| r).collect();
+                Comm::wrap(create_group(c, &c.group().include(&ranks)))
             }
             Imp::Local(h) => {
                 let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
@@ -906,6 +926,35 @@ impl Comm {
 
 /// `data` in a slot of `slot` bytes ([`Comm::allgather_bytes`], [`Comm::decide_at`]): its
 /// length (4 bytes), then as much of it as fits. The slot, and how many bytes fitted.
+/// The tag of the library's `MPI_Comm_create_group` calls, the way it makes every
+/// communicator of its own but the API's copy of the world ([`Comm::world_dup`]).
+///
+/// Why not `MPI_Comm_dup` and `MPI_Comm_split`: Open MPI agrees on a new communicator's
+/// context id with a non-blocking allreduce on the parent, and the first non-blocking
+/// collective on a communicator adds a progress callback (`libnbc`'s) that every progress loop
+/// of the process then calls until that communicator is freed; for a copy of the world,
+/// never. An application that makes no communicator of its own would pay it in each of its
+/// world collectives (about 3% of a 2-rank allreduce of one double here, by `perf`).
+/// `MPI_Comm_create_group` agrees with point-to-point messages between the group's members
+/// on the parent instead.
+///
+/// Those messages carry this tag on the parent. On the library's own communicators nothing
+/// else uses it (its point-to-point messages use tag 0). On `MPI_COMM_WORLD`
+/// ([`Comm::world_copy_in_init`]) the copy is made inside the application's `MPI_Init`, before
+/// this process has any message of the application in flight; another rank that already
+/// left `MPI_Init` may send the application's messages, but a member leaves the agreement only
+/// after each member it exchanges with there has its last message from it, and messages
+/// between two processes on one communicator with one tag arrive in order. `SCR_Init` (the
+/// API) cannot say the same of the world, so its copy is `MPI_Comm_dup`'s.
+const CREATE_TAG: i32 = 0x5c52;
+
+/// The members of `group` (a subgroup of `parent`'s, in that order) as a communicator, with
+/// `MPI_Comm_create_group`: collective over the members only, so the colors of a split are made
+/// side by side (their members are disjoint).
+fn create_group(parent: &SimpleCommunicator, group: &mpi::topology::UserGroup) -> SimpleCommunicator {
+    parent.split_by_subgroup_with_tag(group, CREATE_TAG).expect("this process is a member of its own group")
+}
+
 fn to_slot(data: &[u8], slot: usize) -> (Vec<u8>, usize) {
     let n = data.len().min(slot - 4);
     let mut mine = vec![0u8; slot];

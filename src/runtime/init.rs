@@ -39,11 +39,11 @@ pub(super) struct Launch {
 }
 
 impl Launch {
-    /// A real run: a duplicate of `MPI_COMM_WORLD`, the host name, every configuration
-    /// source, the environment's user and job.
-    pub(super) fn mpi() -> Launch {
+    /// A real run: a copy of `MPI_COMM_WORLD` ([`super::world_copy`]), the host name, every
+    /// configuration source, the environment's user and job.
+    pub(super) fn mpi(mode: super::Mode) -> Launch {
         Launch {
-            world: Comm::world_dup(),
+            world: super::world_copy(mode),
             host: identity::host_name(),
             config: Box::new(|| config::resolve().and_then(|r| Settings::from_resolved(&r, paths::cwd()))),
             identity: Box::new(|prefix| (identity::user_name(), identity::job_id(prefix))),
@@ -55,7 +55,7 @@ impl Launch {
 impl Runtime {
     /// Build a running instance (collective over `MPI_COMM_WORLD`).
     pub(super) fn start(mode: Mode) -> Result<Runtime> {
-        Runtime::start_with(mode, Launch::mpi())
+        Runtime::start_with(mode, Launch::mpi(mode))
     }
 
     /// Build a running instance from `launch` (collective over its communicator): agree on

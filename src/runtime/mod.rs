@@ -265,13 +265,23 @@ pub fn disabled() -> bool {
 
 /// `SCR_ENABLE`, as SCR 3 reads it: the environment first (a `0` there disables SCR without
 /// reading any configuration file), then every source, read by rank 0 and broadcast.
-fn enabled() -> Result<bool> {
+fn enabled(mode: Mode) -> Result<bool> {
     if std::env::var("SCR_ENABLE").is_ok_and(|v| crate::config::params::parse_bool(&v) == Some(false)) {
         return Ok(false);
     }
-    let world = Comm::world_dup();
+    let world = world_copy(mode);
     let mine = world.rank() != 0 || crate::config::enabled();
     Ok(world.bcast(0, &mine)?)
+}
+
+/// A copy of `MPI_COMM_WORLD` for `mode`'s front end: transparent mode starts inside the
+/// application's `MPI_Init` ([`Comm::world_copy_in_init`]), the API at any time
+/// ([`Comm::world_dup`]).
+fn world_copy(mode: Mode) -> Comm {
+    match mode {
+        Mode::Transparent => Comm::world_copy_in_init(),
+        Mode::Api => Comm::world_dup(),
+    }
 }
 
 /// `SCR_Init`: `Ok(false)` if SCR is disabled (`SCR_ENABLE=0`), which touches nothing.
@@ -297,7 +307,7 @@ pub fn init_as(mode: Mode) -> Result<bool> {
     if disabled() {
         return Ok(false);
     }
-    if !enabled()? {
+    if !enabled(mode)? {
         DISABLED.store(true, Ordering::Release);
         return Ok(false);
     }

@@ -178,7 +178,7 @@ pub(super) fn setup() {
     DEFERRED.store(0, Ordering::Relaxed);
     NEWS.store(false, Ordering::Relaxed);
     ON_BOARD.store(0, Ordering::Relaxed);
-    *state::sync() = Some(SyncState::new(Comm::world_dup()));
+    *state::sync() = Some(SyncState::new(Comm::world_copy_in_init()));
 }
 
 /// End the sync points; rank 0 reports how their agreements travelled (`SCR_DEBUG=1`).
