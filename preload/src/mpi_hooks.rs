@@ -17,7 +17,7 @@ use scr::reentry::Inside;
 use scr::transparent;
 
 use crate::detour::fence;
-use crate::piggyback::{Allreduce, Plan};
+use crate::piggyback::{Allreduce, Plan, RealAllreduce};
 use crate::real::next_or;
 use transparent::sync::{Flags, Point, Via};
 
@@ -58,7 +58,7 @@ fn spans_world(comm: MPI_Comm) -> bool {
         return true;
     }
     let key = comm.0 as usize;
-    if let Some(spans) = congruence::known(key) {
+    if let Some(spans) = congruence::known(key, !app_threads()) {
         return spans;
     }
     let mut r: c_int = 0;
@@ -66,7 +66,7 @@ fn spans_world(comm: MPI_Comm) -> bool {
     // only makes it fail); reading MPI's constant.
     let spans =
         unsafe { mpi::ffi::MPI_Comm_compare(comm, world, &mut r) == MPI_SUCCESS && r == mpi::ffi::RSMPI_CONGRUENT };
-    congruence::learn(key, spans);
+    congruence::learn(key, spans, !app_threads());
     spans
 }
 
@@ -77,13 +77,25 @@ fn spans_world(comm: MPI_Comm) -> bool {
 /// (the application uses a communicator only before it frees it, and a new one only after it
 /// was made), and a thread that finds [`FREED`] moved forgets all it knew. A lookup is a
 /// thread-local read and one atomic load, where an attribute (`MPI_Comm_get_attr`, a lock and
-/// a hash lookup in Open MPI) cost as much as the rest of a deferred sync point.
+/// a hash lookup in Open MPI) cost as much as the rest of a deferred sync point. An
+/// application that makes its MPI calls one thread at a time (not `MPI_THREAD_MULTIPLE`:
+/// `serial`) has the last answer in [`LAST`] too, a few loads with no thread-local access:
+/// MPI's contract orders its calls, so the relaxed loads see the last call's stores.
 mod congruence {
     use std::cell::Cell;
-    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
     /// Communicators freed or disconnected through this library so far.
     pub(super) static FREED: AtomicU64 = AtomicU64::new(0);
+
+    /// The last answer for a serial application: handle (0: none), answer, [`FREED`]'s count.
+    struct Last {
+        handle: AtomicUsize,
+        spans: AtomicBool,
+        freed: AtomicU64,
+    }
+
+    static LAST: Last = Last { handle: AtomicUsize::new(0), spans: AtomicBool::new(false), freed: AtomicU64::new(0) };
 
     /// Handles kept per thread (round robin): a solver's few communicators.
     const KEPT: usize = 4;
@@ -103,9 +115,18 @@ mod congruence {
         static SEEN: Cell<Seen> = const { Cell::new(Seen { handles: [(0, false); KEPT], freed: 0, next: 0 }) };
     }
 
-    /// The kept answer for `handle`, if this thread found one since the last free.
-    pub(super) fn known(handle: usize) -> Option<bool> {
+    /// The kept answer for `handle`, if this thread (or with `serial`, the last call) found
+    /// one since the last free.
+    #[inline]
+    pub(super) fn known(handle: usize, serial: bool) -> Option<bool> {
         let freed = FREED.load(Ordering::Acquire);
+        if serial
+            && handle != 0
+            && LAST.handle.load(Ordering::Relaxed) == handle
+            && LAST.freed.load(Ordering::Relaxed) == freed
+        {
+            return Some(LAST.spans.load(Ordering::Relaxed));
+        }
         SEEN.try_with(|s| {
             let seen = s.get();
             if seen.freed != freed {
@@ -118,8 +139,14 @@ mod congruence {
     }
 
     /// Keep `spans` for `handle`.
-    pub(super) fn learn(handle: usize, spans: bool) {
+    pub(super) fn learn(handle: usize, spans: bool, serial: bool) {
         let freed = FREED.load(Ordering::Acquire);
+        if serial {
+            LAST.handle.store(0, Ordering::Relaxed);
+            LAST.spans.store(spans, Ordering::Relaxed);
+            LAST.freed.store(freed, Ordering::Relaxed);
+            LAST.handle.store(handle, Ordering::Relaxed);
+        }
         let _ = SEEN.try_with(|s| {
             let mut seen = s.get();
             if seen.freed != freed {
@@ -307,7 +334,6 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
         return rc;
     }
     if spans_world(comm) {
-        let agreement = || sync_with(Via::Barrier, |c, mine| Ok(transparent::sync::agree(c, mine)));
         if let Some(board) = transparent::sync::board() {
             if let Some(e) = transparent::sync::defer_on_board(board) {
                 // SAFETY: as above.
@@ -316,16 +342,23 @@ unsafe fn barrier(comm: MPI_Comm) -> c_int {
                     return rc;
                 }
                 // (news, read alike by every rank: the agreement, a collective of its own)
-                let agreed = agreement();
+                let agreed = barrier_agreement();
                 return if rc == MPI_SUCCESS { agreed.unwrap_or(rc) } else { rc };
             }
         }
-        if let Some(rc) = agreement() {
+        if let Some(rc) = barrier_agreement() {
             return rc;
         }
     }
     // SAFETY: as above.
     unsafe { f(comm) }
+}
+
+/// The agreement in place of a world barrier (apart, so that the quiet stretch's path stays
+/// short): `None` when this is not a sync point here.
+#[inline(never)]
+fn barrier_agreement() -> Option<c_int> {
+    sync_with(Via::Barrier, |c, mine| Ok(transparent::sync::agree(c, mine)))
 }
 
 /// `MPI_Allreduce`: on a world-spanning communicator, a small one with a predefined
@@ -339,37 +372,63 @@ unsafe fn allreduce(s: *const c_void, r: *mut c_void, n: c_int, t: MPI_Datatype,
         PMPI_Allreduce: fn(*const c_void, *mut c_void, c_int, MPI_Datatype, MPI_Op, MPI_Comm) -> c_int,
         MPI_ERR_OTHER
     );
+    let a = || Allreduce { send: s, recv: r, count: n, t, op, comm };
     if !spans_world(comm) {
         // SAFETY: the real PMPI_Allreduce with the application's arguments.
         return unsafe { f(s, r, n, t, op, comm) };
     }
-    if let Some(plan) = Plan::new(n, t, op).filter(|_| !app_threads()) {
-        let a = Allreduce { send: s, recv: r, count: n, t, op, comm };
-        // SAFETY: the application's arguments, as MPI requires them.
-        if let Some(rc) = sync_with(Via::Allreduce, |_, mine| unsafe { plan.run(f, &a, mine) }) {
-            return rc;
-        }
-    }
-    // every rank on this node: the agreement rides on the node board around the application's
-    // own allreduce, unchanged (one that cannot carry it: a floating-point sum); no rank
-    // leaves an allreduce of at least one element before every rank entered it
-    if let Some(board) = transparent::sync::board().filter(|_| n > 0 && !app_threads()) {
-        // SAFETY: the real PMPI_Allreduce with the application's arguments.
-        let real = || unsafe { f(s, r, n, t, op, comm) };
-        // (a deferred agreement: nothing of SCR's runs around the collective but this rank's
-        // news posted before it, if it has any, and every rank's read after it)
-        if let Some(e) = transparent::sync::defer_on_board(board) {
-            let rc = real();
-            // (news: the next sync point runs the agreement)
-            transparent::sync::deferred_on_board(board, e);
-            return rc;
-        }
-        if let Some(rc) = on_board(board, real) {
-            return rc;
+    if !app_threads() {
+        if let Some(plan) = Plan::serial(n, t, op) {
+            // SAFETY: the application's arguments, as MPI requires them.
+            if let Some(rc) = unsafe { carried(f, plan, &a()) } {
+                return rc;
+            }
+        } else if let Some(board) = transparent::sync::board().filter(|_| n > 0) {
+            // every rank on this node: the agreement rides on the node board around the
+            // application's own allreduce, unchanged (one that cannot carry it: a
+            // floating-point sum); no rank leaves an allreduce of at least one element before
+            // every rank entered it. A deferred agreement (the quiet stretch's fast path):
+            // nothing of SCR's runs around the collective but this rank's news posted before
+            // it, if it has any, and every rank's read after it.
+            if let Some(e) = transparent::sync::defer_on_board(board) {
+                // SAFETY: as above.
+                let rc = unsafe { f(s, r, n, t, op, comm) };
+                // (news: the next sync point runs the agreement)
+                transparent::sync::deferred_on_board(board, e);
+                return rc;
+            }
+            // SAFETY: as above.
+            if let Some(rc) = unsafe { agreed_on_board(f, board, &a()) } {
+                return rc;
+            }
         }
     }
     // SAFETY: as above.
-    let rc = unsafe { f(s, r, n, t, op, comm) };
+    unsafe { followed(f, &a()) }
+}
+
+/// `allreduce` carrying the agreement ([`crate::piggyback`]); `None`: not a sync point here.
+/// (Apart, as the two below, so that the quiet stretch's path stays short.)
+#[inline(never)]
+unsafe fn carried(f: RealAllreduce, plan: Plan, a: &Allreduce) -> Option<c_int> {
+    // SAFETY: the application's arguments, as MPI requires them (the caller's contract).
+    sync_with(Via::Allreduce, |_, mine| unsafe { plan.run(f, a, mine) })
+}
+
+/// `allreduce` with the agreement on the node board around it ([`on_board`]).
+#[inline(never)]
+unsafe fn agreed_on_board(f: RealAllreduce, board: &transparent::board::Board, a: &Allreduce) -> Option<c_int> {
+    let Allreduce { send, recv, count, t, op, comm } = *a;
+    // SAFETY: the real PMPI_Allreduce with the application's arguments (the caller's contract).
+    on_board(board, || unsafe { f(send, recv, count, t, op, comm) })
+}
+
+/// `allreduce` followed by the separate agreement ([`collective_done`]).
+#[inline(never)]
+unsafe fn followed(f: RealAllreduce, a: &Allreduce) -> c_int {
+    let Allreduce { send, recv, count, t, op, comm } = *a;
+    // SAFETY: the real PMPI_Allreduce with the application's arguments (the caller's contract).
+    let rc = unsafe { f(send, recv, count, t, op, comm) };
     if rc == MPI_SUCCESS {
         collective_done(comm, false);
     }

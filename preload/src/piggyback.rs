@@ -17,6 +17,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 
 use mpi::ffi::{MPI_Comm, MPI_Datatype, MPI_Op};
 use scr::transparent::sync::Flags;
@@ -67,6 +68,63 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// [`Plan::new`] for a caller on the application's one MPI thread at a time (not under
+    /// `MPI_THREAD_MULTIPLE`, whose calls never carry the flags), with the last call's answer
+    /// kept: a solver reduces the same count, type and operation over and over, and this is
+    /// then a few loads and compares. MPI's contract orders such calls (one thread, or
+    /// serialized by the application), so the relaxed loads see the last call's stores. The
+    /// answer kept for a handle never goes stale: a predefined handle is never freed, and a
+    /// handle that is not one (a derived type, a user operation) never carries the flags, so a
+    /// handle freed and given out again can only stand for another that does not either.
+    #[inline]
+    pub fn serial(count: c_int, t: MPI_Datatype, op: MPI_Op) -> Option<Plan> {
+        let (t_key, op_key) = (t.0 as usize, op.0 as usize);
+        let kept = LAST.plan.load(Ordering::Relaxed);
+        if kept != 0
+            && LAST.t.load(Ordering::Relaxed) == t_key
+            && LAST.op.load(Ordering::Relaxed) == op_key
+            && LAST.count.load(Ordering::Relaxed) == count as i64
+        {
+            return Plan::unpack(kept);
+        }
+        Plan::learn(count, t, op)
+    }
+
+    /// [`Plan::serial`] when the last call's answer does not fit.
+    #[inline(never)]
+    fn learn(count: c_int, t: MPI_Datatype, op: MPI_Op) -> Option<Plan> {
+        let (t_key, op_key) = (t.0 as usize, op.0 as usize);
+        let plan = Plan::new(count, t, op);
+        LAST.plan.store(0, Ordering::Relaxed);
+        LAST.t.store(t_key, Ordering::Relaxed);
+        LAST.op.store(op_key, Ordering::Relaxed);
+        LAST.count.store(count as i64, Ordering::Relaxed);
+        LAST.plan.store(Plan::pack(plan), Ordering::Relaxed);
+        plan
+    }
+
+    /// `plan` as one non-zero word (bit 0: kept; bit 1: a plan; bit 2: `zero_is_set`; bit 3:
+    /// float; bit 4: 8-byte elements; bits 8 and up: `bytes`).
+    fn pack(plan: Option<Plan>) -> u64 {
+        plan.map_or(1, |p| {
+            3 | u64::from(p.zero_is_set) << 2
+                | u64::from(p.elem.kind == Kind::Float) << 3
+                | u64::from(p.elem.size == 8) << 4
+                | (p.bytes as u64) << 8
+        })
+    }
+
+    fn unpack(w: u64) -> Option<Plan> {
+        (w & 2 != 0).then_some(Plan {
+            elem: Elem {
+                kind: if w & 8 != 0 { Kind::Float } else { Kind::Int },
+                size: if w & 16 != 0 { 8 } else { 4 },
+            },
+            bytes: (w >> 8) as usize,
+            zero_is_set: w & 4 != 0,
+        })
+    }
+
     /// Whether `count` elements of `t` reduced with `op` carry the flags.
     pub fn new(count: c_int, t: MPI_Datatype, op: MPI_Op) -> Option<Plan> {
         let count = usize::try_from(count).ok()?;
@@ -162,6 +220,17 @@ impl Plan {
 fn in_place(p: *const c_void) -> bool {
     p as usize == 1 || p as isize == -1
 }
+
+/// [`Plan::serial`]'s last call and its answer (`plan` 0: none yet).
+struct Last {
+    t: AtomicUsize,
+    op: AtomicUsize,
+    count: AtomicI64,
+    plan: AtomicU64,
+}
+
+static LAST: Last =
+    Last { t: AtomicUsize::new(0), op: AtomicUsize::new(0), count: AtomicI64::new(0), plan: AtomicU64::new(0) };
 
 thread_local! {
     /// Datatypes already classified (handle, class; 0: empty). A predefined handle is never

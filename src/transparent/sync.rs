@@ -99,10 +99,12 @@ static ON_BOARD: AtomicU64 = AtomicU64::new(0);
 /// A world collective that cannot carry the agreement, where [`point_deferrable`]'s rule lets
 /// its sync point defer the agreement: counted, and `true` (the caller runs its collective
 /// plainly). The deferral's fast path, for callers on the application's only MPI thread
-/// (no lock: a deferred sync point is most world collectives of a solver's quiet stretch).
+/// (no lock: a deferred sync point is most world collectives of a solver's quiet stretch),
+/// outside the library's own calls: every caller has just been told so on this thread (the
+/// front end's hooks by [`super::routing`], [`run`] by its own test).
 pub fn try_defer() -> bool {
     let left = BUDGET.load(Ordering::Relaxed);
-    if left == 0 || crate::reentry::inside() {
+    if left == 0 {
         return false;
     }
     // (loads and stores, no read-modify-write: a locked instruction would wait for the
