@@ -7,12 +7,21 @@
 use std::ffi::c_char;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// Resolve `name` (NUL-terminated) into `slot`; 0 if it cannot be found.
+/// Resolve `name` (NUL-terminated) into `slot`; 0 if it cannot be found. (Inlined into every
+/// hook: after the first call, one load.)
+#[inline]
 pub fn resolve(slot: &AtomicUsize, name: &[u8]) -> usize {
     let cached = slot.load(Ordering::Relaxed);
     if cached != 0 {
         return cached;
     }
+    resolve_first(slot, name)
+}
+
+/// [`resolve`]'s first call for `slot`.
+#[cold]
+#[inline(never)]
+fn resolve_first(slot: &AtomicUsize, name: &[u8]) -> usize {
     let sym = name.as_ptr() as *const c_char;
     // SAFETY: `name` is a NUL-terminated literal; dlsym/dlopen take C strings.
     let mut p = unsafe { libc::dlsym(libc::RTLD_NEXT, sym) };

@@ -137,6 +137,7 @@ impl Board {
     /// [`Board::collect`], which waits for a slot, this reads once: a read that missed a post
     /// would make this rank alone defer the next sync point, and the others' agreement there
     /// would end the run ([`Board::collect`]'s stall), so the same ordering carries both.
+    #[inline]
     pub fn news(&self, e: u64) -> bool {
         fence(Ordering::Acquire);
         (0..self.ranks).any(|r| self.words.word(self.news_slot(r, e)).load(Ordering::Relaxed) == e)

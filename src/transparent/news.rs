@@ -13,6 +13,7 @@ pub(super) fn stir() {
 }
 
 /// Whether they changed since the last [`calm`].
+#[inline]
 pub(super) fn stirred() -> bool {
     STIRRED.load(Ordering::Relaxed)
 }

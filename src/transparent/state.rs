@@ -116,6 +116,7 @@ impl SyncState {
 }
 
 /// The node board, if this run uses one ([`super::board`]).
+#[inline]
 pub(super) fn board() -> Option<&'static Board> {
     STATE.board.get()
 }

@@ -102,6 +102,7 @@ static ON_BOARD: AtomicU64 = AtomicU64::new(0);
 /// (no lock: a deferred sync point is most world collectives of a solver's quiet stretch),
 /// outside the library's own calls: every caller has just been told so on this thread (the
 /// front end's hooks by [`super::routing`], [`run`] by its own test).
+#[inline]
 pub fn try_defer() -> bool {
     let left = BUDGET.load(Ordering::Relaxed);
     if left == 0 {
@@ -136,6 +137,7 @@ pub fn news_on_board() {
 /// changed since the last agreement ([`super::news::stirred`]) or its children removed some
 /// ([`super::view::children_moved`]). The caller runs its collective, then
 /// [`deferred_on_board`] with `e` ([`barrier_news`] after a barrier).
+#[inline]
 pub fn defer_on_board(b: &Board) -> Option<u64> {
     if !try_defer() {
         return None;
@@ -152,6 +154,7 @@ pub fn defer_on_board(b: &Board) -> Option<u64> {
 /// decision depends on a local error): when some rank posted news for it, the next sync point
 /// runs the agreement, and `true` (after a barrier, [`barrier_news`]). Every rank reads the
 /// same news, since none leaves the collective before every rank entered it, after posting.
+#[inline]
 pub fn deferred_on_board(b: &Board, e: u64) -> bool {
     let news = b.news(e);
     if news {
@@ -256,6 +259,7 @@ fn from_bits(b: u64) -> Flags {
 
 /// The node board, when every rank of the run is on this node and the front end may agree
 /// through it ([`on_board`]).
+#[inline]
 pub fn board() -> Option<&'static Board> {
     state::board()
 }

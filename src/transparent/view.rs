@@ -191,6 +191,7 @@ static SEEN: AtomicU64 = AtomicU64::new(u64::MAX);
 /// Whether the rank's children removed something it has not absorbed yet: one load of their
 /// count (false before the rank's first look, and without a mapped count). A deferred sync
 /// point on the node board posts it as news ([`super::sync::defer_on_board`]).
+#[inline]
 pub(super) fn children_moved() -> bool {
     COUNTER
         .get()
