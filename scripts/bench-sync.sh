@@ -11,6 +11,8 @@
 #     time step; no target)
 #   stat of an absent file below a pattern's directory by a relative path with a `.` component
 #     (`./ckpt.q<rank>/x.EXIT`: Quantum ESPRESSO's exit file, at every SCF iteration; no target)
+# CONTROL=1 adds a second plain run to each pair of the first part and prints the plain/plain
+# ratio under each row: the noise floor its ratio must be read against.
 # The second part times the first three again in one run each, in alternating blocks through
 # the preload's hook and as MPI's own PMPI_ function (found in libmpi), against a plain run of
 # the same as the control: both sides share the placement of the ranks on the cores, which
@@ -41,6 +43,7 @@ trap 'rm -rf "$work"' EXIT
 mpicc -O2 -o "$work/bench" examples/preload/bench_preload.c -ldl 2>/dev/null
 before=${SCR_BENCH_BEFORE:-}
 unset SCR_BENCH_BEFORE # not passed on: the library warns about unknown SCR_* variables
+control=${CONTROL:-0}
 if [ -n "$before" ] && [ ! -f "$before" ]; then
   echo "SCR_BENCH_BEFORE=$before: no such file" >&2
   exit 2
@@ -65,16 +68,19 @@ pairs() {
     rm -rf "$work/cache" "$work/cntl"
     x=$(run 0 "$@")
     y=$(run 1 "$@")
-    z=
+    z=-
     [ -n "$before" ] && z=$(run 2 "$@")
-    echo "$x $y $z"
+    w=-
+    [ "$control" = 1 ] && w=$(run 0 "$@")
+    echo "$x $y $z $w"
   done | awk -v name="$name" '
     function med(v, n,   i, j, t) { for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (v[j] < v[i]) { t = v[i]; v[i] = v[j]; v[j] = t }
                                     return n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }
-    { n++; a[n] = $1; b[n] = $2; r[n] = $2 / $1; if (NF > 2) { nc++; c[n] = $3; q[n] = $2 / $3 } }
+    { n++; a[n] = $1; b[n] = $2; r[n] = $2 / $1; if ($3 != "-") { nc++; c[n] = $3; q[n] = $2 / $3 } if ($4 != "-") { nk++; k[n] = $4 / $1 } }
     END { ma = med(a, n); mb = med(b, n); mr = med(r, n); lo = r[1]; hi = r[n]
           printf "  %-44s %10.3f %10.3f   ratio %.3f (min %.3f, max %.3f, %d pairs)\n", name, ma, mb, mr, lo, hi, n
-          if (nc) { mc = med(c, n); mq = med(q, n); printf "  %-44s %10s %10.3f   this/before %.3f (min %.3f, max %.3f)\n", "  before", "", mc, mq, q[1], q[n] } }'
+          if (nc) { mc = med(c, n); mq = med(q, n); printf "  %-44s %10s %10.3f   this/before %.3f (min %.3f, max %.3f)\n", "  before", "", mc, mq, q[1], q[n] }
+          if (nk) { mk = med(k, n); printf "  %-44s %10s %10s   control plain/plain %.3f (min %.3f, max %.3f)\n", "", "", "", mk, k[1], k[n] } }'
 }
 
 # inrun <name> <args...>: the same collective through the preload's hook and as MPI's own
