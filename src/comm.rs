@@ -924,8 +924,6 @@ impl Comm {
     }
 }
 
-/// `data` in a slot of `slot` bytes ([`Comm::allgather_bytes`], [`Comm::decide_at`]): its
-/// length (4 bytes), then as much of it as fits. The slot, and how many bytes fitted.
 /// The tag of the library's `MPI_Comm_create_group` calls, the way it makes every
 /// communicator of its own but the API's copy of the world ([`Comm::world_dup`]).
 ///
@@ -955,6 +953,8 @@ fn create_group(parent: &SimpleCommunicator, group: &mpi::topology::UserGroup) -
     parent.split_by_subgroup_with_tag(group, CREATE_TAG).expect("this process is a member of its own group")
 }
 
+/// `data` in a slot of `slot` bytes ([`Comm::allgather_bytes`], [`Comm::decide_at`]): its
+/// length (4 bytes), then as much of it as fits. The slot, and how many bytes fitted.
 fn to_slot(data: &[u8], slot: usize) -> (Vec<u8>, usize) {
     let n = data.len().min(slot - 4);
     let mut mine = vec![0u8; slot];
