@@ -213,8 +213,7 @@ impl Runtime {
                 }
             }
             let r = if fm.datasets.is_empty() && fm.deleting.is_empty() {
-                let _ = crate::paths::remove_file_if_exists(&crate::state::filemap::routes_path(&path));
-                let _ = crate::paths::remove_file_if_exists(&crate::persist::spare_path(&path));
+                crate::state::filemap::remove_companions(&path);
                 crate::paths::remove_file_if_exists(&path).map_err(crate::error::Error::from)
             } else {
                 fm.save(&path).map_err(Into::into)

@@ -106,9 +106,8 @@ impl Runtime {
                     fm.datasets.remove(&id);
                     super::remove_part(&rec);
                     let path = self.layout.filemap(owner);
-                    // (the names its routes log held went with the record)
-                    let _ = crate::paths::remove_file_if_exists(&crate::state::filemap::routes_path(&path));
-                    let _ = crate::paths::remove_file_if_exists(&crate::persist::spare_path(&path));
+                    // (the names its routes log held went with the record; its spare is stale)
+                    crate::state::filemap::remove_companions(&path);
                     let r = if fm.datasets.is_empty() {
                         crate::paths::remove_file_if_exists(&path).map_err(crate::error::Error::from)
                     } else {

@@ -156,6 +156,14 @@ impl Filemap {
 /// The first line of a [`RoutesLog`], followed by the dataset's id.
 const ROUTES_HEADER: &str = "SCRROUTES 1 ";
 
+/// Remove the files kept beside the filemap at `filemap`, its routes log ([`routes_path`]) and
+/// its spare ([`persist::spare_path`]), when the filemap is removed or rewritten by another
+/// rank than its own (best effort: a leftover is stale, never read as the filemap).
+pub(crate) fn remove_companions(filemap: &Path) {
+    let _ = crate::paths::remove_file_if_exists(&routes_path(filemap));
+    let _ = crate::paths::remove_file_if_exists(&persist::spare_path(filemap));
+}
+
 /// The routes log of the filemap at `filemap` (`filemap_<rank>.scrinfo.routes`).
 pub(crate) fn routes_path(filemap: &Path) -> PathBuf {
     let mut p = filemap.as_os_str().to_os_string();
