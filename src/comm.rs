@@ -374,27 +374,15 @@ impl Comm {
             Imp::Mpi(c) => {
                 let mut all = vec![0i32; 2 * self.size as usize];
                 c.all_gather_into(&[color, key][..], &mut all[..]);
-                let mut members: Vec<(i32, i32)> = (0..self.size)
-                    .filter(|r| all[2 * *r as usize] == color)
-                    .map(|r| (all[2 * r as usize + 1], r))
-                    .collect();
-                members.sort();
-                let ranks: Vec<i32> = members.into_iter().map(|(_, r)| r).collect();
+                let ranks = split_members(color, all.chunks(2).map(|ck| (ck[0], ck[1])));
                 Comm::wrap(create_group(c, &c.group().include(&ranks)))
             }
             Imp::Local(h) => {
                 let mine = [color.to_le_bytes(), key.to_le_bytes()].concat();
                 let (round, all) = Comm::exchange(h, self.rank, mine);
                 let int = |b: &[u8]| i32::from_le_bytes(b.try_into().expect("4 bytes"));
-                // members of this color ordered by (key, old rank), as MPI_Comm_split orders them
-                let mut members: Vec<(i32, i32)> = all
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, b)| int(&b[..4]) == color)
-                    .map(|(r, b)| (int(&b[4..]), r as i32))
-                    .collect();
-                members.sort();
-                let rank = members.iter().position(|m| m.1 == self.rank).expect("this rank is a member") as i32;
+                let members = split_members(color, all.iter().map(|b| (int(&b[..4]), int(&b[4..]))));
+                let rank = members.iter().position(|r| *r == self.rank).expect("this rank is a member") as i32;
                 let hub = h.child(round, color, members.len());
                 Comm::with(Imp::Local(hub), rank, members.len() as i32)
             }
@@ -922,6 +910,15 @@ impl Comm {
         let bytes = self.scatter_bytes(root, parts);
         self.agreed("scatter", decode("scatter", root, &bytes))
     }
+}
+
+/// The ranks of color `color` given every rank's (color, key) in rank order, ordered by key
+/// then rank, as `MPI_Comm_split` orders them ([`Comm::split`], both kinds of communicator).
+fn split_members(color: i32, all: impl Iterator<Item = (i32, i32)>) -> Vec<i32> {
+    let mut members: Vec<(i32, i32)> =
+        all.zip(0..).filter(|((c, _), _)| *c == color).map(|((_, key), rank)| (key, rank)).collect();
+    members.sort();
+    members.into_iter().map(|(_, rank)| rank).collect()
 }
 
 /// The tag of the library's `MPI_Comm_create_group` calls, the way it makes every
