@@ -126,7 +126,7 @@ impl Plan {
     }
 
     /// Whether `count` elements of `t` reduced with `op` carry the flags.
-    pub fn new(count: c_int, t: MPI_Datatype, op: MPI_Op) -> Option<Plan> {
+    fn new(count: c_int, t: MPI_Datatype, op: MPI_Op) -> Option<Plan> {
         let count = usize::try_from(count).ok()?;
         // SAFETY: reading the predefined handle constants.
         let (sum, max, min, prod, lor, bor, land, band) = unsafe {
