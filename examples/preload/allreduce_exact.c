@@ -178,7 +178,8 @@ int main(int argc, char **argv) {
           one(ops[o].name, ops[o].op, types[t].name, types[t].t, types[t].size, counts[c], inplace);
     }
   /* communicators: a duplicate of the world is one too (its allreduces are sync points), a
-   * split in halves is not; freed, their handles may come back for the other kind */
+   * split in halves is not; freed (the middle round: disconnected), the duplicate first, their
+   * handles may come back for the other kind in the next round */
   for (int round = 0; round < 3; round++) {
     MPI_Comm dup, half;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
@@ -189,8 +190,13 @@ int main(int argc, char **argv) {
       MPI_Allreduce(&v, &b, 1, MPI_LONG, MPI_MAX, half);
       fprintf(out_file, "dup %d %d %ld half %ld\n", round, i, a, b);
     }
-    MPI_Comm_free(round % 2 ? &half : &dup);
-    MPI_Comm_free(round % 2 ? &dup : &half);
+    if (round == 1) {
+      MPI_Comm_disconnect(&dup);
+      MPI_Comm_disconnect(&half);
+    } else {
+      MPI_Comm_free(&dup);
+      MPI_Comm_free(&half);
+    }
   }
   if (held >= 0) close(held);
   if (fclose(out_file)) die(out_path);
